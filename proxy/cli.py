@@ -1,0 +1,96 @@
+"""``dressage-proxy``: parse flags, start the embedded engine when no SGLang URL is given, serve the app."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import attrs
+import trio
+
+from proxy.app import create_proxy_app
+from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args
+from proxy.serving import serve_app
+from proxy.tokenizer_files import TokenizerFilesError, model_tokenizer_path
+from proxy.upstream.client import SGLangClient
+from proxy.upstream.engine import EngineConfig, EngineHandle, serve_engine
+from proxy.upstream.engine.cli import add_engine_arguments, engine_config_from_args
+
+
+@attrs.frozen
+class ProxyHandle:
+    """What :func:`run_proxy` reports once it listens."""
+
+    url: str
+    #: the in-process engine when no router URL was given, else None
+    engine: EngineHandle | None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dressage-proxy",
+        description="Trajectory-recording OpenAI-compatible proxy in front of SGLang. Without "
+        "--sglang-router-url it runs on its embedded SGLang-protocol engine (docs/engine.md).",
+    )
+    add_proxy_arguments(parser)
+    add_engine_arguments(parser, include_server=False)
+    return parser
+
+
+def say(message: str) -> None:
+    print(f"dressage-proxy: {message}", file=sys.stderr, flush=True)
+
+
+async def run_proxy(
+    config: ProxyConfig, engine_config: EngineConfig | None = None, *, task_status: Any = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run until cancelled. Without a router URL the embedded engine serves on an ephemeral loopback port first,
+    and the proxy talks to it over HTTP exactly as it would to SGLang (one code path for both)."""
+    async with trio.open_nursery() as nursery:
+        engine_handle: EngineHandle | None = None
+        if config.uses_embedded_engine:
+            engine_config = attrs.evolve(
+                engine_config or EngineConfig(tokenizer_path=config.tokenizer_path),
+                host="127.0.0.1",
+                port=0,
+                tokenizer_path=config.tokenizer_path,
+            )
+            engine_handle = await nursery.start(serve_engine, engine_config)
+            say(f"no --sglang-router-url given: embedded engine started in-process at {engine_handle.url}")
+            router_url, worker_urls = engine_handle.url, (engine_handle.url,)
+        else:
+            router_url, worker_urls = config.sglang_router_url, config.sglang_worker_urls
+        async with SGLangClient(router_url, worker_urls, max_connections=config.upstream_max_connections) as upstream:
+            app = create_proxy_app(config, upstream)
+            url = await nursery.start(serve_app, app, config.host, config.port)
+            say(f"listening on {url} (upstream {router_url})")
+            task_status.started(ProxyHandle(url=url, engine=engine_handle))
+            await trio.sleep_forever()
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        parser = build_parser()
+    except ConfigError as exc:
+        print(f"dressage-proxy: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        args = parser.parse_args(argv)
+        config = proxy_config_from_args(args)
+        if config.tokenizer_path is None:
+            config = attrs.evolve(config, tokenizer_path=model_tokenizer_path("qwen3"))
+        engine_config = engine_config_from_args(args, tokenizer_path=config.tokenizer_path)
+    except (ConfigError, TokenizerFilesError) as exc:
+        parser.error(str(exc))
+    try:
+        trio.run(run_proxy, config, engine_config)
+    except KeyboardInterrupt:
+        say("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

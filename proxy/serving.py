@@ -1,0 +1,63 @@
+"""Serving a quart-trio app with hypercorn, in-process, with the stack's measured pitfalls handled.
+
+Shared by the proxy and the embedded engine, so both get the same fixes (shared/docs/stack-notes.md):
+
+1. hypercorn's trio worker + quart-trio hang a keep-alive connection when a response is sent before the request
+   body has arrived. Every request reads its body first (a ``before_request`` hook), so an early error answer can
+   never leave unread bytes on the connection.
+2. Quart's ``RESPONSE_TIMEOUT`` and ``BODY_TIMEOUT`` default to 60 s and silently cut long streams (a generation
+   can run for minutes; a paused request waits for a weight update). Both are switched off.
+7. ``hypercorn -w 1`` forks a child; we call ``hypercorn.trio.serve`` in this process instead, and report the bound
+   address through ``task_status`` so ``port=0`` works in tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+from quart import request
+from quart_trio import QuartTrio
+
+
+def harden_app(app: QuartTrio) -> QuartTrio:
+    """Apply pitfalls 1 and 2 to ``app`` (idempotent enough to call once per app)."""
+    app.config["RESPONSE_TIMEOUT"] = None
+    app.config["BODY_TIMEOUT"] = None
+    # Large prompts (hundreds of thousands of ids as JSON) must not hit Quart's 16 MiB default.
+    app.config["MAX_CONTENT_LENGTH"] = 256 * 1024 * 1024
+
+    @app.before_request
+    async def _read_body_first() -> None:
+        await request.get_data()
+
+    return app
+
+
+def hypercorn_config(host: str, port: int) -> HypercornConfig:
+    config = HypercornConfig()
+    config.bind = [f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    # Streams may idle for a long time while paused; hypercorn's keep-alive timeout only applies between requests.
+    config.keep_alive_timeout = 75
+    return config
+
+
+async def serve_app(
+    app: QuartTrio, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve ``app`` until cancelled; ``task_status.started(base_url)`` with the bound port."""
+    await serve(app, hypercorn_config(host, port), task_status=_BaseUrlStatus(task_status))
+
+
+class _BaseUrlStatus:
+    """hypercorn reports ``["http://127.0.0.1:PORT"]``; callers get the single base URL."""
+
+    def __init__(self, task_status: Any) -> None:
+        self._task_status = task_status
+
+    def started(self, binds: list[str] | None = None) -> None:
+        self._task_status.started(binds[0].rstrip("/") if binds else None)

@@ -1,0 +1,347 @@
+"""The small shared core of every machine: the error type, the transition table helper, diagram rendering.
+
+How a machine is defined (``rollout_gate.py`` is the worked example; later machines follow the same layout):
+
+1. A ``State`` enum whose values are the states' one-line descriptions (they end up in the generated docs)::
+
+       class State(enum.Enum):
+           OPEN = "the door lets people through"
+
+2. Events and effects: ``@attrs.frozen`` classes with a one-line docstring each. Effects carry everything the
+   controller needs (epochs, counts, versions), so the controller never asks the machine for its state.
+
+3. Actions: pure functions ``action(state, data, event) -> Goto(target, data, effects)``. ``data`` is the machine's
+   frozen attrs record (counts, versions...); an action returns a changed copy (``attrs.evolve``), never mutates.
+   When a guard that needs the data refuses the event, the action raises ``Refused("why")``.
+
+4. The table, which is the spec: one ``on(state, EventType, action, *branches)`` row per legal (state, event)
+   pair. Each ``Branch(target, effects=(EffectType, ...), when="guard as text")`` declares one possible outcome;
+   ``apply`` rejects any result of the action that no branch declares, so the diagrams cannot lie. A pair
+   declared twice is a ``TableError`` at import time; a pair missing from the table is illegal::
+
+       TABLE = TransitionTable.build(
+           machine="Door", states=State, events=(Push, Lock), initial=State.OPEN,
+           transitions=[
+               on(State.OPEN, Push, _let_through, Branch(State.OPEN, (LetThrough,))),
+               on(State.OPEN, Lock, _lock, Branch(State.LOCKED)),
+           ],
+           policy=Policy.TRANSACTIONAL,   # or Policy.FAIL_CLOSED with error_state=State.BROKEN
+           check=_check,                  # optional (state, data) -> message | None, run after every transition
+       )
+
+5. The machine class: ``@attrs.define(eq=False) class Door(Machine): table = TABLE`` plus a named constructor.
+   ``send(event) -> list[effect]`` is the whole interface; ``snapshot()`` / ``from_snapshot()`` export and restore
+   a frozen, hashable value (the explorer composes those); a machine may add a ``statistics()`` for reporting.
+
+6. Register the machine class in ``registry.MACHINES`` and run ``python -m statemachines.diagrams``.
+
+Illegal events follow the table's policy: ``TRANSACTIONAL`` raises ``IllegalTransition`` and leaves state and data
+unchanged (like h11's ``_state.py``); ``FAIL_CLOSED`` moves to the absorbing ``error_state`` first, then raises
+(it also does so on a ``TableError``, i.e. when the module's own code disagrees with its table).
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+
+class IllegalTransition(Exception):
+    """An event the table does not allow in the machine's state, or that a guard refused with this data."""
+
+    def __init__(self, machine: str, state: enum.Enum, event: object, reason: str | None = None) -> None:
+        # What was refused, kept as attributes so that controllers and tests can inspect it.
+        self.machine = machine
+        self.state = state
+        self.event = event
+        self.reason = reason
+        # h11's wording: the event type and the state are the two things needed to find the missing row.
+        message = f"{machine} can't handle event type {type(event).__name__} when state={state.name}"
+        super().__init__(f"{message}: {reason}" if reason else message)
+
+
+class Refused(Exception):
+    """Raised by an action whose guard refuses the event; ``apply`` turns it into ``IllegalTransition``."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class TableError(Exception):
+    """The table is malformed, or an action's result disagrees with the table: a bug in the machine's module."""
+
+
+class Policy(enum.Enum):
+    """What an illegal event does to a machine."""
+
+    TRANSACTIONAL = "raise IllegalTransition; state and data stay unchanged"
+    FAIL_CLOSED = "move to the absorbing error state, then raise IllegalTransition"
+
+
+@attrs.frozen
+class Branch:
+    """One declared outcome of a row: the target state, the effect types it may emit, its guard as text."""
+
+    target: enum.Enum
+    effects: tuple[type, ...] = attrs.field(default=(), converter=tuple)
+    when: str = ""
+
+
+@attrs.frozen
+class Transition:
+    """One row of a table: the action that handles ``event`` in ``state`` and the branches it may take."""
+
+    state: enum.Enum
+    event: type
+    action: Callable[[Any, Any, Any], Goto]
+    branches: tuple[Branch, ...]
+
+
+def on(state: enum.Enum, event: type, action: Callable[[Any, Any, Any], Goto], *branches: Branch) -> Transition:
+    """Spell one row of a table: ``on(State.X, Event, action, Branch(...), ...)``."""
+    return Transition(state, event, action, branches)
+
+
+@attrs.frozen
+class Goto:
+    """What an action returns: the state to move to, the new data, the effects for the controller."""
+
+    target: enum.Enum
+    data: Any
+    effects: tuple[Any, ...] = attrs.field(default=(), converter=tuple)
+
+
+@attrs.frozen
+class Snapshot:
+    """A machine's whole state as one frozen, hashable value: export with ``snapshot()``, restore with
+    ``from_snapshot()``."""
+
+    state: enum.Enum
+    data: Any
+
+
+@attrs.frozen(eq=False)
+class TransitionTable:
+    """A machine's transition table: ``rows[(state, event type)] -> Transition``; every missing pair is illegal."""
+
+    machine: str
+    states: type[enum.Enum]
+    events: tuple[type, ...]
+    initial: enum.Enum
+    rows: Mapping[tuple[enum.Enum, type], Transition]
+    policy: Policy
+    error_state: enum.Enum | None = None
+    check: Callable[[enum.Enum, Any], str | None] | None = None
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        machine: str,
+        states: type[enum.Enum],
+        events: Iterable[type],
+        initial: enum.Enum,
+        transitions: Iterable[Transition],
+        policy: Policy,
+        error_state: enum.Enum | None = None,
+        check: Callable[[enum.Enum, Any], str | None] | None = None,
+    ) -> TransitionTable:
+        """Index the rows by (state, event type), refusing a pair declared twice, and validate the whole table."""
+        rows: dict[tuple[enum.Enum, type], Transition] = {}
+        for row in transitions:
+            # A dict literal would silently keep the last of two rows; the table must say it once (automat's rule).
+            if (row.state, row.event) in rows:
+                raise TableError(f"{machine}: ({row.state.name}, {row.event.__name__}) is declared twice")
+            rows[(row.state, row.event)] = row
+        table = cls(machine, states, tuple(events), initial, types.MappingProxyType(rows), policy, error_state, check)
+        table._validate()
+        return table
+
+    def overriding(self, *transitions: Transition) -> TransitionTable:
+        """A copy in which these rows replace (or add to) the existing ones: for variants, e.g. planted bugs."""
+        replaced = {(row.state, row.event): row for row in self.rows.values()}
+        changed: set[tuple[enum.Enum, type]] = set()
+        for row in transitions:
+            # Overriding the same pair twice in one call is as ambiguous as declaring it twice.
+            if (row.state, row.event) in changed:
+                raise TableError(f"{self.machine}: ({row.state.name}, {row.event.__name__}) is overridden twice")
+            changed.add((row.state, row.event))
+            replaced[(row.state, row.event)] = row
+        return self.build(
+            machine=self.machine, states=self.states, events=self.events, initial=self.initial,
+            transitions=replaced.values(), policy=self.policy, error_state=self.error_state, check=self.check,
+        )
+
+    def _validate(self) -> None:
+        """Every name in the table must belong to the machine; the error state, if any, must absorb."""
+        if not isinstance(self.initial, self.states):
+            raise TableError(f"{self.machine}: initial state {self.initial!r} is not a {self.states.__name__}")
+        for (state, event), row in self.rows.items():
+            where = f"{self.machine}: ({getattr(state, 'name', state)}, {getattr(event, '__name__', event)})"
+            if not isinstance(state, self.states):
+                raise TableError(f"{where}: {state!r} is not a {self.states.__name__}")
+            if event not in self.events:
+                raise TableError(f"{where}: {event!r} is not one of the machine's events")
+            if not row.branches:
+                raise TableError(f"{where}: a row needs at least one branch")
+            for branch in row.branches:
+                if not isinstance(branch.target, self.states):
+                    raise TableError(f"{where}: target {branch.target!r} is not a {self.states.__name__}")
+        # Fail-closed needs somewhere to fail to, and that state must have no way out.
+        if (self.policy is Policy.FAIL_CLOSED) != (self.error_state is not None):
+            raise TableError(f"{self.machine}: an error_state is required by FAIL_CLOSED and only by it")
+        if self.error_state is not None and any(state is self.error_state for state, _ in self.rows):
+            raise TableError(f"{self.machine}: error state {self.error_state.name} must absorb (no rows)")
+
+    def apply(self, state: enum.Enum, data: Any, event: object) -> Goto:
+        """The pure step: the ``Goto`` for ``event`` in (state, data), or ``IllegalTransition``. Nothing mutates."""
+        row = self.rows.get((state, type(event)))
+        if row is None:
+            raise IllegalTransition(self.machine, state, event)
+        try:
+            goto = row.action(state, data, event)
+        except Refused as refusal:
+            raise IllegalTransition(self.machine, state, event, refusal.reason) from None
+        # The table is the spec: the action may only take a branch that the row declares.
+        emitted = {type(effect) for effect in goto.effects}
+        if not any(b.target is goto.target and emitted <= set(b.effects) for b in row.branches):
+            raise TableError(
+                f"{self.machine}: ({state.name}, {type(event).__name__}) went to {goto.target.name} emitting "
+                f"{sorted(t.__name__ for t in emitted)}, which no branch of its row declares"
+            )
+        self._check(goto.target, goto.data, f"after {type(event).__name__} in {state.name}")
+        return goto
+
+    def _check(self, state: enum.Enum, data: Any, where: str) -> None:
+        """Run the machine's own (state, data) invariant, if it declares one."""
+        broken = self.check(state, data) if self.check is not None else None
+        if broken is not None:
+            raise TableError(f"{self.machine}: invariant broken {where}: {broken}")
+
+
+@attrs.define(eq=False)
+class Machine:
+    """Base of every machine: owns (state, data), applies its class's ``table`` and enforces the table's policy.
+
+    Don't ask the machine for its state to decide what to do: act on the effects ``send`` returns.
+    ``snapshot()`` is for the explorer, tests and reporting.
+    """
+
+    # The transition table; each subclass sets it (a variant subclass may set an ``overriding`` copy).
+    table: ClassVar[TransitionTable]
+    # The current state; changed only by ``send``.
+    _state: enum.Enum
+    # The machine's frozen data record; replaced (never mutated) only by ``send``.
+    _data: Any
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot) -> Machine:
+        """A machine in exactly this state, after checking that the (state, data) pair is possible."""
+        cls.table._check(snapshot.state, snapshot.data, "in the snapshot to restore")
+        return cls(snapshot.state, snapshot.data)
+
+    def snapshot(self) -> Snapshot:
+        """The whole state as a frozen, hashable value."""
+        return Snapshot(self._state, self._data)
+
+    def send(self, event: object) -> list[Any]:
+        """Feed one event; return the effects to carry out, or raise ``IllegalTransition`` per the policy."""
+        table = self.table
+        try:
+            goto = table.apply(self._state, self._data, event)
+        except (IllegalTransition, TableError):
+            # Fail-closed machines remember the failure (an illegal event, or their own code disagreeing with
+            # their table); transactional ones leave everything as it was.
+            if table.policy is Policy.FAIL_CLOSED:
+                self._state = table.error_state
+            raise
+        self._state, self._data = goto.target, goto.data
+        return list(goto.effects)
+
+
+def _names(types_: Iterable[type]) -> str:
+    """``A, B`` for effect types, for diagram labels."""
+    return ", ".join(t.__name__ for t in types_)
+
+
+def _edges(table: TransitionTable) -> list[tuple[str, str, str]]:
+    """(source, target, label) for every branch, in table order; the label reads ``Event [when] / Effects``."""
+    edges = []
+    for row in table.rows.values():
+        for branch in row.branches:
+            label = row.event.__name__
+            label += f" [{branch.when}]" if branch.when else ""
+            label += f" / {_names(branch.effects)}" if branch.effects else ""
+            edges.append((row.state.name, branch.target.name, label))
+    return edges
+
+
+def render_dot(table: TransitionTable) -> str:
+    """The table as a Graphviz digraph (text)."""
+    lines = [
+        f"// {table.machine}: generated from its transition table by `python -m statemachines.diagrams`.",
+        f"digraph {table.machine} {{",
+        "    rankdir=LR;",
+        '    node [shape=box, style=rounded, fontname="Helvetica"];',
+        '    edge [fontname="Helvetica", fontsize=10];',
+        "    __start [shape=point];",
+        f"    __start -> {table.initial.name};",
+    ]
+    for state in table.states:
+        # The error state of a fail-closed machine is drawn bold: it absorbs.
+        bold = ', style="rounded,bold"' if state is table.error_state else ""
+        lines.append(f'    {state.name} [tooltip="{_dot_escape(str(state.value))}"{bold}];')
+    for source, target, label in _edges(table):
+        lines.append(f'    {source} -> {target} [label="{_dot_escape(label)}"];')
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _dot_escape(text: str) -> str:
+    """Escape a DOT string literal."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def render_markdown(table: TransitionTable) -> str:
+    """The table as a page: a mermaid diagram, the states, the events, the rows, the illegal-event policy."""
+    lines = [
+        f"# {table.machine}",
+        "",
+        "Generated from the transition table by `python -m statemachines.diagrams`; do not edit by hand.",
+        "",
+        "```mermaid",
+        "stateDiagram-v2",
+        f"    [*] --> {table.initial.name}",
+    ]
+    lines += [f"    {source} --> {target}: {_mermaid_escape(label)}" for source, target, label in _edges(table)]
+    lines += ["```", "", "| state | meaning |", "|---|---|"]
+    lines += [f"| `{state.name}` | {state.value} |" for state in table.states]
+    lines += ["", "| event | meaning |", "|---|---|"]
+    lines += [f"| `{event.__name__}` | {_first_line(event)} |" for event in table.events]
+    lines += ["", "| state | event | when | target | effects |", "|---|---|---|---|---|"]
+    for row in table.rows.values():
+        for branch in row.branches:
+            effects = _names(branch.effects) or "-"
+            lines.append(
+                f"| `{row.state.name}` | `{row.event.__name__}` | {branch.when or '-'} | `{branch.target.name}` | "
+                f"{effects} |"
+            )
+    illegal = [f"`{s.name}` x `{e.__name__}`" for s in table.states for e in table.events if (s, e) not in table.rows]
+    lines += ["", f"Illegal events ({table.policy.name}): {table.policy.value}.", ""]
+    lines += [f"Pairs not in the table are illegal: {', '.join(illegal) or 'none'}.", ""]
+    return "\n".join(lines)
+
+
+def _mermaid_escape(text: str) -> str:
+    """Mermaid ends a statement at ``;`` and a label at ``:``: write them as its entity codes."""
+    return text.replace(";", "#59;").replace(":", "#58;")
+
+
+def _first_line(thing: type) -> str:
+    """The first line of a class's docstring (events and effects must have one)."""
+    return (thing.__doc__ or "").strip().splitlines()[0] if thing.__doc__ else ""

@@ -1,0 +1,15 @@
+"""Every machine of the package, in one place: the diagrams script and the generic table tests iterate over it.
+
+Adding a machine is one line here (its class; the class carries its ``table``), then
+``python -m statemachines.diagrams`` to write its diagrams.
+"""
+
+from __future__ import annotations
+
+from statemachines.core import Machine
+from statemachines.rollout_gate import RolloutGate
+
+# One entry per machine class; the diagram files are named after ``cls.table.machine``.
+MACHINES: tuple[type[Machine], ...] = (
+    RolloutGate,
+)
