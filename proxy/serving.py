@@ -41,8 +41,10 @@ def hypercorn_config(host: str, port: int) -> HypercornConfig:
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = None
-    # Streams may idle for a long time while paused; hypercorn's keep-alive timeout only applies between requests.
-    config.keep_alive_timeout = 75
+    # Idle keep-alive connections are closed after this long. It is long on purpose: tests run servers on
+    # trio's autojump clock, where a short timeout would fire as soon as every task blocks.
+    config.keep_alive_timeout = 3600
+    config.graceful_timeout = 1
     return config
 
 

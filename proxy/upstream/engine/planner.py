@@ -1,0 +1,116 @@
+"""Deciding what one request generates: a script entry or the default policy, as a token plan.
+
+A :class:`Plan` is the full token sequence the "model" would emit after the prompt's assistant header, plus the
+offset where this request starts in it. A request that continues a partial reply (its input ends with some of the
+plan's tokens) starts past them, so an aborted-then-resubmitted generation continues where it stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from .policy import THINK_DISABLED, default_plain_text, default_reply, filler_text
+from .script import ScriptBook, ScriptEntry
+from .tokenizer import EngineTokenizer
+
+
+@attrs.frozen
+class Plan:
+    """The tokens a request emits: ``tokens[start:]``, then ``filler`` repeated (past the end of the plan)."""
+
+    tokens: tuple[int, ...]
+    start: int
+    filler: tuple[int, ...]
+    #: The script entry behind the plan, or None for the default policy.
+    entry: ScriptEntry | None = None
+    #: The session key the plan was taken for (script bookkeeping).
+    session_key: str = ""
+
+    def token_at(self, index: int) -> int:
+        """The ``index``-th token this request emits (0 = first output token)."""
+        position = self.start + index
+        if position < len(self.tokens):
+            return self.tokens[position]
+        return self.filler[(position - len(self.tokens)) % len(self.filler)]
+
+    @property
+    def source(self) -> str:
+        return "default" if self.entry is None else f"script[{self.entry.index}]"
+
+
+def _ends_with(sequence: Sequence[int], suffix: Sequence[int]) -> bool:
+    return len(suffix) <= len(sequence) and list(sequence[len(sequence) - len(suffix) :]) == list(suffix)
+
+
+def resume_offset(input_ids: Sequence[int], tokens: Sequence[int], emitted: int) -> int:
+    """The longest ``j <= emitted`` such that ``input_ids`` ends with ``tokens[:j]`` (0 if none)."""
+    for j in range(min(emitted, len(tokens), len(input_ids)), 0, -1):
+        if _ends_with(input_ids, tokens[:j]):
+            return j
+    return 0
+
+
+@attrs.define(eq=False)
+class Planner:
+    """Builds plans from the script book and the default policy; records entries left unfinished."""
+
+    tokenizer: EngineTokenizer
+    seed: int
+    book: ScriptBook
+    _header: tuple[int, ...] = ()
+    _filler: tuple[int, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        self._header = tuple(self.tokenizer.encode("<|im_start|>assistant\n"))
+        self._filler = tuple(self.tokenizer.encode(filler_text(self.seed)))
+
+    def plan(self, input_ids: Sequence[int], keys: Sequence[str]) -> Plan:
+        """The plan for a request whose session keys are ``keys`` (most specific first)."""
+        session_key = keys[0]
+        opened = self.book.take_open(session_key)
+        if opened is not None:
+            start = resume_offset(input_ids, opened.tokens, opened.emitted)
+            return Plan(opened.tokens, start, self._filler, opened.entry, session_key)
+        entry = self.book.take(keys)
+        if entry is not None:
+            tokens = tuple(self.tokenizer.encode(entry.output))
+            if entry.eos:
+                tokens += (self.tokenizer.im_end_id,)
+            return Plan(tokens, 0, self._filler, entry, session_key)
+        return self._default_plan(input_ids, session_key)
+
+    def finished(self, plan: Plan, emitted: int, finish_type: str | None) -> None:
+        """Leave a script entry open for its session when a request stopped before the entry's end."""
+        if plan.entry is None or finish_type not in ("abort", "length"):
+            return
+        reached = plan.start + emitted
+        if reached < len(plan.tokens):
+            self.book.leave_open(plan.session_key, plan.entry, plan.tokens, reached)
+
+    def _default_plan(self, input_ids: Sequence[int], session_key: str) -> Plan:
+        tk = self.tokenizer
+        header_at = self._last_header(input_ids)
+        so_far = list(input_ids[header_at + len(self._header) :]) if header_at >= 0 else []
+        if header_at < 0 or tk.im_start_id in so_far or tk.im_end_id in so_far:
+            text = default_plain_text(tk.decode(list(input_ids), skip_special_tokens=False), seed=self.seed)
+            return Plan(tuple(tk.encode(text)) + (tk.im_end_id,), 0, self._filler, None, session_key)
+        context = tk.decode(list(input_ids[:header_at]), skip_special_tokens=False)
+        so_far_text = tk.decode(so_far, skip_special_tokens=False)
+        thinking = not so_far_text.startswith(THINK_DISABLED)
+        reply = default_reply(context, seed=self.seed, thinking=thinking, xml_default=tk.uses_xml_tool_calls)
+        tokens = tuple(tk.encode(reply)) + (tk.im_end_id,)
+        if list(tokens[: len(so_far)]) != so_far:
+            # The partial reply does not match the plan token by token: continue from its text if possible.
+            rest = reply[len(so_far_text) :] if reply.startswith(so_far_text) else reply.rsplit("\n", 1)[-1]
+            tokens = tuple(so_far) + tuple(tk.encode(rest)) + (tk.im_end_id,)
+        return Plan(tokens, len(so_far), self._filler, None, session_key)
+
+    def _last_header(self, input_ids: Sequence[int]) -> int:
+        header = self._header
+        first = header[0]
+        for index in range(len(input_ids) - len(header), -1, -1):
+            if input_ids[index] == first and tuple(input_ids[index : index + len(header)]) == header:
+                return index
+        return -1

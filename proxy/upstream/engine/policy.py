@@ -1,0 +1,179 @@
+"""The default policy: what the engine "generates" when no script entry applies.
+
+It reads the rendered chat prompt the way a Qwen model would see it and writes a plausible, deterministic reply:
+reasoning in ``<think>...</think>``, then either a tool call for one of the offered tools (JSON for Qwen3, XML
+``<function=...><parameter=...>`` for Qwen3.5, matching what the prompt's tool instructions ask for) or a short
+answer. The text depends only on the seed and on the conversation *before* the assistant header, never on what
+the assistant already produced, so a continuation request (prompt + partial output) continues the same reply.
+
+Decision rule: tools offered and the last turn is a user message -> one tool call; otherwise (no tools, or the
+last turn holds tool responses) -> a final answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import attrs
+
+from .determinism import stable_hash
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+ASSISTANT_HEADER = "<|im_start|>assistant\n"
+THINK_OPEN = "<think>\n"
+THINK_DISABLED = "<think>\n\n</think>\n\n"
+
+_WORDS = (
+    "the", "plan", "is", "to", "check", "each", "step", "carefully", "and", "then", "report", "what", "was",
+    "found", "clearly", "results", "look", "consistent", "with", "expectations", "so", "far", "overall", "value",
+    "summary", "details", "answer", "question", "data", "simple", "short", "next", "first", "finally",
+)
+_CITIES = ("Paris", "Berlin", "Tokyo", "Lima", "Oslo", "Cairo")
+
+
+@attrs.frozen
+class PromptView:
+    """What the default policy needs to know about a rendered chat prompt."""
+
+    #: The offered tools as ``{"name", "description", "parameters"}`` dicts, in prompt order.
+    tools: tuple[dict[str, Any], ...]
+    #: The prompt asks for Qwen3.5 XML tool calls (``<function=...>``) rather than Qwen3 JSON.
+    xml_tool_calls: bool
+    #: Text of the last real user message (tool responses excluded), markup stripped.
+    user_text: str
+    #: The last turn before the assistant header holds tool responses.
+    after_tool_response: bool
+
+
+def analyze_prompt(context: str) -> PromptView:
+    """Parse the conversation part of a prompt (everything up to the final assistant header)."""
+    turns = []
+    for raw in context.split(IM_START)[1:]:
+        role, _, content = raw.partition("\n")
+        turns.append((role.strip(), content.split(IM_END)[0]))
+    tools: list[dict[str, Any]] = []
+    xml = False
+    if turns and turns[0][0] == "system":
+        system = turns[0][1]
+        xml = "<function=" in system and "<parameter=" in system
+        match = re.search(r"<tools>\n(.*?)\n</tools>", system, re.S)
+        if match:
+            for line in match.group(1).split("\n"):
+                try:
+                    tool = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(tool, dict):
+                    function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+                    if isinstance(function.get("name"), str) and function["name"]:
+                        tools.append(function)
+    user_text = ""
+    after_tool_response = False
+    for index, (role, content) in enumerate(turns):
+        if role != "user":
+            continue
+        stripped = content.strip()
+        is_tool_response = stripped.startswith("<tool_response>") and stripped.endswith("</tool_response>")
+        if not is_tool_response:
+            user_text = stripped
+        if index == len(turns) - 1:
+            after_tool_response = is_tool_response
+    return PromptView(tuple(tools), xml, user_text, after_tool_response)
+
+
+def _sentence(h: int, n_words: int) -> str:
+    words = [_WORDS[stable_hash("word", h, i) % len(_WORDS)] for i in range(n_words)]
+    return " ".join(words).capitalize() + "."
+
+
+def _topic(user_text: str) -> str:
+    words = re.findall(r"[A-Za-z0-9']+", user_text)
+    return '"' + " ".join(words[:6]) + '"' if words else "this request"
+
+
+def argument_value(name: str, schema: Any, h: int, user_text: str) -> Any:
+    """A plausible value for one parameter, from its JSON schema (enum, type) and its name."""
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][h % len(schema["enum"])]
+    kind = schema.get("type", "string")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind == "integer":
+        return h % 100
+    if kind == "number":
+        return round((h % 10000) / 100, 2)
+    if kind == "boolean":
+        return bool(h % 2)
+    if kind == "array":
+        return [argument_value(name, schema.get("items", {"type": "string"}), h >> 7, user_text)]
+    if kind == "object":
+        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        return {key: argument_value(key, sub, h >> 5, user_text) for key, sub in list(properties.items())[:3]}
+    lowered = name.lower()
+    if any(part in lowered for part in ("city", "location", "place", "town")):
+        return _CITIES[h % len(_CITIES)]
+    if any(part in lowered for part in ("query", "question", "text", "prompt", "search")):
+        return _topic(user_text).strip('"')
+    return f"{_WORDS[h % len(_WORDS)]}_{h % 1000}"
+
+
+def tool_arguments(function: dict[str, Any], h: int, user_text: str) -> dict[str, Any]:
+    """Arguments for ``function``: its required parameters (all of them when none is marked required)."""
+    parameters = function.get("parameters") if isinstance(function.get("parameters"), dict) else {}
+    properties = parameters.get("properties") if isinstance(parameters.get("properties"), dict) else {}
+    required = parameters.get("required") if isinstance(parameters.get("required"), list) else []
+    names = [name for name in properties if name in required] or list(properties)
+    return {name: argument_value(name, properties[name], stable_hash(h, name), user_text) for name in names}
+
+
+def render_tool_call(name: str, arguments: dict[str, Any], *, xml: bool) -> str:
+    """One tool call in the model's wire format (sglang-protocol.md §5.4)."""
+    if not xml:
+        return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
+    parts = [f"<tool_call>\n<function={name}>\n"]
+    for key, value in arguments.items():
+        rendered = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        parts.append(f"<parameter={key}>\n{rendered}\n</parameter>\n")
+    parts.append("</function>\n</tool_call>")
+    return "".join(parts)
+
+
+def default_reply(context: str, *, seed: int, thinking: bool, xml_default: bool) -> str:
+    """The full assistant reply for a conversation, from just after the assistant header (no end token).
+
+    ``thinking=False`` when the prompt disabled reasoning (its assistant turn starts with an empty think block):
+    the reply then starts with that empty block, which the prompt already holds.
+    """
+    view = analyze_prompt(context)
+    h = stable_hash("reply", seed, context)
+    topic = _topic(view.user_text)
+    xml = view.xml_tool_calls or (xml_default and not view.tools)
+    if view.tools and not view.after_tool_response:
+        function = view.tools[h % len(view.tools)]
+        name = function["name"]
+        reasoning = f"The user asks {topic}. I should call {name} to get the facts. {_sentence(h + 3, 6)}"
+        body = render_tool_call(name, tool_arguments(function, h, view.user_text), xml=view.xml_tool_calls or xml)
+    elif view.after_tool_response:
+        reasoning = f"The tool returned its result. {_sentence(h + 3, 7)}"
+        body = f"Based on the tool results for {topic}: {_sentence(h + 1, 9)} {_sentence(h + 2, 5)}"
+    else:
+        reasoning = f"The user wrote {topic}. {_sentence(h + 3, 8)}"
+        body = f"Here is a short answer about {topic}. {_sentence(h + 1, 10)}"
+    if not thinking:
+        return THINK_DISABLED + body
+    return f"{THINK_OPEN}{reasoning}\n</think>\n\n{body}"
+
+
+def default_plain_text(prompt: str, *, seed: int) -> str:
+    """The continuation of a raw (non-chat) prompt: a few deterministic sentences."""
+    h = stable_hash("plain", seed, prompt)
+    return " " + " ".join(_sentence(h + i, 6 + i) for i in range(3))
+
+
+def filler_text(seed: int) -> str:
+    """Text generated past the end of a plan (``ignore_eos``, or a script entry with ``"eos": false``)."""
+    return " " + " ".join(_sentence(stable_hash("filler", seed, i), 8) for i in range(4))

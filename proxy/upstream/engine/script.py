@@ -1,0 +1,158 @@
+"""Scripted generation: JSON-lines entries that say exactly what the "model" emits for a session.
+
+One entry per line::
+
+    {"session": "s1", "output": "<think>\\nhm\\n</think>\\n\\nHello!"}
+    {"session": "*", "output": "fallback reply", "eos": false, "latency": 0.5, "token_rate": 20}
+
+A request's session key is its ``X-SMG-Routing-Key`` header, else the body's ``routing_key``, else its rid. It
+takes the next unused entry whose ``session`` equals that key (header/body key first, then rid); when none is
+left, the next unused ``"*"`` entry; when none is left either, the default policy (``policy.py``).
+
+An entry that was cut short (finished by ``abort`` or ``length`` before all its tokens were emitted) stays open
+for its session: the next request of that session resumes it at the longest prefix of the entry's tokens that
+its input ends with, the way a model continues a partial reply that is fed back to it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+WILDCARD = "*"
+
+_KEYS = frozenset({"session", "output", "eos", "error_status", "drop_after", "latency", "token_rate"})
+
+
+class ScriptError(ValueError):
+    """A script line is not a valid entry."""
+
+
+@attrs.frozen
+class ScriptEntry:
+    """One scripted reply and its optional per-entry faults."""
+
+    #: Session key, or ``"*"`` for any request without a keyed entry left.
+    session: str
+    #: Raw model text, tokenized with the real tokenizer (reasoning and tool-call markup included).
+    output: str
+    #: Append the end-of-turn token ``<|im_end|>``; false = keep generating filler after the text (truncation).
+    eos: bool = True
+    #: Answer the request with this HTTP status instead of generating (the entry is consumed).
+    error_status: int | None = None
+    #: Streaming only: cut the connection (no ``[DONE]``) once this many tokens were produced.
+    drop_after: int | None = None
+    #: Extra seconds before the first token.
+    latency: float = 0.0
+    #: Tokens per second for this entry (overrides the engine's ``token_rate``).
+    token_rate: float | None = None
+    #: Position in the script (line order), for logs.
+    index: int = 0
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], index: int = 0) -> ScriptEntry:
+        if not isinstance(data, Mapping):
+            raise ScriptError(f"script entry {index}: expected an object, got {type(data).__name__}")
+        unknown = sorted(set(data) - _KEYS)
+        if unknown:
+            raise ScriptError(f"script entry {index}: unknown keys {unknown}")
+        session, output = data.get("session"), data.get("output")
+        if not isinstance(session, str) or not session:
+            raise ScriptError(f"script entry {index}: 'session' must be a non-empty string")
+        if not isinstance(output, str):
+            raise ScriptError(f"script entry {index}: 'output' must be a string")
+        error_status = data.get("error_status")
+        if error_status is not None and (not isinstance(error_status, int) or not 400 <= error_status <= 599):
+            raise ScriptError(f"script entry {index}: 'error_status' must be an HTTP error status")
+        drop_after = data.get("drop_after")
+        if drop_after is not None and (not isinstance(drop_after, int) or drop_after < 0):
+            raise ScriptError(f"script entry {index}: 'drop_after' must be an integer >= 0")
+        latency = data.get("latency", 0.0)
+        token_rate = data.get("token_rate")
+        if not isinstance(latency, (int, float)) or latency < 0:
+            raise ScriptError(f"script entry {index}: 'latency' must be a number >= 0")
+        if token_rate is not None and (not isinstance(token_rate, (int, float)) or token_rate < 0):
+            raise ScriptError(f"script entry {index}: 'token_rate' must be a number >= 0")
+        eos = data.get("eos", True)
+        if not isinstance(eos, bool):
+            raise ScriptError(f"script entry {index}: 'eos' must be a boolean")
+        return cls(
+            session=session,
+            output=output,
+            eos=eos,
+            error_status=error_status,
+            drop_after=drop_after,
+            latency=float(latency),
+            token_rate=None if token_rate is None else float(token_rate),
+            index=index,
+        )
+
+
+def load_script(path: Path | None, lines: Iterable[Mapping[str, Any]] = ()) -> list[ScriptEntry]:
+    """Entries of a JSON-lines file (blank lines and ``#`` comments skipped), then the in-memory ``lines``."""
+    raw: list[Any] = []
+    if path is not None:
+        for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            try:
+                raw.append(json.loads(line))
+            except ValueError as exc:
+                raise ScriptError(f"{path}:{number}: not JSON: {exc}") from None
+    raw.extend(lines)
+    return [ScriptEntry.from_json(item, index) for index, item in enumerate(raw)]
+
+
+@attrs.define(eq=False)
+class OpenEntry:
+    """An entry cut short: its tokens and how many of them were emitted in total."""
+
+    entry: ScriptEntry
+    tokens: tuple[int, ...]
+    emitted: int
+
+
+@attrs.define(eq=False)
+class ScriptBook:
+    """Hands out script entries to requests, in order, per session key."""
+
+    _keyed: dict[str, deque[ScriptEntry]] = attrs.field(factory=dict)
+    _wildcard: deque[ScriptEntry] = attrs.field(factory=deque)
+    _open: dict[str, OpenEntry] = attrs.field(factory=dict)
+
+    @classmethod
+    def from_entries(cls, entries: Iterable[ScriptEntry]) -> ScriptBook:
+        book = cls()
+        for entry in entries:
+            if entry.session == WILDCARD:
+                book._wildcard.append(entry)
+            else:
+                book._keyed.setdefault(entry.session, deque()).append(entry)
+        return book
+
+    def take_open(self, key: str) -> OpenEntry | None:
+        """The entry a previous request of ``key`` left unfinished, if any (removed from the book)."""
+        return self._open.pop(key, None)
+
+    def take(self, keys: Iterable[str]) -> ScriptEntry | None:
+        """The next unused entry for the first of ``keys`` that has one, else the next ``"*"`` entry."""
+        for key in keys:
+            queue = self._keyed.get(key)
+            if queue:
+                return queue.popleft()
+        return self._wildcard.popleft() if self._wildcard else None
+
+    def leave_open(self, key: str, entry: ScriptEntry, tokens: tuple[int, ...], emitted: int) -> None:
+        self._open[key] = OpenEntry(entry, tokens, emitted)
+
+    def remaining(self) -> dict[str, int]:
+        """Unused entries per session key (``"*"`` included), for statistics."""
+        counts = {key: len(queue) for key, queue in self._keyed.items() if queue}
+        if self._wildcard:
+            counts[WILDCARD] = len(self._wildcard)
+        return counts
