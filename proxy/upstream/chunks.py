@@ -1,0 +1,309 @@
+"""Sans-IO decoding of SGLang's ``/generate`` stream: bytes -> SSE payloads -> chunks -> token events.
+
+Theory of operation
+-------------------
+SGLang streams ``data: <json>\\n\\n`` events ending with ``data: [DONE]\\n\\n`` (sglang-protocol.md §1.6).
+:class:`SSEParser` turns bytes into payload strings; :class:`ChunkDecoder` turns payloads (or already parsed
+chunk dicts) into :class:`~proxy.upstream.events.Token` events, one per new output token, followed by one
+:class:`~proxy.upstream.events.Finished`. Nothing here does I/O, so every rule is unit- and property-tested.
+
+The decoder keeps its own accumulation (ids, logprobs, per-token weight versions); chunks only ever *add* to
+it. In the default **cumulative** mode every chunk repeats the whole output so far and the server may coalesce,
+so a chunk can bring several new tokens; the new ones are ``output_ids[len(received):]``. In **incremental**
+mode (server flag ``--incremental-streaming-output``) each chunk carries only its new tokens. The mode is a
+server setting, so the caller must tell the decoder which one to expect.
+
+The one exception to "a chunk's ids extend what was received" is the **waiting-queue abort quirk** (§2.2): a
+request aborted while queued or retracted ends with a chunk whose ``finish_reason`` is an abort, which lacks
+``prompt_tokens``, whose ``completion_tokens`` counts the whole output, and whose streamed ``output_ids`` is only
+``[last token]`` in either mode (its logprob lists hold the whole output so far). The decoder recognises it by
+"abort and no prompt_tokens" and then takes the tokens it has not seen yet from, in order of preference:
+``output_ids`` if it is complete (non-streaming), the logprob triples if they are complete, the single id if
+exactly one token is missing; otherwise it adds nothing. It never shrinks or duplicates what it already has.
+
+Invariants (checked, a violation raises ``UpstreamProtocolError``): token events have consecutive indices from 0;
+a cumulative chunk never has fewer ids than already received (quirk aside) and agrees with the last received
+id; where logprobs are present there is one triple per id and its id matches.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from proxy.upstream.errors import UpstreamProtocolError, UpstreamStreamCut, error_from_chunk
+from proxy.upstream.events import (
+    Event,
+    FinishAbort,
+    Finished,
+    FinishReason,
+    Partial,
+    RoutedExperts,
+    Token,
+    parse_finish_reason,
+)
+
+DONE = "[DONE]"
+
+
+class SSEParser:
+    """Server-sent-events framing: feed bytes, get the ``data`` payload of every complete event.
+
+    Lines end with LF or CRLF; several ``data:`` lines of one event are joined with LF; comments and other
+    fields are ignored; an event not terminated by a blank line at EOF is dropped (as the SSE spec says).
+    """
+
+    __slots__ = ("_buffer", "_scanned", "_data")
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of _buffer known to contain no LF: large chunks are scanned once
+        self._data: list[str] = []
+
+    def feed(self, data: bytes) -> list[str]:
+        buffer = self._buffer
+        buffer += data
+        payloads: list[str] = []
+        start = 0
+        search = self._scanned
+        while True:
+            end = buffer.find(b"\n", search)
+            if end < 0:
+                break
+            line = bytes(buffer[start:end])
+            start = search = end + 1
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line:
+                if self._data:
+                    payloads.append("\n".join(self._data))
+                    self._data = []
+                continue
+            if line.startswith(b":"):
+                continue
+            name, _, value = line.partition(b":")
+            if name != b"data":
+                continue
+            if value.startswith(b" "):
+                value = value[1:]
+            try:
+                self._data.append(value.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise UpstreamProtocolError(f"SSE line is not UTF-8: {exc}") from None
+        del buffer[:start]
+        self._scanned = len(buffer)
+        return payloads
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of an unterminated line still buffered."""
+        return len(self._buffer)
+
+
+class ChunkDecoder:
+    """Feed SGLang ``/generate`` chunks (streamed or the one non-streaming body), get token events.
+
+    ``feed_payload`` takes an SSE payload string (JSON or ``[DONE]``), ``feed_chunk`` a parsed dict, ``feed_done``
+    the ``[DONE]`` marker and ``feed_eof`` the end of the byte stream. Errors are raised as ``UpstreamError``
+    subclasses carrying :meth:`partial`. After a raise the decoder must not be fed again.
+    """
+
+    def __init__(
+        self,
+        *,
+        rid: str | None = None,
+        incremental: bool = False,
+        routed_experts_start_len: int | None = None,
+        url: str | None = None,
+    ) -> None:
+        self.rid = rid
+        self.incremental = incremental
+        self.routed_experts_start_len = routed_experts_start_len or 0
+        self.url = url
+        self._ids: list[int] = []
+        self._logprobs: list[float | None] = []
+        self._versions: list[str | None] = []
+        self._text = ""
+        self.result: Finished | None = None
+        """The final event once a chunk with a finish reason arrived."""
+        self.done = False
+        """True once ``[DONE]`` was fed."""
+
+    # -- queries ---------------------------------------------------------------------------------------------
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self._ids)
+
+    def partial(self) -> Partial:
+        """Everything received so far (for errors raised mid-stream)."""
+        return Partial(self.rid, tuple(self._ids), tuple(self._logprobs), tuple(self._versions))
+
+    # -- inputs ----------------------------------------------------------------------------------------------
+
+    def feed_payload(self, payload: str) -> list[Event]:
+        if payload == DONE:
+            self.feed_done()
+            return []
+        try:
+            chunk = json.loads(payload)
+        except ValueError as exc:
+            raise self._protocol_error(f"chunk is not JSON ({exc}): {payload[:200]!r}") from None
+        return self.feed_chunk(chunk)
+
+    def feed_done(self) -> None:
+        """``[DONE]``: the stream is over; it must have delivered a finish reason."""
+        self.done = True
+        if self.result is None:
+            raise self._protocol_error("[DONE] arrived before any chunk with a finish reason")
+
+    def feed_eof(self) -> None:
+        """End of the byte stream. Without a finish reason (and so without ``[DONE]``) the stream was cut."""
+        if self.result is None:
+            raise UpstreamStreamCut(
+                "SGLang stream ended without [DONE] and without a finish reason", url=self.url, partial=self.partial()
+            )
+
+    def feed_chunk(self, chunk: Any) -> list[Event]:
+        if self.result is not None or self.done:
+            raise self._protocol_error("chunk after the final chunk")
+        if not isinstance(chunk, Mapping):
+            raise self._protocol_error(f"chunk is not a JSON object: {str(chunk)[:200]!r}")
+        if "error" in chunk:
+            raise error_from_chunk(chunk["error"], url=self.url, partial=self.partial())
+        meta = chunk.get("meta_info")
+        ids = chunk.get("output_ids")
+        if not isinstance(meta, Mapping) or not isinstance(ids, list):
+            raise self._protocol_error("chunk lacks meta_info or output_ids")
+        try:
+            finish = parse_finish_reason(meta.get("finish_reason"))
+        except ValueError as exc:
+            raise self._protocol_error(str(exc)) from None
+        if self.rid is None and isinstance(meta.get("id"), str):
+            self.rid = meta["id"]
+        version = meta.get("weight_version")
+        version = None if version is None else str(version)
+        logprobs = meta.get("output_token_logprobs")
+        if logprobs is not None and not isinstance(logprobs, list):
+            raise self._protocol_error("output_token_logprobs is not a list")
+        quirk = isinstance(finish, FinishAbort) and "prompt_tokens" not in meta
+
+        if quirk:
+            events = self._feed_quirk(ids, logprobs, meta, version)
+        elif self.incremental:
+            if logprobs is not None and len(logprobs) != len(ids):
+                raise self._protocol_error(f"{len(ids)} new ids but {len(logprobs)} logprob triples")
+            events = self._append(ids, logprobs, 0, version)
+        else:
+            events = self._feed_cumulative(ids, logprobs, version)
+
+        text = chunk.get("text")
+        if isinstance(text, str):
+            # Cumulative chunks and the quirk chunk carry the whole text; incremental chunks a delta.
+            self._text = self._text + text if self.incremental and not quirk else text
+        if finish is not None:
+            self.result = self._finished(finish, meta, version)
+            events.append(self.result)
+        return events
+
+    # -- internals -------------------------------------------------------------------------------------------
+
+    def _feed_cumulative(self, ids: list[Any], logprobs: list[Any] | None, version: str | None) -> list[Event]:
+        received = len(self._ids)
+        if len(ids) < received:
+            raise self._protocol_error(f"cumulative chunk has {len(ids)} ids, fewer than the {received} received")
+        if received and ids[received - 1] != self._ids[-1]:
+            raise self._protocol_error(f"cumulative chunk disagrees with received token {received - 1}")
+        if logprobs is not None and len(logprobs) != len(ids):
+            raise self._protocol_error(f"{len(ids)} ids but {len(logprobs)} logprob triples")
+        return self._append(ids, logprobs, received, version)
+
+    def _feed_quirk(
+        self, ids: list[Any], logprobs: list[Any] | None, meta: Mapping[str, Any], version: str | None
+    ) -> list[Event]:
+        """Final chunk of a request aborted while queued or retracted (see the module docstring)."""
+        received = len(self._ids)
+        total = meta.get("completion_tokens")
+        if not isinstance(total, int) or isinstance(total, bool) or total <= received:
+            return []  # nothing we have not seen (or no way to tell): keep our own accumulation
+        if not self.incremental and len(ids) == total:
+            return self._feed_cumulative(ids, logprobs, version)  # complete list (non-streaming body)
+        if logprobs is not None and len(logprobs) == total:
+            if received and _triple_id(logprobs[received - 1]) != self._ids[-1]:
+                raise self._protocol_error("abort chunk's logprobs disagree with the received tokens")
+            new_ids = [_triple_id(t) for t in logprobs[received:]]
+            return self._append(new_ids, logprobs[received:], 0, version)
+        if total == received + 1 and len(ids) == 1:
+            last = logprobs[-1:] if logprobs and _triple_id(logprobs[-1]) == ids[0] else None
+            return self._append(ids, last, 0, version)
+        return []  # tokens the stream never showed are lost; Finished.completion_tokens tells how many
+
+    def _append(
+        self, ids: list[Any], logprobs: list[Any] | None, start: int, version: str | None
+    ) -> list[Event]:
+        """Record ``ids[start:]`` (with ``logprobs[start:]`` when present) as new tokens."""
+        events: list[Event] = []
+        index = len(self._ids)
+        for offset in range(start, len(ids)):
+            token_id = ids[offset]
+            if not isinstance(token_id, int) or isinstance(token_id, bool):
+                raise self._protocol_error(f"output id {token_id!r} is not an integer")
+            logprob: float | None = None
+            if logprobs is not None:
+                triple = logprobs[offset]
+                if _triple_id(triple) != token_id:
+                    raise self._protocol_error(f"logprob triple {triple!r} does not match output id {token_id}")
+                value = triple[0]
+                if value is not None and not isinstance(value, (int, float)):
+                    raise self._protocol_error(f"logprob {value!r} is not a number")
+                logprob = None if value is None else float(value)
+            self._ids.append(token_id)
+            self._logprobs.append(logprob)
+            self._versions.append(version)
+            events.append(Token(index, token_id, logprob, version))
+            index += 1
+        return events
+
+    def _finished(self, finish: FinishReason, meta: Mapping[str, Any], version: str | None) -> Finished:
+        prompt_tokens = _int_or_none(meta.get("prompt_tokens"))
+        completion_tokens = _int_or_none(meta.get("completion_tokens"))
+        routed = meta.get("routed_experts")
+        experts = None
+        if routed is not None:
+            if not isinstance(routed, str) or prompt_tokens is None:
+                raise self._protocol_error("routed_experts is not a base64 string next to prompt_tokens")
+            completion = completion_tokens if completion_tokens is not None else len(self._ids)
+            rows = prompt_tokens + completion - 1 - self.routed_experts_start_len
+            try:
+                experts = RoutedExperts.from_base64(routed, num_rows=rows, start_len=self.routed_experts_start_len)
+            except ValueError as exc:
+                raise self._protocol_error(str(exc)) from None
+        return Finished(
+            rid=self.rid,
+            finish_reason=finish,
+            output_ids=tuple(self._ids),
+            output_logprobs=tuple(self._logprobs),
+            weight_versions=tuple(self._versions),
+            weight_version=version,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cached_tokens=_int_or_none(meta.get("cached_tokens")),
+            routed_experts=experts,
+            text=self._text,
+            meta_info=meta,
+        )
+
+    def _protocol_error(self, message: str) -> UpstreamProtocolError:
+        return UpstreamProtocolError(message, url=self.url, partial=self.partial())
+
+
+def _triple_id(triple: Any) -> Any:
+    """The token id of a ``[logprob, token_id, text]`` triple (None if it is not one)."""
+    if isinstance(triple, (list, tuple)) and len(triple) >= 2:
+        return triple[1]
+    return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,0 +1,555 @@
+"""The SGLang client: ``/generate`` streamed into token events, abort, pause, versions and parser endpoints.
+
+Trio + the HTTP library of ``_httplib`` (httpx). Decoding is the sans-IO ``chunks.ChunkDecoder``; every HTTP
+library exception passes through ``_httplib.HTTPErrorTranslator`` and every error status through
+``errors.error_from_response``, so callers only ever see ``errors.UpstreamError`` subclasses (or
+``trio.Cancelled``, which is never caught).
+
+URLs. ``router_url`` serves generation, ``/model_info`` and ``/v1/models``: a gateway, or a single SGLang server.
+The gateway has no abort, pause, continue, weight-update or ``/parse_function_call`` routes
+(sglang-protocol.md §4.1), so those go to ``worker_urls``: abort, pause, continue and updates are sent to
+**every** worker (a rid lives on only one of them; SGLang ignores unknown rids), the parser endpoints to the
+first worker (or the router when there are none). Without worker URLs, ``abort`` sends nothing and returns
+False: the caller then aborts by closing the stream (SGLang aborts a disconnected stream about 2 s later);
+pause, continue and updates raise ``UpstreamNotConfigured``. For one server without a gateway use
+``SGLangClient.single_server(url)``.
+
+Streams. ``generate_stream`` returns a :class:`GenerateStream`, used as ``async with ... as events: async for
+event in events``. No cancel scope is held between events. Leaving the block after the final event reads the
+stream to its end (``[DONE]``, then EOF; bounded by ``drain_timeout``) so the connection returns to the pool;
+leaving it any other way (an error, a ``break``, a cancellation) closes the connection at once, shielded from
+cancellation, so SGLang sees the disconnect.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal
+
+import trio
+
+from proxy.upstream._httplib import HTTPErrorTranslator, close_response, make_async_client, make_timeout
+from proxy.upstream.chunks import ChunkDecoder, SSEParser
+from proxy.upstream.errors import (
+    UpstreamError,
+    UpstreamNotConfigured,
+    UpstreamProtocolError,
+    error_from_response,
+)
+from proxy.upstream.events import (
+    ClientStatistics,
+    Event,
+    Finished,
+    FunctionCallParse,
+    ModelCard,
+    ModelInfo,
+    Partial,
+    ReasoningParse,
+    WeightUpdateResult,
+)
+from proxy.upstream.request_ids import check_rid, new_rid
+
+PauseMode = Literal["abort", "retract", "in_place"]
+PAUSE_MODES: tuple[PauseMode, ...] = ("abort", "retract", "in_place")
+ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
+_CONTROL = object()  # "use the control-call timeout"
+
+
+class SGLangClient:
+    """One pooled HTTP client for an SGLang deployment. Use as ``async with SGLangClient(...) as client``."""
+
+    def __init__(
+        self,
+        router_url: str,
+        worker_urls: Sequence[str] = (),
+        *,
+        max_connections: int = 1024,
+        connect_timeout: float | None = 10.0,
+        write_timeout: float | None = 60.0,
+        pool_timeout: float | None = 60.0,
+        control_timeout: float | None = 60.0,
+        keepalive_expiry: float | None = 60.0,
+        drain_timeout: float = 5.0,
+        incremental_streaming: bool = False,
+    ) -> None:
+        """
+        ``max_connections``: pool size, i.e. the most concurrent requests (streams hold one each).
+        ``connect_timeout`` / ``write_timeout`` / ``pool_timeout``: httpx timeouts for every request; there is
+        never a read timeout on generation (long prefills, token gaps, requests held by a pause).
+        ``control_timeout``: read timeout of short calls (abort, model info, parsers); pause, continue and
+        weight updates wait without one, since SGLang answers them only once in-flight requests have returned.
+        ``drain_timeout``: how long to read a finished stream to its end before dropping the connection.
+        ``incremental_streaming``: True if the server runs with ``--incremental-streaming-output`` (delta chunks);
+        SGLang's default is cumulative chunks.
+        """
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        self.router_url = _base(router_url)
+        self.worker_urls = tuple(_base(u) for u in worker_urls)
+        self.incremental_streaming = incremental_streaming
+        self.drain_timeout = drain_timeout
+        self._http = make_async_client(
+            max_connections=max_connections,
+            connect_timeout=connect_timeout,
+            write_timeout=write_timeout,
+            pool_timeout=pool_timeout,
+            keepalive_expiry=keepalive_expiry,
+        )
+        self._control_timeout = make_timeout(
+            connect=connect_timeout, read=control_timeout, write=write_timeout, pool=pool_timeout
+        )
+        self._open_streams = 0
+        self._streams_started = 0
+        self._requests_sent = 0
+
+    @classmethod
+    def single_server(cls, url: str, **kwargs: Any) -> SGLangClient:
+        """A client for one SGLang server without a gateway: it is both the router and the only worker."""
+        return cls(url, (url,), **kwargs)
+
+    async def __aenter__(self) -> SGLangClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every pooled connection (shielded: closing sockets is local and quick)."""
+        with trio.CancelScope(shield=True):
+            await self._http.aclose()
+
+    def statistics(self) -> ClientStatistics:
+        return ClientStatistics(
+            open_streams=self._open_streams,
+            streams_started=self._streams_started,
+            requests_sent=self._requests_sent,
+        )
+
+    # -- generation ------------------------------------------------------------------------------------------
+
+    def generate_stream(
+        self,
+        input_ids: Sequence[int],
+        sampling_params: Mapping[str, Any] | None = None,
+        *,
+        rid: str | None = None,
+        routing_key: str | None = None,
+        return_logprob: bool = True,
+        return_routed_experts: bool = False,
+        routed_experts_start_len: int | None = None,
+        base_url: str | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> GenerateStream:
+        """Stream ``POST /generate`` with ``input_ids``; see :class:`GenerateStream`.
+
+        ``rid`` defaults to a fresh :func:`~proxy.upstream.request_ids.new_rid` (others are refused).
+        ``routing_key`` is sent as ``X-SMG-Routing-Key``. ``base_url`` targets a worker instead of the router.
+        ``extra_body`` adds top-level request fields (``logprob_start_len``, ``return_text_in_logprobs``, ...).
+        """
+        rid = new_rid() if rid is None else check_rid(rid)
+        url = (self.router_url if base_url is None else _base(base_url)) + "/generate"
+        body = _generate_body(
+            input_ids,
+            sampling_params,
+            rid=rid,
+            stream=True,
+            return_logprob=return_logprob,
+            return_routed_experts=return_routed_experts,
+            routed_experts_start_len=routed_experts_start_len,
+            extra_body=extra_body,
+        )
+        decoder = ChunkDecoder(
+            rid=rid,
+            incremental=self.incremental_streaming,
+            routed_experts_start_len=routed_experts_start_len,
+            url=url,
+        )
+        return GenerateStream(self, url, body, _routing_headers(routing_key), decoder)
+
+    async def generate(
+        self,
+        input_ids: Sequence[int],
+        sampling_params: Mapping[str, Any] | None = None,
+        *,
+        rid: str | None = None,
+        routing_key: str | None = None,
+        return_logprob: bool = True,
+        return_routed_experts: bool = False,
+        routed_experts_start_len: int | None = None,
+        base_url: str | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> Finished:
+        """Non-streaming ``POST /generate``: the same :class:`Finished` value a stream ends with.
+
+        SGLang notices a disconnected non-streaming request only on a 4 s poll; prefer the stream when the
+        request may be cancelled.
+        """
+        rid = new_rid() if rid is None else check_rid(rid)
+        url = (self.router_url if base_url is None else _base(base_url)) + "/generate"
+        body = _generate_body(
+            input_ids,
+            sampling_params,
+            rid=rid,
+            stream=False,
+            return_logprob=return_logprob,
+            return_routed_experts=return_routed_experts,
+            routed_experts_start_len=routed_experts_start_len,
+            extra_body=extra_body,
+        )
+        reply = await self._call("POST", url, body, headers=_routing_headers(routing_key), timeout=None)
+        decoder = ChunkDecoder(rid=rid, routed_experts_start_len=routed_experts_start_len, url=url)
+        decoder.feed_chunk(reply)
+        if decoder.result is None:
+            raise UpstreamProtocolError("non-streaming /generate reply has no finish reason", url=url)
+        return decoder.result
+
+    # -- abort, pause, weights (workers) ---------------------------------------------------------------------
+
+    async def abort(self, rid: str) -> bool:
+        """``POST /abort_request {"rid"}`` on every worker. False (nothing sent) when there are no workers:
+        then close the request's stream instead. The request's stream still ends normally, with an abort finish
+        reason and its partial tokens."""
+        check_rid(rid)
+        if not self.worker_urls:
+            return False
+        await self._broadcast("/abort_request", {"rid": rid}, timeout=self._control_timeout)
+        return True
+
+    async def abort_all(self) -> bool:
+        """``POST /abort_request {"abort_all": true}`` on every worker; False when there are no workers."""
+        if not self.worker_urls:
+            return False
+        await self._broadcast("/abort_request", {"abort_all": True}, timeout=self._control_timeout)
+        return True
+
+    async def pause_generation(self, mode: PauseMode = "abort") -> None:
+        """``POST /pause_generation {"mode"}`` on every worker; returns once every worker has paused."""
+        if mode not in PAUSE_MODES:
+            raise ValueError(f"pause mode must be one of {PAUSE_MODES}, got {mode!r}")
+        await self._broadcast("/pause_generation", {"mode": mode}, timeout=None)
+
+    async def continue_generation(self) -> None:
+        """``POST /continue_generation`` on every worker."""
+        await self._broadcast("/continue_generation", {}, timeout=None)
+
+    async def update_weight_version(
+        self, new_version: str, *, abort_all_requests: bool = False
+    ) -> tuple[WeightUpdateResult, ...]:
+        """``POST /update_weight_version`` on every worker. Note SGLang's own default for
+        ``abort_all_requests`` is true; this client sends false unless asked."""
+        bodies = await self._broadcast(
+            "/update_weight_version",
+            {"new_version": str(new_version), "abort_all_requests": abort_all_requests},
+            timeout=None,
+        )
+        return self._update_results(bodies)
+
+    async def update_weights_from_disk(
+        self,
+        model_path: str,
+        *,
+        weight_version: str | None = None,
+        abort_all_requests: bool = False,
+        flush_cache: bool = True,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> tuple[WeightUpdateResult, ...]:
+        """``POST /update_weights_from_disk`` on every worker (``flush_cache`` must be false after an
+        ``in_place`` pause). A failed update is an ``UpstreamHTTPError`` (SGLang answers 400)."""
+        body: dict[str, Any] = {
+            "model_path": model_path,
+            "abort_all_requests": abort_all_requests,
+            "flush_cache": flush_cache,
+        }
+        if weight_version is not None:
+            body["weight_version"] = str(weight_version)
+        body.update(extra_body or {})
+        return self._update_results(await self._broadcast("/update_weights_from_disk", body, timeout=None))
+
+    async def flush_cache(self) -> None:
+        """``POST /flush_cache`` on every worker (SGLang refuses with 400 while requests run or wait)."""
+        await self._broadcast("/flush_cache", None, timeout=self._control_timeout)
+
+    # -- information and parsers -----------------------------------------------------------------------------
+
+    async def model_info(self, base_url: str | None = None) -> ModelInfo:
+        """``GET /model_info`` of the router (which answers for its first worker) or of ``base_url``."""
+        body = await self._call("GET", (self.router_url if base_url is None else _base(base_url)) + "/model_info")
+        return ModelInfo.from_json(_expect_object(body, "/model_info"))
+
+    async def weight_version(self, base_url: str | None = None) -> str | None:
+        """The current weight version, from ``/model_info``."""
+        return (await self.model_info(base_url)).weight_version
+
+    async def models(self) -> tuple[ModelCard, ...]:
+        """``GET /v1/models`` of the router."""
+        body = _expect_object(await self._call("GET", self.router_url + "/v1/models"), "/v1/models")
+        data = body.get("data")
+        if not isinstance(data, list) or not all(isinstance(m, Mapping) and "id" in m for m in data):
+            raise UpstreamProtocolError("/v1/models reply has no list of models", url=self.router_url)
+        return tuple(ModelCard.from_json(m) for m in data)
+
+    async def parse_function_call(
+        self, text: str, parser: str, tools: Iterable[Mapping[str, Any]]
+    ) -> FunctionCallParse:
+        """``POST /parse_function_call``: normal text and calls (``parameters`` stay JSON strings)."""
+        body = {"text": text, "tool_call_parser": parser, "tools": list(tools)}
+        reply = await self._call("POST", self._parser_url() + "/parse_function_call", body)
+        return FunctionCallParse.from_json(_expect_object(reply, "/parse_function_call"))
+
+    async def separate_reasoning(self, text: str, parser: str) -> ReasoningParse:
+        """``POST /separate_reasoning``: the reasoning text and the normal text."""
+        body = {"text": text, "reasoning_parser": parser}
+        reply = await self._call("POST", self._parser_url() + "/separate_reasoning", body)
+        return ReasoningParse.from_json(_expect_object(reply, "/separate_reasoning"))
+
+    # -- plumbing --------------------------------------------------------------------------------------------
+
+    def _parser_url(self) -> str:
+        return self.worker_urls[0] if self.worker_urls else self.router_url
+
+    async def _call(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout: Any = _CONTROL,
+    ) -> Any:
+        """One non-streaming request; the parsed JSON reply (None for an empty body)."""
+        kwargs: dict[str, Any] = {"headers": headers}
+        if body is not None:
+            kwargs["json"] = body
+        if timeout is _CONTROL:
+            kwargs["timeout"] = self._control_timeout
+        elif timeout is not None:  # None: the client's default (no read timeout)
+            kwargs["timeout"] = timeout
+        self._requests_sent += 1
+        with HTTPErrorTranslator(url):
+            response = await self._http.request(method, url, **kwargs)
+        if response.status_code >= 400:
+            raise error_from_response(response.status_code, response.content, url=url)
+        content = response.content
+        if not content.strip():
+            return None
+        try:
+            return json.loads(content)
+        except ValueError:
+            if "json" in response.headers.get("content-type", ""):
+                raise UpstreamProtocolError(f"reply is not JSON: {content[:200]!r}", url=url) from None
+            return content.decode("utf-8", "replace")  # e.g. /flush_cache answers in plain text
+
+    async def _broadcast(self, path: str, body: Any, *, timeout: Any) -> list[Any]:
+        """Send one request to every worker concurrently; the replies in worker order.
+
+        Every worker is tried; if any failed, the first failure is raised (the others noted on it)."""
+        if not self.worker_urls:
+            raise UpstreamNotConfigured(f"{path} needs worker URLs (the gateway does not serve it)")
+        replies: list[Any] = [None] * len(self.worker_urls)
+        failures: list[UpstreamError] = []
+
+        async def one(index: int, url: str) -> None:
+            try:
+                replies[index] = await self._call("POST", url + path, body, timeout=timeout)
+            except UpstreamError as exc:
+                failures.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for index, url in enumerate(self.worker_urls):
+                nursery.start_soon(one, index, url)
+        if failures:
+            first = failures[0]
+            for other in failures[1:]:
+                first.add_note(f"also failed: {other}")
+            raise first
+        return replies
+
+    def _update_results(self, bodies: list[Any]) -> tuple[WeightUpdateResult, ...]:
+        return tuple(
+            WeightUpdateResult.from_json(url, body if isinstance(body, Mapping) else {})
+            for url, body in zip(self.worker_urls, bodies, strict=True)
+        )
+
+
+class GenerateStream:
+    """One streamed ``/generate`` request: an async context manager and an async iterator of events.
+
+    Yields :class:`~proxy.upstream.events.Token` events (one per new token, in order) and then one
+    :class:`~proxy.upstream.events.Finished`; iteration ends when the server closes the stream. Raises
+    ``UpstreamHTTPError`` on entering for an error status, and while iterating ``UpstreamErrorChunk``,
+    ``UpstreamStreamCut`` or ``UpstreamProtocolError`` (each carrying ``partial``).
+    """
+
+    def __init__(
+        self,
+        client: SGLangClient,
+        url: str,
+        body: dict[str, Any],
+        headers: dict[str, str] | None,
+        decoder: ChunkDecoder,
+    ) -> None:
+        self._client = client
+        self.url = url
+        self.body = body
+        self._headers = headers
+        self._decoder = decoder
+        self._sse = SSEParser()
+        self._events: deque[Event] = deque()
+        self._translator = HTTPErrorTranslator(url, partial=decoder.partial)
+        self._response: Any = None
+        self._chunks: Any = None  # the response's byte iterator (an async generator we close ourselves)
+        self._eof = False
+        self._closed = False
+        self._error: UpstreamError | None = None
+
+    @property
+    def rid(self) -> str:
+        return self.body["rid"]
+
+    @property
+    def result(self) -> Finished | None:
+        """The final event, once it has been decoded."""
+        return self._decoder.result
+
+    def partial(self) -> Partial:
+        """The tokens decoded so far."""
+        return self._decoder.partial()
+
+    async def __aenter__(self) -> GenerateStream:
+        if self._response is not None:
+            raise RuntimeError("a GenerateStream can be entered only once")
+        client = self._client
+        request = client._http.build_request("POST", self.url, json=self.body, headers=self._headers)
+        client._requests_sent += 1
+        with HTTPErrorTranslator(self.url):
+            self._response = await client._http.send(request, stream=True)
+        client._open_streams += 1
+        client._streams_started += 1
+        try:
+            if self._response.status_code >= 400:
+                with HTTPErrorTranslator(self.url):
+                    content = await self._response.aread()
+                raise error_from_response(self._response.status_code, content, url=self.url)
+            self._chunks = self._response.aiter_bytes()
+        except BaseException:
+            await self._close()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if exc_type is None and self._decoder.result is not None and not self._eof:
+                await self._drain()
+        finally:
+            await self._close()
+
+    def __aiter__(self) -> GenerateStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        if self._chunks is None:
+            raise RuntimeError("iterate a GenerateStream inside 'async with'")
+        await trio.lowlevel.checkpoint_if_cancelled()  # buffered events must not hide a cancellation
+        while not self._events:
+            if self._error is not None:
+                raise self._error
+            if self._eof:
+                raise StopAsyncIteration
+            await self._read()
+        return self._events.popleft()
+
+    async def _read(self) -> None:
+        """Read one piece of the body and decode it. A decoding error is raised only after the events decoded
+        before it (in the same piece) have been handed out."""
+        with self._translator:
+            try:
+                data = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                data = None
+        try:
+            if data is None:
+                self._eof = True
+                self._decoder.feed_eof()
+                return
+            decoder = self._decoder
+            for payload in self._sse.feed(data):
+                self._events.extend(decoder.feed_payload(payload))
+        except UpstreamError as exc:
+            self._error = exc
+
+    async def _drain(self) -> None:
+        """After the final event: read up to EOF so the connection can be reused; errors no longer matter."""
+        with trio.move_on_after(self._client.drain_timeout):
+            try:
+                while not self._eof:
+                    with self._translator:
+                        try:
+                            await self._chunks.__anext__()
+                        except StopAsyncIteration:
+                            self._eof = True
+            except UpstreamError:
+                pass  # the result is complete; the connection is simply not reused
+
+    async def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._client._open_streams -= 1
+        # Shielded: closing is local and fast, and must happen even when the caller's scope is cancelled, so
+        # that SGLang sees the disconnect now rather than when the garbage collector finds the socket.
+        with trio.CancelScope(shield=True):
+            await close_response(self._response, None if self._eof else self._chunks)
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _base(url: str) -> str:
+    url = url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"SGLang URL must start with http:// or https://, got {url!r}")
+    return url
+
+
+def _routing_headers(routing_key: str | None) -> dict[str, str] | None:
+    return None if routing_key is None else {ROUTING_KEY_HEADER: routing_key}
+
+
+def _generate_body(
+    input_ids: Sequence[int],
+    sampling_params: Mapping[str, Any] | None,
+    *,
+    rid: str,
+    stream: bool,
+    return_logprob: bool,
+    return_routed_experts: bool,
+    routed_experts_start_len: int | None,
+    extra_body: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "input_ids": list(input_ids),
+        "sampling_params": dict(sampling_params or {}),
+        "rid": rid,
+        "stream": stream,
+        "return_logprob": return_logprob,
+    }
+    if return_routed_experts:
+        body["return_routed_experts"] = True
+        if routed_experts_start_len is not None:
+            body["routed_experts_start_len"] = routed_experts_start_len
+    if extra_body:
+        body.update(extra_body)
+    return body
+
+
+def _expect_object(body: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(body, Mapping):
+        raise UpstreamProtocolError(f"{what} reply is not a JSON object: {str(body)[:200]!r}")
+    return body

@@ -1,0 +1,38 @@
+"""Request ids are unique and never a prefix of one another (SGLang aborts by rid prefix)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.upstream.request_ids import RID_LENGTH, check_rid, is_valid_rid, new_rid
+
+valid_rids = st.from_regex(r"[0-9a-f]{32}", fullmatch=True)
+
+
+@given(st.integers(2, 200))
+def test_new_rids_are_distinct_and_prefix_free(count):
+    rids = [new_rid() for _ in range(count)]
+    assert len(set(rids)) == count
+    assert all(is_valid_rid(r) and len(r) == RID_LENGTH for r in rids)
+    for a in rids:
+        assert sum(b.startswith(a) for b in rids) == 1  # only itself
+
+
+@given(valid_rids, valid_rids)
+def test_a_valid_rid_is_a_prefix_of_another_only_if_equal(a, b):
+    assert b.startswith(a) == (a == b)
+
+
+@given(st.text(max_size=40).filter(lambda s: not is_valid_rid(s)))
+def test_other_shapes_are_refused(rid):
+    with pytest.raises(ValueError):
+        check_rid(rid)
+
+
+@pytest.mark.parametrize("rid", ["", "abc", "A" * 32, "0" * 31, "0" * 33, "0" * 31 + "g", "0" * 32 + "-seg1"])
+def test_prefix_unsafe_examples_are_refused(rid):
+    assert not is_valid_rid(rid)
+    with pytest.raises(ValueError):
+        check_rid(rid)
