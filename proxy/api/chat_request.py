@@ -1,0 +1,533 @@
+"""``POST /v1/chat/completions``: the request body and headers, validated into one frozen value.
+
+:meth:`ChatCompletionRequest.from_http` takes the parsed JSON body (anything at all) and the request headers and
+returns a :class:`ChatCompletionRequest`, or raises :class:`~proxy.api.errors.ApiError` (4xx): never another
+exception, whatever the body. Unknown fields are ignored (their names are kept in ``ignored_fields`` for logs).
+
+Session identity (spec 3.1). Header names are matched case-insensitively; blank values count as absent.
+
+| field | from | rule |
+|---|---|---|
+| ``session_id`` | ``X-Session-Id`` header, else body ``session_id``, else ``X-SMG-Routing-Key`` header | required: ``missing_session_id`` (400, ``param`` ``X-Session-Id``) |
+| ``instance_id`` | ``X-Instance-Id`` header, else body ``instance_id`` | optional |
+| ``turn_id`` | ``X-Turn-Id`` header, else body ``turn_id`` | optional |
+
+Ids are strings (or integers, turned into strings) of 1-256 printable ASCII characters (see :mod:`proxy.api.fields`).
+
+Body fields:
+
+| field | accepted | becomes |
+|---|---|---|
+| ``model`` | string, optional | ``model`` (``None`` when absent or ``""``: the app answers with the served model's name) |
+| ``messages`` | non-empty array of messages (below) | ``messages``: a tuple of fresh, cleaned dicts |
+| ``tools`` | array of ``{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}`` | ``tools`` (``None`` when absent or ``[]``); names non-empty and unique |
+| ``tool_choice`` | ``"none"``, ``"auto"``, ``"required"``, ``{"type": "function", "function": {"name"}}`` | :class:`ToolChoice` |
+| ``temperature`` | number in [0, 2] | ``temperature`` |
+| ``top_p`` | number in (0, 1] (SGLang refuses 0) | ``top_p`` |
+| ``top_k``, ``min_p``, ``presence_penalty``, ``frequency_penalty``, ``repetition_penalty`` | SGLang sampling extras: int >= -1 (0 refused); [0, 1]; [-2, 2]; [-2, 2]; (0, 2] | same names |
+| ``max_tokens``, ``max_completion_tokens`` | integer in [1, 2**31-1] | ``max_tokens`` (see the conflict rule) |
+| ``stop`` | string or array of non-empty strings | ``stop``: tuple (``None`` when absent or empty) |
+| ``seed`` | integer in [0, 2**63-1] | ``seed`` (SGLang ``sampling_seed``; negative seeds are refused rather than sent to a gateway that may not take them) |
+| ``n`` | 1 | anything else: ``unsupported_parameter`` (``n`` < 1: ``invalid_request``) |
+| ``stream``, ``stream_options.include_usage`` | booleans | ``stream``, ``include_usage`` |
+| ``logprobs``, ``top_logprobs`` | boolean; integer in [0, 20], > 0 only with ``logprobs: true`` (as OpenAI) | ``logprobs``, ``top_logprobs`` |
+| ``chat_template_kwargs`` | object | ``chat_template_kwargs`` (``None`` when absent) |
+| ``return_token_ids`` | boolean (extension) | ``return_token_ids``: ``None`` means "the server flag decides" |
+| ``response_mask`` | array of 0/1 integers (extension) | ``response_mask`` tuple; its length is checked against the context fragment later (422) |
+| ``functions``, ``function_call`` | (legacy function calling) | ``unsupported_parameter``: use ``tools`` and ``tool_choice`` |
+
+Decisions:
+
+- **Conflicting ``max_tokens`` and ``max_completion_tokens``**: ``max_completion_tokens`` wins (it is OpenAI's
+  current name; SGLang and vLLM resolve it the same way), so clients that send both never fail. Neither: ``None``,
+  meaning "up to the context window" (SGLang's chat semantics).
+- **Roles**: system, user, assistant, tool. ``developer`` (OpenAI's newer name for system instructions) becomes
+  ``system``: the chat templates know no developer role. The legacy ``function`` role is ``unsupported_parameter``;
+  any other role is ``invalid_request``.
+- **Content**: a string; an array of text parts (``{"type": "text", "text": ...}``, ``type`` may be omitted),
+  rebuilt as ``[{"type": "text", "text": ...}]`` (extra part keys such as ``cache_control`` dropped); or ``null``
+  / absent, for assistant messages only. Image, audio and file parts are ``unsupported_parameter`` naming the part:
+  the proxy serves text-only models and records text tokens.
+- **Assistant messages** keep ``content``, ``name``, ``reasoning_content`` (the aliases ``reasoning`` and
+  ``thinking`` are read in that order and stored as ``reasoning_content``) and ``tool_calls``. A tool call needs a
+  non-empty ``function.name``; ``type`` must be ``"function"`` when present (custom tools are unsupported);
+  ``id`` is optional. ``arguments`` may be a JSON string or an object and is kept as given (missing means
+  ``"{}"``); a string must parse to a JSON object (blank means ``{}``), because the chat templates need an object.
+- **Tool messages** keep ``content``, ``tool_call_id`` (optional: the Qwen templates do not render it) and ``name``.
+- **Unknown tools**: the request layer checks tool names only for ``tool_choice`` (a named choice must name a
+  declared tool; ``required`` or a named choice without tools is refused). Tool calls in the history may name
+  tools that are no longer declared (a session's tools may change): they are recorded as given.
+- **Deprecated or unserved OpenAI fields** that change nothing the proxy records (``user``, ``metadata``,
+  ``parallel_tool_calls``, ``response_format``, ``logit_bias``, ``reasoning_effort``...) are ignored, like
+  unknown fields; they appear in ``ignored_fields``.
+
+:meth:`ChatCompletionRequest.to_sampling_params` maps the sampling fields onto SGLang's ``sampling_params`` (the
+one place that mapping lives).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from proxy.api.errors import ApiError
+from proxy.api.fields import (
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    check_json,
+    identifier,
+    json_type,
+    optional_bool,
+    optional_float,
+    optional_identifier,
+    optional_int,
+    optional_str,
+    require_object,
+    shown,
+)
+
+#: the roles a message may have after ``developer`` became ``system``
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+#: assistant reasoning field names, in the order they are read
+REASONING_ALIASES = ("reasoning_content", "reasoning", "thinking")
+#: content-part types that are valid OpenAI input but not text
+NON_TEXT_PARTS = frozenset({"image_url", "input_image", "image", "input_audio", "audio", "file", "input_file"})
+#: the largest ``top_logprobs`` OpenAI accepts
+MAX_TOP_LOGPROBS = 20
+
+SESSION_HEADER = "x-session-id"
+ROUTING_KEY_HEADER = "x-smg-routing-key"
+INSTANCE_HEADER = "x-instance-id"
+TURN_HEADER = "x-turn-id"
+
+# The body fields this module reads; every other top-level key is reported in ``ignored_fields``.
+_READ_FIELDS = frozenset(
+    {
+        "model", "messages", "tools", "tool_choice", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
+        "frequency_penalty", "repetition_penalty", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
+        "stream", "stream_options", "logprobs", "top_logprobs", "chat_template_kwargs", "return_token_ids",
+        "response_mask", "session_id", "instance_id", "turn_id", "functions", "function_call",
+    }
+)
+
+
+@attrs.frozen
+class ToolChoice:
+    """The request's ``tool_choice``: ``mode`` is none, auto, required or function (then ``name`` is set)."""
+
+    mode: str
+    name: str | None = None
+
+    @classmethod
+    def from_json(cls, value: Any, tool_names: frozenset[str]) -> ToolChoice | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            if value not in ("none", "auto", "required"):
+                raise ApiError.invalid_request(
+                    f"tool_choice must be 'none', 'auto', 'required' or a function object, not {shown(value)}",
+                    "tool_choice",
+                )
+            if value == "required" and not tool_names:
+                raise ApiError.invalid_request("tool_choice 'required' needs tools", "tool_choice")
+            return cls(value)
+        if not isinstance(value, dict):
+            raise ApiError.invalid_request(
+                f"tool_choice must be a string or an object, not {json_type(value)}", "tool_choice"
+            )
+        kind = value.get("type")
+        if kind is not None and kind != "function":
+            raise ApiError.unsupported_parameter(
+                f"tool_choice of type {shown(kind)} is not supported; use a function choice", "tool_choice.type"
+            )
+        function = value.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ApiError.invalid_request("tool_choice.function.name must be a non-empty string", "tool_choice")
+        if name not in tool_names:
+            raise ApiError.invalid_request(
+                f"tool_choice names the function {shown(name, 128)}, which is not in tools", "tool_choice"
+            )
+        return cls("function", name)
+
+
+@attrs.frozen
+class ChatCompletionRequest:
+    """One validated chat-completions request (see the module docstring for every field's rule).
+
+    ``messages``, ``tools`` and ``chat_template_kwargs`` hold plain JSON dicts (what the tokenizer and the prefix
+    trie read); treat them as read-only.
+    """
+
+    session_id: str
+    #: where the session id came from: "header" (X-Session-Id), "body" (session_id) or "routing_key"
+    session_id_source: str
+    instance_id: str | None
+    turn_id: str | None
+    model: str | None
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...] | None = None
+    tool_choice: ToolChoice | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    #: the completion budget asked for (max_completion_tokens, else max_tokens); None: up to the context window
+    max_tokens: int | None = None
+    stop: tuple[str, ...] | None = None
+    seed: int | None = None
+    stream: bool = False
+    include_usage: bool = False
+    logprobs: bool = False
+    top_logprobs: int = 0
+    chat_template_kwargs: dict[str, Any] | None = None
+    #: None: the server's flag decides whether the token extension fields are returned
+    return_token_ids: bool | None = None
+    response_mask: tuple[int, ...] | None = None
+    #: top-level body keys that were not read (unknown or deliberately ignored), sorted
+    ignored_fields: tuple[str, ...] = ()
+
+    @classmethod
+    def from_http(cls, body: Any, headers: Mapping[str, str]) -> ChatCompletionRequest:
+        """Validate a parsed JSON body and the request headers; raises ``ApiError`` (4xx) and nothing else."""
+        body = require_object(body)
+        header = _header_reader(headers)
+        session_id, source = _session_id(body, header)
+        for legacy in ("functions", "function_call"):
+            if body.get(legacy) is not None:
+                raise ApiError.unsupported_parameter(
+                    f"{legacy} (legacy function calling) is not supported; use tools and tool_choice", legacy
+                )
+        n = optional_int(body, "n", INT64_MIN, INT64_MAX)
+        if n is not None and n < 1:
+            raise ApiError.invalid_request(f"n must be at least 1, not {n}", "n")
+        if n is not None and n > 1:
+            raise ApiError.unsupported_parameter(f"only n=1 is supported, not n={n}", "n")
+        tools = _tools(body.get("tools"))
+        tool_names = frozenset(tool["function"]["name"] for tool in tools or ())
+        logprobs = bool(optional_bool(body, "logprobs"))
+        top_logprobs = optional_int(body, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0
+        if top_logprobs and not logprobs:
+            raise ApiError.invalid_request("top_logprobs needs logprobs: true", "top_logprobs")
+        stream_options = body.get("stream_options")
+        if stream_options is not None and not isinstance(stream_options, dict):
+            raise ApiError.invalid_request(
+                f"stream_options must be an object, not {json_type(stream_options)}", "stream_options"
+            )
+        include_usage = optional_bool(stream_options or {}, "include_usage", "stream_options.include_usage")
+        kwargs = body.get("chat_template_kwargs")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise ApiError.invalid_request(
+                f"chat_template_kwargs must be an object, not {json_type(kwargs)}", "chat_template_kwargs"
+            )
+        model = optional_str(body, "model")
+        top_k = optional_int(body, "top_k", -1, INT32_MAX)
+        if top_k == 0:
+            raise ApiError.invalid_request("top_k must be -1 (all tokens) or at least 1, not 0", "top_k")
+        return cls(
+            session_id=session_id,
+            session_id_source=source,
+            instance_id=_optional_id(body, header, INSTANCE_HEADER, "instance_id"),
+            turn_id=_optional_id(body, header, TURN_HEADER, "turn_id"),
+            model=model or None,
+            messages=_messages(body.get("messages")),
+            tools=tools,
+            tool_choice=ToolChoice.from_json(body.get("tool_choice"), tool_names),
+            temperature=optional_float(body, "temperature", 0.0, 2.0),
+            top_p=optional_float(body, "top_p", 0.0, 1.0, low_open=True),
+            top_k=top_k,
+            min_p=optional_float(body, "min_p", 0.0, 1.0),
+            presence_penalty=optional_float(body, "presence_penalty", -2.0, 2.0),
+            frequency_penalty=optional_float(body, "frequency_penalty", -2.0, 2.0),
+            repetition_penalty=optional_float(body, "repetition_penalty", 0.0, 2.0, low_open=True),
+            max_tokens=_max_tokens(body),
+            stop=_stop(body.get("stop")),
+            seed=optional_int(body, "seed", 0, INT64_MAX),
+            stream=bool(optional_bool(body, "stream")),
+            include_usage=bool(include_usage),
+            logprobs=logprobs,
+            top_logprobs=top_logprobs,
+            chat_template_kwargs=check_json(kwargs, "chat_template_kwargs"),
+            return_token_ids=optional_bool(body, "return_token_ids"),
+            response_mask=_response_mask(body.get("response_mask")),
+            ignored_fields=tuple(sorted(key for key in body if isinstance(key, str) and key not in _READ_FIELDS)),
+        )
+
+    def to_sampling_params(self, max_new_tokens: int | None, *, temperature_override: float | None = None) -> dict:
+        """SGLang ``sampling_params`` for this request (spec 11; ``sglang-protocol.md`` 1.2).
+
+        ``max_new_tokens`` is the budget the caller computed (the request's ``max_tokens``, clamped to the context
+        window unless ``--no-dynamic-max-tokens``); it is always sent, ``None`` as an explicit ``null`` ("until the
+        context ends": an omitted key would mean SGLang's default of 128). ``temperature_override`` is
+        ``--rollout-temperature``. Only fields the client set are sent, all within the gateway's whitelist:
+        temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, stop (a list),
+        sampling_seed (from ``seed``).
+        """
+        params: dict[str, Any] = {"max_new_tokens": max_new_tokens}
+        temperature = temperature_override if temperature_override is not None else self.temperature
+        for key, value in (
+            ("temperature", temperature),
+            ("top_p", self.top_p),
+            ("top_k", self.top_k),
+            ("min_p", self.min_p),
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+            ("repetition_penalty", self.repetition_penalty),
+            ("stop", list(self.stop) if self.stop else None),
+            ("sampling_seed", self.seed),
+        ):
+            if value is not None:
+                params[key] = value
+        return params
+
+    def wants_token_ids(self, server_default: bool) -> bool:
+        """Whether the response carries the token extension fields (the request's flag, else the server's)."""
+        return server_default if self.return_token_ids is None else self.return_token_ids
+
+
+# -- headers and ids ---------------------------------------------------------------------------------------------------
+
+
+def _header_reader(headers: Mapping[str, str] | Any) -> dict[str, str]:
+    """The headers by lower-cased name (first value wins); works for dicts and werkzeug ``Headers``."""
+    out: dict[str, str] = {}
+    items: Iterable[Any] = headers.items() if hasattr(headers, "items") else headers or ()
+    for pair in items:
+        if isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], str):
+            value = pair[1].strip()
+            if value:
+                out.setdefault(pair[0].lower(), value)
+    return out
+
+
+def _session_id(body: dict[str, Any], header: Mapping[str, str]) -> tuple[str, str]:
+    if SESSION_HEADER in header:
+        return identifier(header[SESSION_HEADER], "X-Session-Id"), "header"
+    value = body.get("session_id")
+    if value is not None and value != "":
+        return identifier(value, "session_id"), "body"
+    if ROUTING_KEY_HEADER in header:
+        return identifier(header[ROUTING_KEY_HEADER], "X-SMG-Routing-Key"), "routing_key"
+    raise ApiError.missing_session_id()
+
+
+def _optional_id(body: dict[str, Any], header: Mapping[str, str], header_name: str, key: str) -> str | None:
+    if header_name in header:
+        return identifier(header[header_name], "-".join(part.capitalize() for part in header_name.split("-")))
+    return optional_identifier(body, key)
+
+
+# -- messages ----------------------------------------------------------------------------------------------------------
+
+
+def _messages(value: Any) -> tuple[dict[str, Any], ...]:
+    if not isinstance(value, list):
+        raise ApiError.invalid_request(f"messages must be an array, not {json_type(value)}", "messages")
+    if not value:
+        raise ApiError.invalid_request("messages must not be empty", "messages")
+    return tuple(_message(message, f"messages[{index}]") for index, message in enumerate(value))
+
+
+def _message(message: Any, where: str) -> dict[str, Any]:
+    if not isinstance(message, dict):
+        raise ApiError.invalid_request(f"{where} must be an object, not {json_type(message)}", where)
+    role = message.get("role")
+    if role == "developer":
+        role = "system"
+    elif role == "function":
+        raise ApiError.unsupported_parameter(
+            f"{where}: the legacy function role is not supported; use tool messages", f"{where}.role"
+        )
+    elif not isinstance(role, str) or role not in ROLES:
+        raise ApiError.invalid_request(
+            f"{where}.role must be one of system, developer, user, assistant, tool, not {shown(role)}", f"{where}.role"
+        )
+    out: dict[str, Any] = {"role": role, "content": _content(message.get("content"), f"{where}.content", role)}
+    name = optional_str(message, "name", f"{where}.name")
+    if name is not None:
+        out["name"] = name
+    if role == "tool":
+        call_id = optional_str(message, "tool_call_id", f"{where}.tool_call_id")
+        if call_id is not None:
+            out["tool_call_id"] = call_id
+    elif role == "assistant":
+        for alias in REASONING_ALIASES:
+            reasoning = message.get(alias)
+            if reasoning is None:
+                continue
+            if not isinstance(reasoning, str):
+                raise ApiError.invalid_request(
+                    f"{where}.{alias} must be a string, not {json_type(reasoning)}", f"{where}.{alias}"
+                )
+            out["reasoning_content"] = reasoning
+            break
+        calls = message.get("tool_calls")
+        if calls is not None:
+            if not isinstance(calls, list):
+                raise ApiError.invalid_request(
+                    f"{where}.tool_calls must be an array, not {json_type(calls)}", f"{where}.tool_calls"
+                )
+            if calls:
+                out["tool_calls"] = [_tool_call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(calls)]
+    return out
+
+
+def _content(content: Any, where: str, role: str) -> str | list[dict[str, str]] | None:
+    if isinstance(content, str):
+        return content
+    if content is None:
+        if role == "assistant":
+            return None
+        raise ApiError.invalid_request(f"{where} is required for a {role} message", where)
+    if not isinstance(content, list):
+        raise ApiError.invalid_request(
+            f"{where} must be a string or an array of text parts, not {json_type(content)}", where
+        )
+    parts = []
+    for index, part in enumerate(content):
+        param = f"{where}[{index}]"
+        if not isinstance(part, dict):
+            raise ApiError.invalid_request(f"{param} must be a content-part object, not {json_type(part)}", param)
+        kind = part.get("type")
+        if kind is None:
+            kind = "text"
+        if isinstance(kind, str) and kind in NON_TEXT_PARTS:
+            raise ApiError.unsupported_parameter(
+                f"{param} is a {kind} part: this proxy serves text-only models; send text parts only", param
+            )
+        if kind != "text":
+            raise ApiError.invalid_request(f"{param} has an unknown content-part type {shown(kind)}", f"{param}.type")
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise ApiError.invalid_request(f"{param}.text must be a string, not {json_type(text)}", f"{param}.text")
+        parts.append({"type": "text", "text": text})
+    return parts
+
+
+def _tool_call(call: Any, where: str) -> dict[str, Any]:
+    if not isinstance(call, dict):
+        raise ApiError.invalid_request(f"{where} must be an object, not {json_type(call)}", where)
+    kind = call.get("type")
+    if kind is not None and kind != "function":
+        raise ApiError.unsupported_parameter(
+            f"{where} has type {shown(kind)}; only function tool calls are supported", f"{where}.type"
+        )
+    function = call.get("function")
+    if not isinstance(function, dict):
+        raise ApiError.invalid_request(
+            f"{where}.function must be an object, not {json_type(function)}", f"{where}.function"
+        )
+    name = function.get("name")
+    if not isinstance(name, str) or not name:
+        raise ApiError.invalid_request(f"{where}.function.name must be a non-empty string", f"{where}.function.name")
+    arguments = _arguments(function.get("arguments"), f"{where}.function.arguments")
+    out: dict[str, Any] = {}
+    call_id = optional_str(call, "id", f"{where}.id")
+    if call_id is not None:
+        out["id"] = call_id
+    out["type"] = "function"
+    out["function"] = {"name": name, "arguments": arguments}
+    return out
+
+
+def _arguments(arguments: Any, where: str) -> str | dict[str, Any]:
+    if arguments is None:
+        return "{}"
+    if isinstance(arguments, dict):
+        return check_json(arguments, where)
+    if not isinstance(arguments, str):
+        raise ApiError.invalid_request(
+            f"{where} must be a JSON string or an object, not {json_type(arguments)}", where
+        )
+    if arguments.strip():
+        try:
+            parsed = json.loads(arguments)
+        except (ValueError, RecursionError):
+            raise ApiError.invalid_request(f"{where} is not valid JSON", where) from None
+        if not isinstance(parsed, dict):
+            raise ApiError.invalid_request(f"{where} must encode a JSON object, not {json_type(parsed)}", where)
+    return arguments
+
+
+# -- tools, budgets, stop, mask ----------------------------------------------------------------------------------------
+
+
+def _tools(value: Any) -> tuple[dict[str, Any], ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ApiError.invalid_request(f"tools must be an array, not {json_type(value)}", "tools")
+    seen: set[str] = set()
+    tools = []
+    for index, tool in enumerate(value):
+        where = f"tools[{index}]"
+        if not isinstance(tool, dict):
+            raise ApiError.invalid_request(f"{where} must be an object, not {json_type(tool)}", where)
+        kind = tool.get("type")
+        if kind is not None and kind != "function":
+            raise ApiError.unsupported_parameter(
+                f"{where} has type {shown(kind)}; only function tools are supported", f"{where}.type"
+            )
+        function = tool.get("function")
+        if not isinstance(function, dict):
+            raise ApiError.invalid_request(
+                f"{where}.function must be an object, not {json_type(function)}", f"{where}.function"
+            )
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise ApiError.invalid_request(
+                f"{where}.function.name must be a non-empty string", f"{where}.function.name"
+            )
+        if name in seen:
+            raise ApiError.invalid_request(f"{where}: the tool name {shown(name, 128)} is declared twice", where)
+        seen.add(name)
+        optional_str(function, "description", f"{where}.function.description")
+        parameters = function.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise ApiError.invalid_request(
+                f"{where}.function.parameters must be a JSON-schema object, not {json_type(parameters)}",
+                f"{where}.function.parameters",
+            )
+        tools.append(check_json(tool, where))
+    return tuple(tools) or None
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    completion = optional_int(body, "max_completion_tokens", 1, INT32_MAX)
+    legacy = optional_int(body, "max_tokens", 1, INT32_MAX)
+    return completion if completion is not None else legacy
+
+
+def _stop(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list):
+        raise ApiError.invalid_request(f"stop must be a string or an array of strings, not {json_type(value)}", "stop")
+    for index, item in enumerate(values):
+        if not isinstance(item, str) or not item:
+            raise ApiError.invalid_request(f"stop[{index}] must be a non-empty string", "stop")
+    return tuple(values) or None
+
+
+def _response_mask(value: Any) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ApiError.invalid_request(
+            f"response_mask must be an array of 0/1 integers, not {json_type(value)}", "response_mask"
+        )
+    # type() rather than isinstance(): true/false are not mask entries.
+    if not all(type(entry) is int and (entry == 0 or entry == 1) for entry in value):
+        raise ApiError.invalid_request("response_mask must hold only the integers 0 and 1", "response_mask")
+    return tuple(value)
+
+
+__all__ = ["ChatCompletionRequest", "ToolChoice"]

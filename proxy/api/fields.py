@@ -1,0 +1,207 @@
+"""Readers for the fields of a JSON request body; every one raises :class:`ApiError` and nothing else.
+
+The request parsers (:mod:`proxy.api.chat_request`, :mod:`proxy.api.rollout_requests`) are written with these, so
+the rules are the same everywhere:
+
+- **JSON values only.** A body is what ``json.loads`` makes: dict, list, str, int, float, bool, None. Anything else
+  (a tuple, a set, bytes, a non-string key) is ``invalid_request``, as is a non-finite float (``NaN``,
+  ``Infinity``: Python's json accepts them, JSON does not).
+- **Numbers.** ``true``/``false`` are never numbers (Python's ``bool`` is an ``int``: refused explicitly). Integer
+  fields take ints only (``512.0`` is refused, as OpenAI does); float fields take ints and floats. Ranges are checked
+  before any conversion, so ``10**400`` is a clean 400, never an ``OverflowError``.
+- **Identifiers** (session, instance and turn ids): a string, or an integer (turned into its decimal string); 1 to
+  256 printable ASCII characters (0x20-0x7E) without leading or trailing spaces. ASCII because the session id is
+  sent upstream as the ``X-SMG-Routing-Key`` header and becomes part of SGLang request ids.
+- **Opaque JSON** the proxy stores or re-serializes without reading it (tool schemas, ``chat_template_kwargs``,
+  tool-call arguments given as objects, ``reward_info``) is checked to be JSON and at most
+  :data:`MAX_JSON_DEPTH` levels deep, so re-serializing it later, deeper in the call stack, can never hit Python's
+  recursion limit.
+- ``null`` means "absent" for every optional field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from proxy.api.errors import ApiError
+
+#: how deeply opaque JSON values (schemas, template kwargs, reward info) may nest
+MAX_JSON_DEPTH = 100
+#: the longest accepted session, instance or turn id
+MAX_ID_LENGTH = 256
+#: the largest accepted token count (SGLang and the gateway hold it in 32 bits)
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def parse_json_body(data: bytes | str) -> Any:
+    """A request body parsed as strict JSON (no ``NaN``/``Infinity``); ``invalid_request`` when it is not JSON.
+
+    An empty body parses to ``None`` (the parsers then say "the body must be a JSON object", or, for endpoints whose
+    fields are all optional, treat it as ``{}``).
+    """
+    if isinstance(data, (bytes, bytearray)):
+        try:
+            data = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ApiError.invalid_request(f"the request body is not UTF-8: {exc}") from None
+    if not data.strip():
+        return None
+    try:
+        return json.loads(data, parse_constant=_refuse_constant)
+    except ApiError:
+        raise
+    except RecursionError:
+        raise ApiError.invalid_request("the request body is nested too deeply") from None
+    except ValueError as exc:
+        raise ApiError.invalid_request(f"the request body is not valid JSON: {exc}") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ApiError.invalid_request(f"the request body is not valid JSON: {name} is not a JSON number")
+
+
+def require_object(body: Any, what: str = "the request body") -> dict[str, Any]:
+    """``body`` itself when it is a JSON object."""
+    if not isinstance(body, dict):
+        raise ApiError.invalid_request(f"{what} must be a JSON object, not {json_type(body)}")
+    return body
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a value's type, for messages (``"string"``, ``"array"``...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def shown(value: Any, limit: int = 64) -> str:
+    """A value for an error message: a string cut to ``limit`` characters, else its JSON type (never ``repr`` of
+    a possibly huge or deeply nested structure)."""
+    return repr(value[:limit]) if isinstance(value, str) else json_type(value)
+
+
+def check_json(value: Any, param: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``value`` unchanged when it is a JSON value at most ``max_depth`` levels deep (iterative: no recursion).
+
+    Hot for large tool schemas, hence the exact-type fast path for the common scalars.
+    """
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth > max_depth:
+                raise ApiError.invalid_request(f"{param} is nested more than {max_depth} levels deep", param)
+            for key in item:
+                if type(key) is not str:
+                    raise ApiError.invalid_request(f"{param} has a non-string key {shown(key)}", param)
+            children: Any = item.values()
+        elif isinstance(item, list):
+            if depth > max_depth:
+                raise ApiError.invalid_request(f"{param} is nested more than {max_depth} levels deep", param)
+            children = item
+        else:
+            _check_scalar(item, param)
+            continue
+        for child in children:
+            kind = type(child)
+            if kind is str or kind is int or kind is bool or child is None:
+                continue
+            stack.append((child, depth + 1))
+    return value
+
+
+def _check_scalar(item: Any, param: str) -> None:
+    if isinstance(item, float):
+        if not math.isfinite(item):
+            raise ApiError.invalid_request(f"{param} holds a non-finite number ({item!r})", param)
+    elif item is not None and not isinstance(item, (str, int)):
+        raise ApiError.invalid_request(f"{param} holds a {type(item).__name__}, which is not JSON", param)
+
+
+def optional_bool(body: Mapping[str, Any], key: str, param: str | None = None) -> bool | None:
+    value = body.get(key)
+    if value is None or isinstance(value, bool):
+        return value
+    raise ApiError.invalid_request(f"{param or key} must be a boolean, not {json_type(value)}", param or key)
+
+
+def optional_int(body: Mapping[str, Any], key: str, low: int, high: int, param: str | None = None) -> int | None:
+    """An integer in ``[low, high]``, or None."""
+    value = body.get(key)
+    if value is None:
+        return None
+    param = param or key
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError.invalid_request(f"{param} must be an integer, not {json_type(value)}", param)
+    if not low <= value <= high:
+        raise ApiError.invalid_request(f"{param} must be between {low} and {high}, not {value}", param)
+    return value
+
+
+def optional_float(
+    body: Mapping[str, Any], key: str, low: float, high: float, *, low_open: bool = False, param: str | None = None
+) -> float | None:
+    """A finite number in ``[low, high]`` (``(low, high]`` with ``low_open``) as a float, or None."""
+    value = body.get(key)
+    if value is None:
+        return None
+    param = param or key
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ApiError.invalid_request(f"{param} must be a number, not {json_type(value)}", param)
+    # Compare before converting: an int too large for a float must not raise OverflowError.
+    in_range = (low < value if low_open else low <= value) and value <= high
+    if (isinstance(value, float) and not math.isfinite(value)) or not in_range:
+        bracket = "(" if low_open else "["
+        raise ApiError.invalid_request(f"{param} must be in {bracket}{low}, {high}], not {value!r}", param)
+    return float(value)
+
+
+def optional_str(body: Mapping[str, Any], key: str, param: str | None = None) -> str | None:
+    value = body.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise ApiError.invalid_request(f"{param or key} must be a string, not {json_type(value)}", param or key)
+
+
+def identifier(value: Any, param: str, *, max_length: int = MAX_ID_LENGTH) -> str:
+    """A session, instance or turn id (see the module docstring for the rule)."""
+    if isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX:
+        value = str(value)
+    if not isinstance(value, str):
+        raise ApiError.invalid_request(f"{param} must be a string, not {json_type(value)}", param)
+    if not 1 <= len(value) <= max_length:
+        raise ApiError.invalid_request(f"{param} must have 1 to {max_length} characters, not {len(value)}", param)
+    if not value.isascii() or not value.isprintable() or value != value.strip(" "):
+        raise ApiError.invalid_request(
+            f"{param} must be printable ASCII without leading or trailing spaces: {value[:64]!r}", param
+        )
+    return value
+
+
+def optional_identifier(body: Mapping[str, Any], key: str, *, max_length: int = MAX_ID_LENGTH) -> str | None:
+    """An optional id body field; ``null`` and ``""`` both mean absent."""
+    value = body.get(key)
+    if value is None or value == "":
+        return None
+    return identifier(value, key, max_length=max_length)
+
+
+__all__ = [
+    "INT32_MAX", "INT64_MAX", "INT64_MIN", "MAX_ID_LENGTH", "MAX_JSON_DEPTH", "check_json", "identifier", "json_type",
+    "optional_bool", "optional_float", "optional_identifier", "optional_int", "optional_str", "parse_json_body",
+    "require_object", "shown",
+]
