@@ -1,0 +1,126 @@
+"""Model output formats: the markup strings, the names of the tool-call and reasoning formats, the offered tools.
+
+Names are SGLang's parser names (sglang-protocol.md §5.1, §5.2), because with the ``sglang_api`` backend the
+same name is sent to SGLang: ``--model-tool-call-type`` is ``qwen25`` (alias ``qwen``: Qwen2.5 / Qwen3 JSON) or
+``qwen3_coder`` (alias ``step3p5``: Qwen3-Coder / Qwen3.5 / Qwen3.6 XML); ``--model-reasoning-type`` is ``qwen3``
+(``<think>...</think>``) or ``qwen3-thinking`` (the same, but the output always starts inside the reasoning).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+THINK_START = "<think>"
+THINK_END = "</think>"
+TOOL_CALL_START = "<tool_call>"
+TOOL_CALL_END = "</tool_call>"
+
+
+class ToolCallFormat(enum.Enum):
+    """How a call is written between ``<tool_call>`` and ``</tool_call>``."""
+
+    JSON = "json"
+    """``{"name": ..., "arguments": {...}}`` (SGLang parser ``qwen25``)."""
+    XML = "xml"
+    """``<function=NAME><parameter=P>VALUE</parameter></function>`` (SGLang parser ``qwen3_coder``)."""
+
+
+#: ``--model-tool-call-type`` value (an SGLang parser name) -> format.
+TOOL_CALL_TYPES: Mapping[str, ToolCallFormat] = {
+    "qwen25": ToolCallFormat.JSON,
+    "qwen": ToolCallFormat.JSON,
+    "qwen3_coder": ToolCallFormat.XML,
+    "step3p5": ToolCallFormat.XML,
+}
+
+#: ``--model-reasoning-type`` value (an SGLang parser name) -> whether the output always starts inside reasoning.
+REASONING_TYPES: Mapping[str, bool] = {"qwen3": False, "qwen3-thinking": True}
+
+
+def tool_call_format(name: str) -> ToolCallFormat:
+    """The format of a ``--model-tool-call-type``; ``ValueError`` naming the choices otherwise."""
+    try:
+        return TOOL_CALL_TYPES[name]
+    except KeyError:
+        hint = " (Qwen3's JSON format is 'qwen25'; SGLang has no parser named 'qwen3')" if name == "qwen3" else ""
+        raise ValueError(
+            f"unknown tool-call type {name!r}{hint}; choose one of {', '.join(TOOL_CALL_TYPES)}"
+        ) from None
+
+
+def reasoning_forced_open(name: str) -> bool:
+    """Whether a ``--model-reasoning-type`` starts every output inside reasoning; ``ValueError`` if unknown."""
+    try:
+        return REASONING_TYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown reasoning type {name!r}; choose one of {', '.join(REASONING_TYPES)}") from None
+
+
+@attrs.frozen
+class ToolSpecs:
+    """The tools a request offers: names and parameter schemas, plus the original list for SGLang.
+
+    Built once per request from the body's ``tools``. Entries that are not function tools are ignored (SGLang's
+    own lookup takes ``tool["function"]``, or the entry itself, and the first tool with a name wins).
+    """
+
+    properties: Mapping[str, Mapping[str, Any]]
+    """Tool name -> its ``parameters.properties`` (empty when the schema has none)."""
+    openai_tools: tuple[Mapping[str, Any], ...] = ()
+    """The request's tool list as given, sent to ``/parse_function_call``."""
+
+    @classmethod
+    def from_openai(cls, tools: Iterable[Any] | None) -> ToolSpecs:
+        properties: dict[str, Mapping[str, Any]] = {}
+        kept: list[Mapping[str, Any]] = []
+        for tool in tools or ():
+            if not isinstance(tool, Mapping):
+                continue
+            function = tool.get("function")
+            if not isinstance(function, Mapping):
+                function = tool
+            name = function.get("name")
+            if not isinstance(name, str) or not name:
+                continue
+            kept.append(tool)
+            parameters = function.get("parameters")
+            props = parameters.get("properties") if isinstance(parameters, Mapping) else None
+            properties.setdefault(name, props if isinstance(props, Mapping) else {})
+        return cls(properties=properties, openai_tools=tuple(kept))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.properties
+
+    def __bool__(self) -> bool:
+        return bool(self.properties)
+
+    def parameter_schema(self, tool: str, parameter: str) -> Any:
+        """The JSON schema of one parameter (``{}`` when unknown)."""
+        return self.properties.get(tool, {}).get(parameter, {})
+
+
+@attrs.frozen
+class MessageFormat:
+    """What to look for in a model's output: which tool-call format (None: no tool calls are parsed) and
+    whether ``<think>`` reasoning is parsed (and whether every output starts inside it)."""
+
+    tool_call: ToolCallFormat | None
+    reasoning: bool
+    reasoning_forced_open: bool = False
+
+    @classmethod
+    def from_types(cls, tool_call_type: str | None, reasoning_type: str | None) -> MessageFormat:
+        """From ``--model-tool-call-type`` / ``--model-reasoning-type`` (None disables that parser)."""
+        return cls(
+            tool_call=None if tool_call_type is None else tool_call_format(tool_call_type),
+            reasoning=reasoning_type is not None,
+            reasoning_forced_open=reasoning_type is not None and reasoning_forced_open(reasoning_type),
+        )
+
+    def opens_in_reasoning(self, reasoning_open_at_start: bool) -> bool:
+        """Whether the output starts inside reasoning (the prompt ended with ``<think>``)."""
+        return self.reasoning and (reasoning_open_at_start or self.reasoning_forced_open)
