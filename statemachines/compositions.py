@@ -20,6 +20,9 @@ to decide what to do. Invariants checked in every reachable state (the first two
 5. ``gate_accepts_every_event``: no ``IllegalTransition`` (nor a table/code disagreement) on the way.
 
 Final states (for the deadlock check): every generation finished or cancelled, the trainer not pausing.
+
+``session_with_generations(n)``: the real ``SessionMachine`` and ``ChainMachine``s with ``n`` abstract generations
+and a finalizing trainer; it checks architecture invariants 4, 5 and 6 (see the comment above it, further down).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import enum
 
 import attrs
 
+from statemachines import chain as chain_sm
+from statemachines import session as session_sm
 from statemachines.core import IllegalTransition, Snapshot, TableError
 from statemachines.explorer import Composition, Invariant
 from statemachines.rollout_gate import (
@@ -229,3 +234,365 @@ def _counts_match(world: GateWorld) -> bool:
     in_flight = sum(g.phase in _IN_FLIGHT for g in world.generations)
     waiting = sum(g.phase is Phase.WAITING for g in world.generations)
     return (gate.in_flight, gate.waiting) == (in_flight, waiting)
+
+
+# ---- Sessions, chains and generations ------------------------------------------------------------------------------
+#
+# ``session_with_generations(n)``: the real ``SessionMachine`` and real ``ChainMachine``s (restored from their
+# snapshots for every step), a trainer that finalizes (and repeats it) and drains, and ``n`` abstract generations,
+# driven exactly as ``proxy/controllers/session.py`` drives them. Each generation is prepared once, on a base of its
+# choice: no checkpoint (a new segment), the tip of any chain, or a chain's first step below its tip (a splice);
+# the chain machine says whether it extends the tip, forks, or starts a new segment (a closed tip). A prepared
+# generation may fail (upstream failure, client gone), have its incremental encode fail (it moves to a new
+# segment), or commit a step that ends at a turn boundary or at the length limit (which closes its chain).
+# Finalize exports every chain (``ExportRequested``) and records each exported segment's owned steps.
+#
+# Invariants (architecture.md 4, 5, 6 and the bookkeeping behind them):
+# 1. ``each_generation_commits_at_most_once``; 2. ``failed_or_rejected_generations_commit_nothing``;
+# 3. ``no_commit_after_session_left_active``; 4. ``every_committed_step_owned_by_exactly_one_chain``;
+# 5. ``chains_are_token_paths`` (a chain's steps extend one another: a sibling never overwrites a tip);
+# 6. ``every_committed_step_in_exactly_one_exported_segment`` (once exported; no segment without a step);
+# 7. ``machines_accept_every_event``. Final states: every generation ended, the session finalized (or drained).
+
+
+class GenPhase(enum.Enum):
+    """An abstract generation's phase, as its controller sees it."""
+
+    IDLE = "not started"
+    PREPARED = "admitted and attached to a branch; generating upstream"
+    COMMITTED = "its step was accepted"
+    FAILED = "ended without committing: upstream failure or client gone"
+    REJECTED = "refused at prepare (session closed, step limit) or its commit was rejected"
+
+
+class Finalizer(enum.Enum):
+    """The trainer's side of finalize."""
+
+    WORKING = "the rollout is running; finalize not called"
+    EXPORTING = "its finalize call waits for the export"
+    FINALIZED = "its finalize call returned"
+    DRAINED = "it read and drained the segments"
+    DISCARDED = "the session was aborted, or its export failed"
+
+
+@attrs.frozen
+class AbstractGeneration:
+    """An abstract generation: phase, how it is attached (mode, chain index, base step id, base position)."""
+
+    phase: GenPhase
+    # "new" (its own pending chain), "tip" (counted on chain), "fork" (commits into a new chain), or "".
+    mode: str = ""
+    chain: int = -1
+    base: int = 0
+    at: int = 0
+
+
+@attrs.frozen
+class ChainRecord:
+    """A chain: its machine's snapshot, the step its first step extends (0: none), the step ids it owns."""
+
+    machine: Snapshot
+    base: int
+    steps: tuple[int, ...] = ()
+    # Forgotten by the controller after DiscardChain.
+    discarded: bool = False
+
+
+@attrs.frozen
+class StepRecord:
+    """A committed step: its generation, the step it extends (0: none), and the session state that accepted it."""
+
+    generation: int
+    base: int
+    accepted_in: str
+
+
+@attrs.frozen(cache_hash=True)
+class SessionWorld:
+    """The global state of the session composition."""
+
+    session: Snapshot
+    chains: tuple[ChainRecord, ...]
+    generations: tuple[AbstractGeneration, ...]
+    # Step id k is steps[k - 1].
+    steps: tuple[StepRecord, ...]
+    finalizer: Finalizer
+    # The owned step ids of every exported segment, once exported.
+    exported: tuple[tuple[int, ...], ...] | None = None
+    error: str | None = None
+
+    def describe(self) -> str:
+        """One line: session, chains, generations, steps."""
+        data = self.session.data
+        chains = " ".join(
+            f"c{i}={c.machine.state.name}(base={c.base},steps={list(c.steps)},ext={c.machine.data.extenders})"
+            for i, c in enumerate(self.chains)
+        )
+        gens = " ".join(f"g{i}={g.phase.name}/{g.mode or '-'}" for i, g in enumerate(self.generations))
+        text = (f"session={self.session.state.name}(steps={data.steps}, in_flight={data.in_flight}) "
+                f"finalizer={self.finalizer.name} {chains} {gens} exported={self.exported}")
+        return text + (f" ERROR: {self.error}" if self.error else "")
+
+
+def session_with_generations(
+    n: int,
+    *,
+    max_steps: int | None = None,
+    session: type | None = None,
+    chain: type | None = None,
+) -> Composition:
+    """A session, its chains, a finalizing trainer and ``n`` generations (see the comment above)."""
+    session_cls = session or session_sm.SessionMachine
+    chain_cls = chain or chain_sm.ChainMachine
+    initial = SessionWorld(session_cls.new(max_steps).snapshot(), (), (AbstractGeneration(GenPhase.IDLE),) * n, (),
+                           Finalizer.WORKING)
+
+    class _Refused(Exception):
+        """A machine refused an event, or an effect did not fit: the world (as far as it got) stops with an error."""
+
+        world: SessionWorld | None = None
+
+    def feed(machine_cls: type, snapshot: Snapshot, event: object) -> tuple[Snapshot, list]:
+        machine = machine_cls.from_snapshot(snapshot)
+        try:
+            effects = machine.send(event)
+        except (IllegalTransition, TableError) as error:
+            raise _Refused(f"{type(error).__name__}: {error}") from None
+        return machine.snapshot(), effects
+
+    def guarded(step):
+        """Run a move; a refusal becomes the world's error."""
+        def run(world: SessionWorld, *args) -> SessionWorld:
+            try:
+                return step(world, *args)
+            except _Refused as refused:
+                return attrs.evolve(refused.world or world, error=str(refused))
+        return run
+
+    def with_chain(chains: tuple[ChainRecord, ...], index: int, record: ChainRecord) -> tuple[ChainRecord, ...]:
+        return chains[:index] + (record,) + chains[index + 1:]
+
+    def new_chain(world: SessionWorld, base: int) -> tuple[SessionWorld, int]:
+        chains = world.chains + (ChainRecord(chain_cls.new().snapshot(), base),)
+        return attrs.evolve(world, chains=chains), len(chains) - 1
+
+    def send_chain(world: SessionWorld, index: int, event: object) -> tuple[SessionWorld, list]:
+        record = world.chains[index]
+        try:
+            snapshot, effects = feed(chain_cls, record.machine, event)
+        except _Refused as refused:
+            # Keep what the move did before the refusal (a step already accepted, say) in the reported world.
+            refused.world = world
+            raise
+        chains = with_chain(world.chains, index, attrs.evolve(record, machine=snapshot))
+        return attrs.evolve(world, chains=chains), effects
+
+    def set_gen(world: SessionWorld, i: int, gen: AbstractGeneration) -> SessionWorld:
+        return attrs.evolve(world, generations=_replace_any(world.generations, i, gen))
+
+    @guarded
+    def prepare(world: SessionWorld, i: int, target: tuple[int, int] | None) -> SessionWorld:
+        snapshot, effects = feed(session_cls, world.session, session_sm.GenerationRequested())
+        world = attrs.evolve(world, session=snapshot)
+        if not any(isinstance(e, session_sm.AdmitGeneration) for e in effects):
+            return set_gen(world, i, AbstractGeneration(GenPhase.REJECTED))
+        if target is None:
+            world, c = new_chain(world, 0)
+            return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "new", c))
+        c, at = target
+        base = world.chains[c].steps[at - 1]
+        world, effects = send_chain(world, c, chain_sm.ExtensionRequested(at))
+        for effect in effects:
+            if isinstance(effect, chain_sm.ExtendTip):
+                return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "tip", c, base, at))
+            if isinstance(effect, chain_sm.ForkAt):
+                return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "fork", -1, base, at))
+            if isinstance(effect, chain_sm.StartNewSegment):
+                world, fresh = new_chain(world, 0)
+                return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "new", fresh))
+        raise _Refused(f"ExtensionRequested answered {effects}")
+
+    @guarded
+    def tito_fails(world: SessionWorld, i: int) -> SessionWorld:
+        gen = world.generations[i]
+        snapshot, effects = feed(session_cls, world.session, session_sm.TitoFailed())
+        world = attrs.evolve(world, session=snapshot)
+        if any(isinstance(e, session_sm.RestartSegment) for e in effects):
+            if gen.mode == "tip":
+                world, _ = send_chain(world, gen.chain, chain_sm.GenerationDropped())
+            world, fresh = new_chain(world, 0)
+            return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "new", fresh))
+        return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "new"))
+
+    @guarded
+    def commit(world: SessionWorld, i: int, closes: bool) -> SessionWorld:
+        gen = world.generations[i]
+        accepted_in = world.session.state.name
+        snapshot, effects = feed(session_cls, world.session, session_sm.CommitRequested())
+        world = attrs.evolve(world, session=snapshot)
+        if not any(isinstance(e, session_sm.AcceptCommit) for e in effects):
+            return set_gen(world, i, AbstractGeneration(GenPhase.REJECTED))
+        # Accepted: the step exists from now on (recorded first, so a bug that follows is still seen).
+        step_id = len(world.steps) + 1
+        world = attrs.evolve(world, steps=world.steps + (StepRecord(i, gen.base, accepted_in),))
+        world = set_gen(world, i, attrs.evolve(gen, phase=GenPhase.COMMITTED))
+        close = chain_sm.CloseReason.LENGTH_EXHAUSTED if closes else None
+        if gen.mode == "fork" or gen.chain < 0:
+            world, c = new_chain(world, gen.base)
+            world, effects = send_chain(world, c, chain_sm.FirstStepCommitted(close))
+        else:
+            c = gen.chain
+            if gen.mode == "tip":
+                event = chain_sm.ExtensionCommitted(gen.at, close)
+            else:
+                event = chain_sm.FirstStepCommitted(close)
+            world, effects = send_chain(world, c, event)
+            if any(isinstance(e, chain_sm.ForkAt) for e in effects):
+                world, c = new_chain(world, gen.base)
+                world, effects = send_chain(world, c, chain_sm.FirstStepCommitted(close))
+        if not any(isinstance(e, chain_sm.TipAdvanced) for e in effects):
+            refused = _Refused(f"commit answered {effects}")
+            refused.world = world
+            raise refused
+        record = world.chains[c]
+        grown = attrs.evolve(record, steps=record.steps + (step_id,))
+        return attrs.evolve(world, chains=with_chain(world.chains, c, grown))
+
+    @guarded
+    def fail(world: SessionWorld, i: int) -> SessionWorld:
+        gen = world.generations[i]
+        snapshot, effects = feed(session_cls, world.session, session_sm.GenerationDropped())
+        world = set_gen(attrs.evolve(world, session=snapshot), i, AbstractGeneration(GenPhase.FAILED))
+        if any(isinstance(e, session_sm.ReleaseBranch) for e in effects) and gen.chain >= 0:
+            world, chain_effects = send_chain(world, gen.chain, chain_sm.GenerationDropped())
+            world = discard_if_told(world, gen.chain, chain_effects)
+        return world
+
+    def discard_if_told(world: SessionWorld, c: int, effects: list) -> SessionWorld:
+        """The controller forgets a chain on DiscardChain."""
+        if not any(isinstance(e, chain_sm.DiscardChain) for e in effects):
+            return world
+        return attrs.evolve(world, chains=with_chain(world.chains, c, attrs.evolve(world.chains[c], discarded=True)))
+
+    @guarded
+    def finalize(world: SessionWorld) -> SessionWorld:
+        snapshot, effects = feed(session_cls, world.session, session_sm.FinalizeRequested())
+        world = attrs.evolve(world, session=snapshot)
+        for effect in effects:
+            if isinstance(effect, session_sm.ExportSession):
+                exported = []
+                for c in range(len(world.chains)):
+                    if world.chains[c].discarded:
+                        continue
+                    world, chain_effects = send_chain(world, c, chain_sm.ExportRequested())
+                    world = discard_if_told(world, c, chain_effects)
+                    if any(isinstance(e, chain_sm.ExportSegment) for e in chain_effects):
+                        exported.append(world.chains[c].steps)
+                return attrs.evolve(world, exported=tuple(exported), finalizer=Finalizer.EXPORTING)
+        return world
+
+    @guarded
+    def export_fails(world: SessionWorld) -> SessionWorld:
+        snapshot, effects = feed(session_cls, world.session, session_sm.ExportFailed("disk full"))
+        return discard_session(attrs.evolve(world, session=snapshot), effects)
+
+    @guarded
+    def abort(world: SessionWorld) -> SessionWorld:
+        snapshot, effects = feed(session_cls, world.session, session_sm.AbortRequested())
+        return discard_session(attrs.evolve(world, session=snapshot), effects)
+
+    def discard_session(world: SessionWorld, effects: list) -> SessionWorld:
+        """DiscardSession: nothing is exported (a pending finalize call fails)."""
+        if any(isinstance(e, session_sm.DiscardSession) for e in effects):
+            return attrs.evolve(world, exported=None, finalizer=Finalizer.DISCARDED)
+        return world
+
+    @guarded
+    def complete(world: SessionWorld) -> SessionWorld:
+        snapshot, effects = feed(session_cls, world.session, session_sm.ExportCompleted())
+        finalized = any(isinstance(e, session_sm.Finalized) for e in effects)
+        finalizer = Finalizer.FINALIZED if finalized else world.finalizer
+        return attrs.evolve(world, session=snapshot, finalizer=finalizer)
+
+    @guarded
+    def drain(world: SessionWorld) -> SessionWorld:
+        snapshot, _ = feed(session_cls, world.session, session_sm.SegmentsDrained())
+        return attrs.evolve(world, session=snapshot, finalizer=Finalizer.DRAINED)
+
+    def successors(world: SessionWorld) -> list[tuple[str, SessionWorld]]:
+        if world.error is not None:
+            return []
+        moves = []
+        if world.finalizer is Finalizer.WORKING:
+            moves.append(("trainer: finalize", finalize(world)))
+        else:
+            moves.append(("trainer: finalize again", finalize(world)))
+        if world.finalizer is Finalizer.EXPORTING:
+            moves.append(("trainer: export stored", complete(world)))
+            moves.append(("trainer: export fails", export_fails(world)))
+        moves.append(("trainer: abort", abort(world)))
+        if world.finalizer in (Finalizer.FINALIZED, Finalizer.DRAINED):
+            moves.append(("trainer: drain", drain(world)))
+        for i, gen in enumerate(world.generations):
+            name = f"g{i}"
+            if gen.phase is GenPhase.IDLE:
+                moves.append((f"{name}: prepare (no checkpoint)", prepare(world, i, None)))
+                for c, record in enumerate(world.chains):
+                    if record.steps:
+                        moves.append((f"{name}: prepare on c{c} tip", prepare(world, i, (c, len(record.steps)))))
+                        if len(record.steps) > 1:
+                            moves.append((f"{name}: prepare on c{c} step 1", prepare(world, i, (c, 1))))
+            if gen.phase is GenPhase.PREPARED:
+                moves.append((f"{name}: commit", commit(world, i, False)))
+                moves.append((f"{name}: commit (length)", commit(world, i, True)))
+                moves.append((f"{name}: fail", fail(world, i)))
+                if gen.mode in ("tip", "fork"):
+                    moves.append((f"{name}: tito fails", tito_fails(world, i)))
+        return moves
+
+    invariants = (
+        Invariant("each_generation_commits_at_most_once",
+                  lambda w: all(sum(s.generation == i for s in w.steps) <= 1 for i in range(n))),
+        Invariant("failed_or_rejected_generations_commit_nothing",
+                  lambda w: not any(w.generations[s.generation].phase in (GenPhase.FAILED, GenPhase.REJECTED)
+                                    for s in w.steps)),
+        Invariant("no_commit_after_session_left_active", lambda w: all(s.accepted_in == "ACTIVE" for s in w.steps)),
+        Invariant("every_committed_step_owned_by_exactly_one_chain",
+                  lambda w: all(sum(k in c.steps for c in w.chains) == 1 for k in range(1, len(w.steps) + 1))),
+        Invariant("chains_are_token_paths", _chains_are_paths),
+        Invariant("every_committed_step_in_exactly_one_exported_segment", _exported_once),
+        Invariant("machines_accept_every_event", lambda w: w.error is None),
+    )
+
+    def is_final(world: SessionWorld) -> bool:
+        ended = all(g.phase not in (GenPhase.IDLE, GenPhase.PREPARED) for g in world.generations)
+        return ended and world.finalizer in (Finalizer.FINALIZED, Finalizer.DRAINED, Finalizer.DISCARDED)
+
+    limit = "" if max_steps is None else f", max {max_steps} step(s)"
+    name = f"SessionMachine + ChainMachines x {n} generation(s){limit}"
+    return Composition(name, initial, successors, invariants, is_final, SessionWorld.describe)
+
+
+def _replace_any(items: tuple, i: int, item: object) -> tuple:
+    """``items`` with item ``i`` replaced."""
+    return items[:i] + (item,) + items[i + 1:]
+
+
+def _chains_are_paths(world: SessionWorld) -> bool:
+    """Each chain's steps extend one another, starting from the chain's base."""
+    for record in world.chains:
+        previous = record.base
+        for step_id in record.steps:
+            if world.steps[step_id - 1].base != previous:
+                return False
+            previous = step_id
+    return True
+
+
+def _exported_once(world: SessionWorld) -> bool:
+    """Once exported: every committed step is in exactly one segment, and no segment is empty."""
+    if world.exported is None:
+        return True
+    if any(not segment for segment in world.exported):
+        return False
+    return all(sum(k in segment for segment in world.exported) == 1 for k in range(1, len(world.steps) + 1))

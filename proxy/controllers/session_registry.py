@@ -1,0 +1,374 @@
+"""The session registry on trio: sessions by id, each with a short lock around its critical sections.
+
+This is the interface the chat-completions path (a later issue) uses for one step::
+
+    prepared = await registry.prepare(session_id, messages, tools=..., chat_template_kwargs=...,
+                                      response_mask=..., instance_id=..., turn_id=...)
+    try:
+        ... generate upstream from prepared.input_ids() (any number of interruptions and continuations) ...
+    except BaseException:
+        await registry.drop(prepared.handle)        # failed or cancelled: nothing is committed
+        raise
+    result = await registry.commit(prepared.handle, generated_ids, logprobs, versions, routed_experts,
+                                   finish_reason, assistant_message)
+
+and the rollout endpoints use ``finalize``, ``read`` and ``store_statistics``.
+
+Concurrency (architecture.md): ``prepare`` and ``commit`` take the session's ``trio.Lock`` only around their
+critical sections (the sync calls into :class:`~proxy.controllers.session.Session`, microseconds: no I/O and no
+token copies of the prefix inside). Tokenization runs between the two critical sections of prepare; full encodes of
+long histories and exports of long sessions run in a worker thread. Generation runs outside any lock, so the
+generations of one session run concurrently; concurrent siblings of one parent each get their own chain or node
+and never overwrite each other. ``drop`` and the end of ``finalize`` are shielded from cancellation, so a client
+that goes away can neither leak a generation's reservation nor leave a session stuck in FINALIZING.
+
+Finalize exports in the caller's task (shielded); a second finalize during the export waits for it and gets the
+same :class:`~proxy.controllers.session.FinalizeResult`. A finalized session keeps a small tombstone (its machine)
+so stragglers are rejected and a late request cannot resurrect it (field note 11); ``forget`` drops a tombstone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from proxy.controllers.errors import ResponseMaskMismatchError, SessionAbortedError, SessionFinalizedError
+from proxy.controllers.session import (
+    BranchHandle,
+    CommitResult,
+    EncodeKind,
+    EncodePlan,
+    ExportJob,
+    FinalizeResult,
+    Session,
+    SessionConfig,
+    SessionDebugView,
+    WaitForExport,
+    request_keys,
+    tokenize_plan,
+)
+from proxy.tokenization.results import TitoFailure
+from proxy.trajectory.boundaries import BoundaryReason
+from proxy.trajectory.export import export_segments
+from proxy.trajectory.message_keys import MessageKeyError, message_key, reasoning_variant
+from proxy.trajectory.store import InMemoryTrajectoryStore, StoreStatistics, TrajectoryStore
+from proxy.trajectory.tokens import RoutedChunk, WorkingTokens
+
+
+@attrs.frozen(eq=False)
+class Prepared:
+    """What prepare hands a generation: its opaque handle, its private token state and the encode decision."""
+
+    handle: BranchHandle
+    # The checkpoint it continues (shared, never copied) plus the context tokens this step adds.
+    tokens: WorkingTokens
+    encode: EncodeKind
+    # Set when this step starts a new segment (a full encode): why (boundaries.py), and the TITO failure detail.
+    boundary_reason: str | None
+    boundary_detail: str | None
+    # The incremental encode failed and the step fell back to a full encode.
+    tito_failed: bool
+
+    @property
+    def generation_id(self) -> str:
+        """``<session id>#g<n>``: unique within the session (the upstream request id is the generation's own)."""
+        return self.handle.generation_id
+
+    @property
+    def prompt_token_count(self) -> int:
+        """Tokens sent upstream."""
+        return self.tokens.prompt_length
+
+    @property
+    def context_token_count(self) -> int:
+        """Context tokens this step adds (the fragment, or the whole prompt of a full encode)."""
+        return self.tokens.context.context_count
+
+    def input_ids(self) -> list[int]:
+        """The ``input_ids`` for SGLang: O(prompt length), built on demand outside any lock."""
+        return self.tokens.input_ids()
+
+
+@attrs.frozen
+class RegistryStatistics:
+    """A frozen report for /health."""
+
+    sessions: int
+    # Sessions per state name (ACTIVE, FINALIZING, FINALIZED, DRAINED, ABORTED).
+    states: Mapping[str, int]
+    in_flight: int
+    steps: int
+
+
+@attrs.define(eq=False)
+class SessionController:
+    """One session on trio: the sync core, its lock, and the event that ends its export."""
+
+    session: Session
+    lock: trio.Lock = attrs.field(factory=trio.Lock)
+    export_done: trio.Event = attrs.field(factory=trio.Event)
+
+
+def _text_size(messages: Sequence[Any]) -> int:
+    """Characters of string content, to decide whether an encode is worth a worker thread."""
+    size = 0
+    for message in messages:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, str):
+            size += len(content)
+        elif isinstance(content, Sequence):
+            size += sum(len(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    return size
+
+
+@attrs.define(eq=False)
+class SessionRegistry:
+    """Every session of the proxy, by session id (see the module docstring)."""
+
+    # A TITO tokenizer (``proxy.tokenization``): encode_full, encode_incremental, end_of_turn_id; and for the
+    # last_step build mode what ``build_last_step`` needs.
+    tokenizer: Any
+    store: TrajectoryStore = attrs.field(factory=InMemoryTrajectoryStore)
+    config: SessionConfig = attrs.field(factory=SessionConfig)
+    _sessions: dict[str, SessionController] = attrs.field(factory=dict, init=False)
+
+    def _controller(self, session_id: str) -> SessionController:
+        """The session's controller, created on first use."""
+        controller = self._sessions.get(session_id)
+        if controller is None:
+            end_of_turn = getattr(self.tokenizer, "end_of_turn_id", None)
+            controller = SessionController(Session(session_id, self.config, end_of_turn))
+            self._sessions[session_id] = controller
+        return controller
+
+    # -- one step ----------------------------------------------------------------------------------------------------
+
+    async def prepare(
+        self,
+        session_id: str,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[Any] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        response_mask: Sequence[int] | None = None,
+        instance_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> Prepared:
+        """Admit a generation, pick its branch, tokenize its context.
+
+        Raises (and records nothing): ``MaxStepsExceededError``, ``SessionFinalizedError``, ``InvalidMessagesError``,
+        ``ResponseMaskMismatchError`` (the mask must have one entry per context token this step adds),
+        ``proxy.tokenization.TitoError`` (the full encode failed: bad message, template error).
+        """
+        # The keys are pure and O(request text): computed before taking the lock (and before a malformed request
+        # could create a session).
+        keys = request_keys(messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
+        controller = self._controller(session_id)
+        async with controller.lock:
+            handle, plan = controller.session.prepare(
+                messages, tools=tools, chat_template_kwargs=chat_template_kwargs, instance_id=instance_id,
+                turn_id=turn_id, request_keys=keys,
+            )
+        try:
+            ids, plan = await self._encode(controller, handle, plan, messages)
+            if response_mask is not None and len(response_mask) != len(ids):
+                raise ResponseMaskMismatchError(len(ids), len(response_mask))
+            # The generation's private state (and an idempotent per-node cache): no lock needed, no await inside.
+            tokens = controller.session.set_context(handle, ids, response_mask)
+            # A cancellation that arrived during a worker-thread encode is delivered here, while the handle can
+            # still be released; past this point the caller owns the handle (and must drop it on failure).
+            await trio.lowlevel.checkpoint_if_cancelled()
+        except BaseException:
+            await self.drop(handle)
+            raise
+        return Prepared(
+            handle, tokens, plan.kind,
+            plan.boundary_reason.value if plan.boundary_reason is not None else None,
+            plan.boundary_detail, plan.boundary_reason is BoundaryReason.TITO_FAILED,
+        )
+
+    async def _encode(
+        self, controller: SessionController, handle: BranchHandle, plan: EncodePlan, messages: Sequence[Any]
+    ) -> tuple[list[int], EncodePlan]:
+        """The context ids of the plan; an incremental failure moves the generation to a full encode."""
+        ids = await self._cpu(plan.messages, tokenize_plan, self.tokenizer, plan)
+        if isinstance(ids, TitoFailure):
+            async with controller.lock:
+                plan = controller.session.restart_segment(handle, f"{ids.reason.value}: {ids.detail}", messages)
+            ids = await self._cpu(plan.messages, tokenize_plan, self.tokenizer, plan)
+        return ids, plan
+
+    async def _cpu(self, messages: Sequence[Any], function: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a tokenizer call inline, or in a worker thread when its messages are long."""
+        if _text_size(messages) <= self.config.thread_encode_chars:
+            return function(*args, **kwargs)
+        return await trio.to_thread.run_sync(lambda: function(*args, **kwargs))
+
+    async def commit(
+        self,
+        handle: BranchHandle,
+        generated_ids: Sequence[int],
+        logprobs: Sequence[float | None] | None,
+        versions: Sequence[str | None] | None,
+        routed_experts: Sequence[Any] | None,
+        finish_reason: str,
+        assistant_message: Mapping[str, Any],
+    ) -> CommitResult:
+        """Commit the generation's step: its generated ids (mask 1) with their logprobs (one per id, or None: the
+        step then has none, all-or-none), weight versions (one per id, or None), routed-expert chunks (objects with
+        ``data``, ``num_rows``, ``start_len``), SGLang's finish reason (``stop``, ``length``...) and the assistant
+        message returned to the client (the trie key of the answer).
+
+        Raises ``SessionFinalizedError`` when the session left ACTIVE (nothing changes), ``ValueError`` for
+        malformed arguments (nothing changes and the handle stays live: drop it), ``GenerationFinishedError`` for a
+        handle that already committed or dropped.
+        """
+        controller = self._sessions.get(handle.session_id)
+        if controller is None:
+            raise SessionFinalizedError("the session was forgotten")
+        count = len(generated_ids)
+        aligned = logprobs is not None and len(logprobs) == count and all(v is not None for v in logprobs)
+        if versions is None:
+            versions = [None] * count
+        elif len(versions) != count:
+            raise ValueError(f"{len(versions)} weight versions for {count} generated ids")
+        try:
+            key = message_key(assistant_message)
+        except MessageKeyError as exc:
+            raise ValueError(f"assistant_message: {exc}") from None
+        chunks = [RoutedChunk.of(chunk) for chunk in routed_experts or ()]
+        span = Session.build_span(handle, generated_ids, logprobs if aligned else None, versions, chunks)
+        async with controller.lock:
+            return controller.session.commit(
+                handle, span, finish_reason=finish_reason, assistant_message=assistant_message, key=key,
+                variant=reasoning_variant(assistant_message), logprobs_invalid=not aligned,
+            )
+
+    async def drop(self, handle: BranchHandle) -> None:
+        """The generation ends without committing (upstream failure, client gone): release its branch. Idempotent,
+        shielded from cancellation."""
+        controller = self._sessions.get(handle.session_id)
+        if controller is None:
+            return
+        with trio.CancelScope(shield=True):
+            async with controller.lock:
+                controller.session.drop(handle)
+
+    # -- finalize and the store --------------------------------------------------------------------------------------
+
+    async def finalize(
+        self,
+        session_id: str,
+        reward_info: Mapping[str, Any] | None = None,
+        instance_id: str | None = None,
+        *,
+        rollout_id: str | None = None,
+    ) -> FinalizeResult:
+        """Close the session and export its segments to the store. Idempotent: every call gets the same result.
+
+        In-flight generations are not waited for: their commits are rejected from now on. A session id never seen
+        is finalized with no segment (so a late request cannot start it). Raises ``SessionAbortedError`` for an
+        aborted session or a failed export.
+        """
+        controller = self._controller(session_id)
+        async with controller.lock:
+            outcome = controller.session.begin_finalize(
+                reward_info=reward_info, instance_id=instance_id, rollout_id=rollout_id
+            )
+        if isinstance(outcome, FinalizeResult):
+            return outcome
+        if isinstance(outcome, WaitForExport):
+            await controller.export_done.wait()
+            return self._outcome(controller)
+        # The export runs to its end even if this caller goes away: the session must not stay FINALIZING.
+        with trio.CancelScope(shield=True):
+            await self._export(controller, outcome)
+        return self._outcome(controller)
+
+    async def _export(self, controller: SessionController, job: ExportJob) -> None:
+        """Export, store, report to the session, wake the waiters."""
+        session = controller.session
+        try:
+            tokens = sum(tip.length for tip in job.export.tips)
+            if tokens > self.config.thread_export_tokens:
+                segments = await trio.to_thread.run_sync(
+                    export_segments, job.export, self.config.export, self.tokenizer
+                )
+            else:
+                segments = export_segments(job.export, self.config.export, self.tokenizer)
+            await self.store.write(session.session_id, segments)
+        except Exception as exc:  # noqa: BLE001 - any failure discards the session and is reported to the caller
+            async with controller.lock:
+                session.export_failed(f"{type(exc).__name__}: {exc}")
+        else:
+            result = FinalizeResult(
+                session.session_id, len(segments), job.steps, tuple(s["trajectory_id"] for s in segments)
+            )
+            async with controller.lock:
+                session.export_completed(result)
+        finally:
+            controller.export_done.set()
+
+    @staticmethod
+    def _outcome(controller: SessionController) -> FinalizeResult:
+        """The stored result, or the reason the session was discarded."""
+        session = controller.session
+        if session.result is None:
+            raise SessionAbortedError(session.discarded or "the session was not finalized")
+        return session.result
+
+    async def read(
+        self, *, session_id: str | None = None, trajectory_id: str | None = None, drain: bool = False
+    ) -> list[dict[str, Any]]:
+        """Finalized segments of a session, one segment, or all; ``drain`` removes them from the store."""
+        result = await self.store.read(session_id=session_id, trajectory_id=trajectory_id, drain=drain)
+        for emptied in result.emptied_sessions:
+            controller = self._sessions.get(emptied)
+            if controller is not None:
+                async with controller.lock:
+                    controller.session.drained()
+        return list(result.segments)
+
+    async def store_statistics(self) -> StoreStatistics:
+        """The store's sizes, for ``GET /trajectory/stats``."""
+        return await self.store.statistics()
+
+    async def abort(self, session_id: str) -> bool:
+        """Discard an active session without export; False if it was not active (unknown, finalized, aborted)."""
+        controller = self._sessions.get(session_id)
+        if controller is None:
+            return False
+        async with controller.lock:
+            return controller.session.abort()
+
+    def forget(self, session_id: str) -> bool:
+        """Drop the tombstone of a session that is no longer active (late requests then start a new session)."""
+        controller = self._sessions.get(session_id)
+        if controller is None or (controller.session.result is None and controller.session.discarded is None):
+            return False
+        del self._sessions[session_id]
+        return True
+
+    # -- reporting ---------------------------------------------------------------------------------------------------
+
+    def debug_view(self, session_id: str) -> SessionDebugView | None:
+        """The session at a glance, or None if unknown."""
+        controller = self._sessions.get(session_id)
+        return controller.session.debug_view() if controller is not None else None
+
+    def statistics(self) -> RegistryStatistics:
+        """Sessions by state, generations in flight, steps committed."""
+        states: dict[str, int] = {}
+        in_flight = steps = 0
+        for controller in self._sessions.values():
+            stats = controller.session.machine.statistics()
+            states[stats.state] = states.get(stats.state, 0) + 1
+            in_flight += stats.in_flight
+            steps += stats.steps
+        return RegistryStatistics(len(self._sessions), states, in_flight, steps)
+
+
+__all__ = ["Prepared", "RegistryStatistics", "SessionController", "SessionRegistry"]

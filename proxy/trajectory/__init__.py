@@ -1,0 +1,44 @@
+"""Trajectory data: the per-session prefix trie, token storage with structural sharing, export, the store.
+
+- ``message_keys``: canonical message and context keys (the matching rules of spec 5.1);
+- ``tokens``: :class:`Step` (a checkpoint storing only the tokens it adds), :class:`WorkingTokens` (a generation's
+  private state), path rebuilding;
+- ``prefix_trie``: :class:`PrefixTrie` (match, attach pending nodes, nearest checkpoint, upsert an answer);
+- ``boundaries``: :class:`BoundaryReason`, why a segment began;
+- ``export``: segments in concat or last-step mode;
+- ``store``: the :class:`TrajectoryStore` interface and the in-memory store.
+
+The session controller (``proxy/controllers``) ties them together under the session and chain state machines.
+"""
+
+from proxy.trajectory.boundaries import BoundaryReason
+from proxy.trajectory.export import BuildMode, ExportOptions, SessionExport, export_segments, trajectory_id
+from proxy.trajectory.message_keys import ContextKey, MessageKey, MessageKeyError, context_key, message_key
+from proxy.trajectory.prefix_trie import PrefixTrie, TrieNode, TrieStatistics
+from proxy.trajectory.store import InMemoryTrajectoryStore, ReadResult, StoreStatistics, TrajectoryStore
+from proxy.trajectory.tokens import RoutedChunk, Step, TokenSpan, WorkingTokens
+
+__all__ = [
+    "BoundaryReason",
+    "BuildMode",
+    "ContextKey",
+    "ExportOptions",
+    "InMemoryTrajectoryStore",
+    "MessageKey",
+    "MessageKeyError",
+    "PrefixTrie",
+    "ReadResult",
+    "RoutedChunk",
+    "SessionExport",
+    "Step",
+    "StoreStatistics",
+    "TokenSpan",
+    "TrajectoryStore",
+    "TrieNode",
+    "TrieStatistics",
+    "WorkingTokens",
+    "context_key",
+    "export_segments",
+    "message_key",
+    "trajectory_id",
+]

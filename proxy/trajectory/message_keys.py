@@ -1,0 +1,210 @@
+"""Canonical keys: what makes two messages "the same" edge of the prefix trie, and two requests the same context.
+
+Matching rules (spec 5.1, documented in docs/sessions.md):
+
+- A message's key is its role, its content, its name, its tool calls and its ``tool_call_id``. Content is compared
+  as the template sees it: ``None`` and ``""`` are equal, a list of text parts equals the concatenation of its texts
+  (other content is compared as canonical JSON). A tool call is its id (kept: a client that rewrites call ids
+  rewrote its history), its function name, and its arguments parsed from JSON and re-serialized canonically (sorted
+  keys, no whitespace), so ``'{"a": 1, "b": 2}'``, ``'{"b":2,"a":1}'`` and the object ``{"a": 1, "b": 2}`` are the
+  same call. Arguments that are not valid JSON are compared as the raw string. ``type`` and unknown fields are
+  ignored.
+- ``reasoning_content`` (or its aliases ``reasoning`` / ``thinking``) is **not** part of the key. It is the
+  *variant* of an assistant node: two generated answers that differ only in their reasoning are two sibling nodes
+  with the same key, and an echoed assistant message picks the variant with its exact reasoning if there is one,
+  otherwise the most recently committed variant. So an agent that drops (or trims) the reasoning when it echoes the
+  history still continues its own chain; see :func:`reasoning_variant`.
+- With ``ignore_cch`` (``--ignore-cch-for-prefix-hash``), every ``cch=[A-Za-z0-9_-]+`` inside content, names and
+  tool-call arguments is replaced by ``cch=*`` in the key only. The stored messages are never changed.
+- The context key, the trie's first level, is the canonical JSON of the tool schemas (their order kept: it is the
+  order the template renders) and of the *effective* chat-template kwargs: the proxy's defaults overridden by the
+  request's, minus the variables the proxy controls itself (``messages``, ``tools``, ``add_generation_prompt``...).
+
+Keys are plain frozen values: cheap to build (a string content is used as is; JSON work only for tool calls, cached
+by argument string, and non-string content), hashable, and never hold the original message.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from proxy.tokenization.tito import RESERVED_TEMPLATE_KWARGS
+
+# The billing-hash pattern one coding CLI rewrites inside old tool results (spec 5.1).
+CCH_PATTERN = re.compile(r"cch=[A-Za-z0-9_-]+")
+_CCH_PLACEHOLDER = "cch=*"
+# The same aliases the tokenization package accepts for an assistant's reasoning, in the same order.
+_REASONING_ALIASES = ("reasoning_content", "reasoning", "thinking")
+
+
+class MessageKeyError(ValueError):
+    """A message is not an object with a string role: it cannot be a trie edge (the API answers 400)."""
+
+
+@attrs.frozen(cache_hash=True)
+class ToolCallKey:
+    """One tool call as compared: id (kept), function name, canonical arguments."""
+
+    call_id: str | None
+    name: str
+    # Canonical JSON of the parsed arguments, or ``"raw:" + the string`` when it is not valid JSON.
+    arguments: str
+
+
+@attrs.frozen(cache_hash=True)
+class MessageKey:
+    """The canonical identity of one message: a trie edge. Reasoning is deliberately absent (it is the variant)."""
+
+    role: str
+    # The text the template sees, or ``("json", canonical JSON)`` for content that is not text (a tuple, so it never
+    # equals a string).
+    content: str | tuple[str, str]
+    name: str | None = None
+    tool_calls: tuple[ToolCallKey, ...] = ()
+    tool_call_id: str | None = None
+
+
+@attrs.frozen(cache_hash=True)
+class ContextKey:
+    """The trie's first level: canonical tool schemas and effective chat-template kwargs."""
+
+    # Canonical JSON of the tools list (order kept), or None without tools (an empty list counts as none).
+    tools: str | None
+    # Canonical JSON of the effective template kwargs (sorted keys).
+    template_kwargs: str
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON: sorted keys, no whitespace, non-ASCII kept; anything not JSON becomes its repr."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+
+
+def _text(value: str, ignore_cch: bool) -> str:
+    """A string as compared: with ``ignore_cch``, billing hashes are blanked."""
+    return CCH_PATTERN.sub(_CCH_PLACEHOLDER, value) if ignore_cch and "cch=" in value else value
+
+
+def _content(content: Any, ignore_cch: bool) -> str | tuple[str, str]:
+    """Content as the template sees it: text, or a list of text parts joined; anything else as canonical JSON."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return _text(content, ignore_cch)
+    if isinstance(content, Sequence) and not isinstance(content, (bytes, bytearray)):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, Mapping) and part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            else:
+                # Not text (an image part...): compare the whole content structurally; tokenization will refuse it.
+                return ("json", _text(canonical_json(content), ignore_cch))
+        return _text("".join(texts), ignore_cch)
+    return ("json", _text(canonical_json(content), ignore_cch))
+
+
+@functools.lru_cache(maxsize=16_384)
+def _arguments_text(arguments: str, ignore_cch: bool) -> str:
+    """Canonical form of a JSON arguments string. Cached by value: every request echoes every earlier tool call, so
+    the same strings come back turn after turn (a dict lookup instead of a JSON round trip)."""
+    if not arguments.strip():
+        return "{}"
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return "raw:" + _text(arguments, ignore_cch)
+    return _text(canonical_json(parsed), ignore_cch)
+
+
+def _arguments(arguments: Any, ignore_cch: bool) -> str:
+    """Tool-call arguments parsed from JSON and re-serialized canonically; blank means ``{}``."""
+    if arguments is None:
+        return "{}"
+    if isinstance(arguments, str):
+        return _arguments_text(arguments, ignore_cch)
+    return _text(canonical_json(arguments), ignore_cch)
+
+
+def _is_mapping(value: Any) -> bool:
+    """``isinstance(value, Mapping)``, with the common case (a dict parsed from JSON) first: ABC checks are slow."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
+def _tool_call(call: Any, ignore_cch: bool) -> ToolCallKey:
+    """One OpenAI tool call (``{"id", "function": {"name", "arguments"}}``, or the function object itself)."""
+    if not _is_mapping(call):
+        return ToolCallKey(None, "", "raw:" + canonical_json(call))
+    function = call.get("function", call)
+    if not _is_mapping(function):
+        function = {}
+    call_id = call.get("id") if isinstance(call.get("id"), str) else None
+    name = function.get("name") if isinstance(function.get("name"), str) else ""
+    return ToolCallKey(call_id, _text(name, ignore_cch), _arguments(function.get("arguments"), ignore_cch))
+
+
+def message_key(message: Any, *, ignore_cch: bool = False) -> MessageKey:
+    """The canonical key of one OpenAI chat message (see the module docstring); raises :class:`MessageKeyError`."""
+    if not _is_mapping(message):
+        raise MessageKeyError(f"a message must be an object, not {type(message).__name__}")
+    role = message.get("role")
+    if not isinstance(role, str):
+        raise MessageKeyError(f"a message needs a string role, not {role!r}")
+    name = message.get("name")
+    call_id = message.get("tool_call_id")
+    calls = message.get("tool_calls") or ()
+    if type(calls) is not list and (isinstance(calls, (str, bytes)) or not isinstance(calls, Sequence)):
+        calls = (calls,)
+    return MessageKey(
+        role=role,
+        content=_content(message.get("content"), ignore_cch),
+        name=_text(name, ignore_cch) if isinstance(name, str) else None,
+        tool_calls=tuple(_tool_call(call, ignore_cch) for call in calls),
+        tool_call_id=call_id if isinstance(call_id, str) else None,
+    )
+
+
+def reasoning_variant(message: Any) -> str | None:
+    """An assistant message's reasoning, which tells sibling answers with the same key apart: the first of
+    ``reasoning_content``, ``reasoning``, ``thinking`` that is a non-empty string; None when there is none.
+
+    It is never part of the key: see :mod:`proxy.trajectory.prefix_trie` for how an echo picks its variant.
+    """
+    if not _is_mapping(message) or message.get("role") != "assistant":
+        return None
+    for alias in _REASONING_ALIASES:
+        value = message.get(alias)
+        if isinstance(value, str):
+            return value or None
+    return None
+
+
+def effective_template_kwargs(
+    request_kwargs: Mapping[str, Any] | None, defaults: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The proxy's default chat-template kwargs overridden by the request's, minus the reserved variables."""
+    merged = {**(defaults or {}), **(request_kwargs or {})}
+    return {key: value for key, value in merged.items() if key not in RESERVED_TEMPLATE_KWARGS}
+
+
+def context_key(
+    tools: Sequence[Any] | None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    *,
+    default_template_kwargs: Mapping[str, Any] | None = None,
+) -> ContextKey:
+    """The context key of a request: canonical tools and effective template kwargs."""
+    kwargs = effective_template_kwargs(chat_template_kwargs, default_template_kwargs)
+    return ContextKey(canonical_json(list(tools)) if tools else None, canonical_json(kwargs))
+
+
+__all__ = [
+    "CCH_PATTERN", "ContextKey", "MessageKey", "MessageKeyError", "ToolCallKey", "canonical_json", "context_key",
+    "effective_template_kwargs", "message_key", "reasoning_variant",
+]

@@ -1,0 +1,262 @@
+"""The per-session prefix trie: every request's message list is a path; committed assistant nodes hold checkpoints.
+
+Shape::
+
+    root
+     └─ context (tools + effective template kwargs)          one per ContextKey; a change never reuses tokens
+         └─ system / user / tool message ...                  one node per message, keyed by MessageKey
+             └─ assistant [checkpoint: newest Step]           variants (reasoning) of the same key are siblings
+                 └─ tool / user ...  (pending until an answer below them commits)
+
+Operations (each O(path length), plus the hashing of the request's own messages):
+
+- :meth:`PrefixTrie.match` walks the request's messages from a context node, longest prefix first;
+- :meth:`PrefixTrie.attach` adds the unmatched suffix as *pending* nodes: prompt structure only, never a
+  checkpoint, never exported (a generation that fails leaves them behind as harmless structure, reused by the next
+  request with the same prompt);
+- :meth:`PrefixTrie.nearest_checkpoint` is the deepest checkpoint on the path (the step a generation continues);
+- :meth:`PrefixTrie.upsert_assistant` attaches a generated answer under its prompt: the same key and reasoning as an
+  existing child refreshes that child (its checkpoint becomes the newest step: idempotent retry), anything else is
+  a new sibling (best-of-N).
+
+Which child an incoming message follows (the reasoning rule of spec 5.1): among the children with its key, the one
+with the same reasoning if that one holds a checkpoint; else the most recently committed one whatever its
+reasoning (an agent that drops or trims reasoning when echoing continues its chain; siblings that differ only in
+reasoning are resolved to the latest committed); else the uncommitted one with the same reasoning; else the newest.
+
+The trie is plain data with no lock: the session controller owns it and mutates it only inside its short critical
+sections.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from proxy.trajectory.message_keys import ContextKey, MessageKey
+from proxy.trajectory.tokens import Step
+
+
+# The children of every leaf: shared, never written (see TrieNode.children).
+_NO_CHILDREN: Mapping[Any, Any] = types.MappingProxyType({})
+
+
+class NodeKind(enum.Enum):
+    """What a trie node stands for."""
+
+    ROOT = "the session's root"
+    CONTEXT = "a context: tool schemas and effective chat-template kwargs"
+    MESSAGE = "one message of a request's history, or a generated assistant answer"
+
+
+@attrs.frozen
+class ContextInfo:
+    """What a context node stores: the request's tools and effective template kwargs (for re-encodes, exports)."""
+
+    tools: tuple[Any, ...] | None
+    template_kwargs: Mapping[str, Any]
+
+
+@attrs.define(eq=False)
+class TrieNode:
+    """One node: a context, or one message. Holds its own message only; the path is rebuilt via ``parent``."""
+
+    kind: NodeKind
+    key: MessageKey | ContextKey | None
+    # Reasoning of an assistant node (the variant among siblings with the same key); None otherwise.
+    variant: str | None
+    # The message as first seen (prompt nodes) or as generated (committed answers); ContextInfo for contexts.
+    message: Any
+    parent: TrieNode | None
+    # Messages from the context node down to this node (the context node is 0).
+    depth: int
+    # Creation order within the trie (ties between variants go to the newest).
+    serial: int
+    # key -> the children with that key, one per variant (almost always one: a tuple is the smallest container).
+    # Leaves (most answers) share one empty read-only mapping until their first child.
+    children: Mapping[Any, tuple[TrieNode, ...]] = _NO_CHILDREN
+    # The newest step committed on this node (assistant answers only).
+    checkpoint: Step | None = None
+    # How many steps were committed on this node (more than one: refreshed by identical answers).
+    commits: int = 0
+    # A step was committed on this node or below it: the node is no longer pending.
+    committed_below: bool = False
+    # The context ids generations attached here encoded, by what they extend: siblings that encode the same
+    # context share one array (best-of-N over a prompt). Created on first use.
+    encodings: dict[Any, Any] | None = None
+
+    def shared_encoding(self, signature: Any, ids: Any) -> Any:
+        """``ids``, or an equal array already encoded here for the same ``signature`` (then stored only once)."""
+        if self.encodings is None:
+            self.encodings = {}
+        known = self.encodings.get(signature)
+        if known is not None and known == ids:
+            return known
+        self.encodings[signature] = ids
+        return ids
+
+    def child_variants(self) -> Iterator[TrieNode]:
+        """Every child, all variants."""
+        for variants in self.children.values():
+            yield from variants
+
+
+@attrs.frozen
+class TrieStatistics:
+    """A frozen report of the trie's size (debug view, statistics)."""
+
+    contexts: int
+    nodes: int
+    pending: int
+    checkpoints: int
+
+
+def _exact(variants: tuple[TrieNode, ...], variant: str | None) -> TrieNode | None:
+    """The child with exactly this reasoning, if any."""
+    for node in variants:
+        if node.variant == variant:
+            return node
+    return None
+
+
+def _pick(variants: tuple[TrieNode, ...], variant: str | None) -> TrieNode:
+    """The child an incoming message with this reasoning follows (the rule in the module docstring)."""
+    if len(variants) == 1 and (variants[0].variant == variant or variants[0].checkpoint is not None):
+        return variants[0]
+    exact = _exact(variants, variant)
+    if exact is not None and exact.checkpoint is not None:
+        return exact
+    committed = [node for node in variants if node.checkpoint is not None]
+    if committed:
+        return max(committed, key=lambda node: node.checkpoint.step_id)
+    if exact is not None:
+        return exact
+    return max(variants, key=lambda node: node.serial)
+
+
+@attrs.define(eq=False)
+class PrefixTrie:
+    """One session's trie (see the module docstring)."""
+
+    root: TrieNode = attrs.field(factory=lambda: TrieNode(NodeKind.ROOT, None, None, None, None, 0, 0))
+    # Nodes below the root (contexts included), and how many of the message nodes are pending.
+    size: int = 0
+    pending: int = 0
+    checkpoints: int = 0
+    _serial: int = 0
+
+    def _new(self, kind: NodeKind, key: Any, variant: str | None, message: Any, parent: TrieNode) -> TrieNode:
+        """Create a child of ``parent`` (the caller has checked it does not exist)."""
+        self._serial += 1
+        depth = parent.depth + 1 if kind is NodeKind.MESSAGE else 0
+        node = TrieNode(kind, key, variant, message, parent, depth, self._serial)
+        if parent.children is _NO_CHILDREN:
+            parent.children = {}
+        parent.children[key] = parent.children.get(key, ()) + (node,)
+        self.size += 1
+        return node
+
+    # -- contexts ---------------------------------------------------------------------------------------------------
+
+    def context(self, key: ContextKey, tools: Sequence[Any] | None, template_kwargs: Mapping[str, Any]) -> TrieNode:
+        """The context node for ``key``, created on first use."""
+        found = self.root.children.get(key)
+        if found:
+            return found[0]
+        info = ContextInfo(tuple(tools) if tools else None, dict(template_kwargs))
+        return self._new(NodeKind.CONTEXT, key, None, info, self.root)
+
+    def contexts(self) -> list[TrieNode]:
+        """Every context node."""
+        return [variants[0] for variants in self.root.children.values()]
+
+    # -- walking ----------------------------------------------------------------------------------------------------
+
+    def match(
+        self, start: TrieNode, keys: Sequence[MessageKey], variants: Sequence[str | None]
+    ) -> tuple[TrieNode, int]:
+        """The deepest node matching a prefix of the messages below ``start``, and how many messages matched."""
+        node = start
+        for index, key in enumerate(keys):
+            children = node.children.get(key)
+            if not children:
+                return node, index
+            node = _pick(children, variants[index])
+        return node, len(keys)
+
+    def attach(
+        self,
+        node: TrieNode,
+        messages: Sequence[Any],
+        keys: Sequence[MessageKey],
+        variants: Sequence[str | None],
+    ) -> TrieNode:
+        """Add ``messages`` below ``node`` as pending nodes (the caller matched everything above); the last one is
+        returned: it is where the generation's answer will attach."""
+        for message, key, variant in zip(messages, keys, variants, strict=True):
+            node = self._new(NodeKind.MESSAGE, key, variant, message, node)
+            self.pending += 1
+        return node
+
+    @staticmethod
+    def nearest_checkpoint(node: TrieNode) -> Step | None:
+        """The newest step of the deepest committed node on the path from ``node`` up to its context."""
+        while node.kind is NodeKind.MESSAGE:
+            if node.checkpoint is not None:
+                return node.checkpoint
+            node = node.parent
+        return None
+
+    @staticmethod
+    def context_of(node: TrieNode) -> TrieNode:
+        """The context node above ``node``."""
+        while node.kind is NodeKind.MESSAGE:
+            node = node.parent
+        return node
+
+    @staticmethod
+    def messages(node: TrieNode) -> list[Any]:
+        """The stored messages from the context down to ``node``."""
+        found = []
+        while node.kind is NodeKind.MESSAGE:
+            found.append(node.message)
+            node = node.parent
+        found.reverse()
+        return found
+
+    # -- committing -------------------------------------------------------------------------------------------------
+
+    def upsert_assistant(
+        self, parent: TrieNode, message: Any, key: MessageKey, variant: str | None
+    ) -> tuple[TrieNode, bool]:
+        """The child of ``parent`` for a generated answer: the existing one with the same key and reasoning
+        (returned with True if it already held a checkpoint: a refresh), or a new sibling."""
+        existing = _exact(parent.children.get(key, ()), variant)
+        if existing is not None:
+            return existing, existing.checkpoint is not None
+        # Counted pending until set_checkpoint marks it, like every other message node.
+        self.pending += 1
+        return self._new(NodeKind.MESSAGE, key, variant, message, parent), False
+
+    def set_checkpoint(self, node: TrieNode, step: Step) -> None:
+        """Record ``step`` as the newest checkpoint of ``node``; the path above stops being pending."""
+        if node.checkpoint is None:
+            self.checkpoints += 1
+        node.checkpoint = step
+        node.commits += 1
+        # Amortized O(1): stop at the first node already marked (everything above it is marked too).
+        while node.kind is NodeKind.MESSAGE and not node.committed_below:
+            node.committed_below = True
+            self.pending -= 1
+            node = node.parent
+
+    def statistics(self) -> TrieStatistics:
+        """Sizes for the debug view."""
+        return TrieStatistics(len(self.root.children), self.size, self.pending, self.checkpoints)
+
+
+__all__ = ["ContextInfo", "NodeKind", "PrefixTrie", "TrieNode", "TrieStatistics"]

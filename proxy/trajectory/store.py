@@ -1,0 +1,170 @@
+"""The trajectory store: finalized segments, written once per finalize, read by session or trajectory id, drained.
+
+:class:`TrajectoryStore` is the interface (async: a durable implementation does I/O; ``statistics`` is cheap and
+sync-safe but async for the same reason). :class:`InMemoryTrajectoryStore` is the default: a dict per session,
+insertion-ordered, so reads return sessions in finalize order and segments in export order. A durable SQLite store
+(one transaction per finalize) is a later issue and implements the same five calls.
+
+- ``write(session_id, segments)``: store a finalized session's segments, replacing any earlier write of it.
+- ``read(session_id=None, trajectory_id=None, drain=False)``: the session's segments, or the one segment, or with
+  neither every segment; ``drain`` removes what it returns. The result also names the sessions that the read left
+  without any segment, so the registry can move them to DRAINED.
+- ``cleanup(max_age_seconds=None, max_sessions=None)``: forget sessions written too long ago, or the oldest beyond a
+  count; returns how many sessions it removed.
+- ``statistics()``: sessions, segments, tokens, bytes (the segments' JSON size), plus lifetime counters.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+
+@attrs.frozen
+class StoreStatistics:
+    """A frozen report for ``GET /trajectory/stats``."""
+
+    sessions: int
+    segments: int
+    tokens: int
+    bytes: int
+    # Lifetime counters.
+    written_sessions: int
+    drained_segments: int
+    cleaned_sessions: int
+
+    def as_json(self) -> dict[str, int]:
+        """The report as a JSON object."""
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class ReadResult:
+    """What a read returns: the segments, and the sessions it left with no segment (drain only)."""
+
+    segments: tuple[dict[str, Any], ...]
+    emptied_sessions: tuple[str, ...] = ()
+
+
+class TrajectoryStore(Protocol):
+    """Where finalized segments live until the trainer drains them."""
+
+    async def write(self, session_id: str, segments: Sequence[dict[str, Any]]) -> None:
+        """Store a finalized session's segments (replacing an earlier write of the same session)."""
+
+    async def read(
+        self, *, session_id: str | None = None, trajectory_id: str | None = None, drain: bool = False
+    ) -> ReadResult:
+        """Segments of one session, one segment, or (with neither id) all; ``drain`` removes them."""
+
+    async def cleanup(self, *, max_age_seconds: float | None = None, max_sessions: int | None = None) -> int:
+        """Forget old sessions; returns how many were removed."""
+
+    async def statistics(self) -> StoreStatistics:
+        """Sizes and counters."""
+
+
+@attrs.define(eq=False)
+class _Stored:
+    """One session's segments and their sizes."""
+
+    written_at: float
+    # trajectory_id -> segment, in export order.
+    segments: dict[str, dict[str, Any]]
+    tokens: dict[str, int]
+    sizes: dict[str, int]
+
+
+@attrs.define(eq=False)
+class InMemoryTrajectoryStore:
+    """The default store: everything in process memory, lost on restart."""
+
+    # Seconds since an arbitrary origin; injectable for tests of cleanup by age.
+    clock: Callable[[], float] = time.monotonic
+    _sessions: dict[str, _Stored] = attrs.field(factory=dict, init=False)
+    # trajectory_id -> session_id, for reads of one segment.
+    _owners: dict[str, str] = attrs.field(factory=dict, init=False)
+    _written: int = attrs.field(default=0, init=False)
+    _drained: int = attrs.field(default=0, init=False)
+    _cleaned: int = attrs.field(default=0, init=False)
+
+    async def write(self, session_id: str, segments: Sequence[dict[str, Any]]) -> None:
+        self._remove_session(session_id)
+        stored = _Stored(self.clock(), {}, {}, {})
+        for segment in segments:
+            tid = segment["trajectory_id"]
+            stored.segments[tid] = segment
+            stored.tokens[tid] = len(segment.get("token_ids") or ())
+            stored.sizes[tid] = len(json.dumps(segment, ensure_ascii=False, default=str).encode("utf-8"))
+            self._owners[tid] = session_id
+        self._sessions[session_id] = stored
+        self._written += 1
+
+    async def read(
+        self, *, session_id: str | None = None, trajectory_id: str | None = None, drain: bool = False
+    ) -> ReadResult:
+        if trajectory_id is not None:
+            owner = self._owners.get(trajectory_id)
+            if owner is None or (session_id is not None and owner != session_id):
+                return ReadResult(())
+            selected = [(owner, trajectory_id)]
+        elif session_id is not None:
+            stored = self._sessions.get(session_id)
+            selected = [(session_id, tid) for tid in stored.segments] if stored else []
+        else:
+            selected = [(sid, tid) for sid, stored in self._sessions.items() for tid in stored.segments]
+        segments = tuple(self._sessions[sid].segments[tid] for sid, tid in selected)
+        emptied: list[str] = []
+        if drain:
+            for sid, tid in selected:
+                stored = self._sessions[sid]
+                for table in (stored.segments, stored.tokens, stored.sizes):
+                    del table[tid]
+                del self._owners[tid]
+                self._drained += 1
+                if not stored.segments:
+                    del self._sessions[sid]
+                    emptied.append(sid)
+        return ReadResult(segments, tuple(emptied))
+
+    async def cleanup(self, *, max_age_seconds: float | None = None, max_sessions: int | None = None) -> int:
+        doomed = []
+        if max_age_seconds is not None:
+            now = self.clock()
+            doomed += [sid for sid, stored in self._sessions.items() if now - stored.written_at > max_age_seconds]
+        if max_sessions is not None and len(self._sessions) > max_sessions:
+            # Oldest first: dicts keep insertion (write) order.
+            doomed += list(self._sessions)[: len(self._sessions) - max_sessions]
+        removed = 0
+        for sid in dict.fromkeys(doomed):
+            removed += self._remove_session(sid)
+        self._cleaned += removed
+        return removed
+
+    async def statistics(self) -> StoreStatistics:
+        stored = self._sessions.values()
+        return StoreStatistics(
+            sessions=len(self._sessions),
+            segments=sum(len(s.segments) for s in stored),
+            tokens=sum(sum(s.tokens.values()) for s in stored),
+            bytes=sum(sum(s.sizes.values()) for s in stored),
+            written_sessions=self._written,
+            drained_segments=self._drained,
+            cleaned_sessions=self._cleaned,
+        )
+
+    def _remove_session(self, session_id: str) -> int:
+        """Forget one session entirely; 1 if it was stored."""
+        stored = self._sessions.pop(session_id, None)
+        if stored is None:
+            return 0
+        for tid in stored.segments:
+            self._owners.pop(tid, None)
+        return 1
+
+
+__all__ = ["InMemoryTrajectoryStore", "ReadResult", "StoreStatistics", "TrajectoryStore"]

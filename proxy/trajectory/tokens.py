@@ -1,0 +1,249 @@
+"""Token storage with structural sharing: each step stores only the tokens it adds; a sequence is a walk to the root.
+
+A committed step (a *checkpoint*, spec section 2) is an immutable :class:`Step`: a pointer to the step it extends
+(``base``; None when the step started from a full encode) and a :class:`TokenSpan` holding exactly what this step
+added -- the context tokens (a TITO fragment, or the whole prompt of a full encode) followed by the generated tokens,
+with the context loss mask, the logprobs and weight versions of the generated tokens, and their routed-expert rows.
+The full token state of a checkpoint is the concatenation of the spans from the root step to it (:func:`path`),
+rebuilt only when someone needs the ids (the upstream request, an export). So
+
+- best-of-N siblings over one long prefix store that prefix once (``bench/trie_memory.py``);
+- cloning a checkpoint for a new generation is O(1): the generation's private state (:class:`WorkingTokens`) is the
+  base pointer plus the context tokens it adds itself;
+- committing stores O(new tokens), never a copy of the prefix.
+
+Compact storage: ids are ``array('i')`` (4 bytes each), logprobs ``array('f')`` when every value survives the round
+trip through float32 exactly (SGLang computes logprobs in float32, so its values always do) and ``array('d')``
+otherwise -- either way the stored values are exactly the ones received (:func:`exact_logprobs`), the context mask is ``bytes`` or None (all zeros, the default), the generated tokens' mask is implicitly 1,
+and weight versions are run-length encoded (a version changes at most at a weight update). A span's context ids
+are a separate array so siblings that encoded the same context (best-of-N over one prompt, which has no checkpoint
+to share) hold one array between them: the session deduplicates them per prompt node.
+
+Nothing here is mutated after construction (arrays included): a step is shared by every branch built on it.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class RoutedChunk:
+    """Routed-expert rows of one upstream request (spec 9): SGLang's raw little-endian int32 bytes.
+
+    ``num_rows`` rows of ``num_layers * topk`` values, one per input position from ``start_len`` on (the upstream
+    client's ``RoutedExperts`` has these three attributes; :meth:`of` copies any such object).
+    """
+
+    data: bytes = attrs.field(repr=lambda d: f"<{len(d)} bytes>")
+    num_rows: int
+    start_len: int = 0
+
+    @classmethod
+    def of(cls, chunk: Any) -> RoutedChunk:
+        """A chunk from any object with ``data``, ``num_rows`` and ``start_len`` (e.g. upstream ``RoutedExperts``)."""
+        if isinstance(chunk, RoutedChunk):
+            return chunk
+        return cls(bytes(chunk.data), int(chunk.num_rows), int(getattr(chunk, "start_len", 0) or 0))
+
+
+def _ids(values: Iterable[int]) -> array:
+    """Token ids as a compact int32 array."""
+    return array("i", values)
+
+
+def exact_logprobs(values: Sequence[float]) -> array:
+    """The smallest array that gives back exactly ``values``: float32 (4 bytes) when lossless, else float64."""
+    single = array("f", values)
+    return single if single.tolist() == list(values) else array("d", values)
+
+
+def run_length(versions: Sequence[str | None]) -> tuple[tuple[str | None, int], ...]:
+    """``[a, a, b]`` -> ``((a, 2), (b, 1))``."""
+    runs: list[tuple[str | None, int]] = []
+    for version in versions:
+        if runs and runs[-1][0] == version:
+            runs[-1] = (version, runs[-1][1] + 1)
+        else:
+            runs.append((version, 1))
+    return tuple(runs)
+
+
+def expand_runs(runs: Sequence[tuple[str | None, int]]) -> list[str | None]:
+    """The inverse of :func:`run_length`."""
+    out: list[str | None] = []
+    for version, count in runs:
+        out.extend([version] * count)
+    return out
+
+
+@attrs.frozen(eq=False)
+class TokenSpan:
+    """What one step adds to its base's tokens: context tokens, then generated tokens.
+
+    ``context_ids`` may be shared with sibling steps that encoded the same context (best-of-N over one prompt:
+    the session stores the prompt's ids once). Invariants: ``context_mask`` is None or one 0/1 byte per context
+    token; ``logprobs`` is None or one value per generated token; the version runs cover the generated tokens.
+    """
+
+    context_ids: array = attrs.field(repr=lambda a: f"<{len(a)} ids>")
+    generated_ids: array = attrs.field(factory=lambda: array("i"), repr=lambda a: f"<{len(a)} ids>")
+    # None means 0 for every context token (spec 3.1: the default without a client-supplied mask).
+    context_mask: bytes | None = None
+    # One logprob per generated token; None when absent or not aligned (all-or-none, spec 5.5).
+    logprobs: array | None = attrs.field(default=None, repr=False)
+    # Run-length weight versions of the generated tokens.
+    version_runs: tuple[tuple[str | None, int], ...] = ()
+    routed_experts: tuple[RoutedChunk, ...] = ()
+
+    @property
+    def context_count(self) -> int:
+        """How many context tokens the span holds."""
+        return len(self.context_ids)
+
+    @property
+    def generated_count(self) -> int:
+        """How many generated tokens the span holds."""
+        return len(self.generated_ids)
+
+    @property
+    def length(self) -> int:
+        """All the tokens the span adds."""
+        return len(self.context_ids) + len(self.generated_ids)
+
+    def ids(self) -> list[int]:
+        """Context then generated ids, as a new list."""
+        return self.context_ids.tolist() + self.generated_ids.tolist()
+
+    def last_ids(self) -> array:
+        """The span's last tokens: its generated ids, or its context when it generated nothing."""
+        return self.generated_ids if self.generated_ids else self.context_ids
+
+    def context_mask_values(self) -> list[int]:
+        """The loss mask of the context tokens."""
+        if self.context_mask is None:
+            return [0] * self.context_count
+        return list(self.context_mask)
+
+    def versions(self) -> list[str | None]:
+        """One weight version per generated token."""
+        return expand_runs(self.version_runs)
+
+    def nbytes(self, *, shared_context: bool = False) -> int:
+        """Bytes of the token payload (ids, masks, logprobs, routed rows); without the context ids when they are
+        shared with a sibling."""
+        size = 0 if shared_context else len(self.context_ids) * self.context_ids.itemsize
+        size += len(self.generated_ids) * self.generated_ids.itemsize + len(self.context_mask or b"")
+        size += len(self.logprobs) * self.logprobs.itemsize if self.logprobs is not None else 0
+        return size + sum(len(chunk.data) for chunk in self.routed_experts)
+
+
+def context_span(ids: Iterable[int] | array, mask: Sequence[int] | None = None) -> TokenSpan:
+    """A span holding only context tokens (a generation's private part before it commits); an ``array('i')`` is
+    kept as is (shared), anything else is copied into one."""
+    stored = ids if isinstance(ids, array) and ids.typecode == "i" else _ids(ids)
+    packed = None
+    if mask is not None and any(mask):
+        packed = bytes(1 if value else 0 for value in mask)
+    return TokenSpan(stored, array("i"), packed)
+
+
+def committed_span(
+    context: TokenSpan,
+    generated_ids: Sequence[int],
+    logprobs: Sequence[float] | None,
+    versions: Sequence[str | None],
+    routed_experts: Sequence[RoutedChunk] = (),
+) -> TokenSpan:
+    """The span a commit stores: the generation's context tokens (shared, not copied), then what it generated."""
+    stored_logprobs = exact_logprobs(logprobs) if logprobs is not None else None
+    return TokenSpan(context.context_ids, _ids(generated_ids), context.context_mask, stored_logprobs,
+                     run_length(versions), tuple(routed_experts))
+
+
+@attrs.frozen(eq=False)
+class Step:
+    """A committed step: the checkpoint after one assistant turn. Immutable; shared by every branch built on it.
+
+    ``node`` is the trie node of the assistant message this step answered with; the trie points back at the newest
+    step of each node. ``chain_id`` / ``position`` say which chain owns the step and where (1-based); the owning
+    chain is the only segment in which the step's generated tokens are trained (architecture invariant 6).
+    """
+
+    # Commit order within the session (1, 2, ...): segments are exported in this order.
+    step_id: int
+    base: Step | None
+    span: TokenSpan
+    chain_id: int
+    position: int
+    node: Any = attrs.field(repr=False)
+    generation_id: str
+    finish_reason: str
+    # False when the step did not end with the end-of-turn token: TITO can never extend it.
+    extendable: bool
+    # The request's explicit turn id (X-Turn-Id), if any.
+    turn_id: str | None = None
+    # Why this step's tokens started from a full encode (only on steps with no base); see boundaries.py.
+    boundary_reason: str | None = None
+    boundary_detail: str | None = None
+    # The step's incremental encode failed and it fell back to a full encode (spec 5.4).
+    tito_failed: bool = False
+    # Logprobs were requested or expected but are missing or misaligned: the span holds none.
+    logprobs_invalid: bool = False
+    # Total tokens from the root step through this one; number of steps on that path.
+    length: int = attrs.field(init=False)
+    depth: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        base_length, base_depth = (self.base.length, self.base.depth) if self.base is not None else (0, 0)
+        object.__setattr__(self, "length", base_length + self.span.length)
+        object.__setattr__(self, "depth", base_depth + 1)
+
+
+def path(step: Step | None) -> list[Step]:
+    """The steps from the root (a full encode) to ``step``, in order: O(steps on the path)."""
+    steps: list[Step] = []
+    while step is not None:
+        steps.append(step)
+        step = step.base
+    steps.reverse()
+    return steps
+
+
+def path_ids(step: Step | None) -> array:
+    """Every token id from the root to the end of ``step``: one C-level copy per span."""
+    ids = array("i")
+    for each in path(step):
+        ids.extend(each.span.context_ids)
+        ids.extend(each.span.generated_ids)
+    return ids
+
+
+@attrs.frozen(eq=False)
+class WorkingTokens:
+    """A generation's private token state: the checkpoint it continues (shared, never copied) plus the context
+    tokens it adds. Cloning a checkpoint is creating one of these: O(1) in the checkpoint's size."""
+
+    base: Step | None
+    context: TokenSpan
+
+    @property
+    def prompt_length(self) -> int:
+        """Tokens sent upstream: the base's tokens plus this step's context."""
+        return (self.base.length if self.base is not None else 0) + self.context.context_count
+
+    def input_ids(self) -> list[int]:
+        """The ids to send upstream (``input_ids``): O(prompt length), call it outside any session lock."""
+        ids = path_ids(self.base)
+        ids.extend(self.context.context_ids)
+        return ids.tolist()
+
+
+__all__ = [
+    "RoutedChunk", "Step", "TokenSpan", "WorkingTokens", "committed_span", "context_span", "expand_runs", "path",
+    "path_ids", "run_length",
+]

@@ -1,0 +1,14 @@
+"""Real TITO tokenizers for the session tests (loaded once per test session)."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.tokenization import TitoTokenizer, load_tito_tokenizer
+
+
+@pytest.fixture(scope="session", params=["qwen3", "qwen3_5"])
+def real_tokenizer(request, qwen3_path, qwen3_5_path) -> TitoTokenizer:
+    """Each real family in turn."""
+    path = qwen3_path if request.param == "qwen3" else qwen3_5_path
+    return load_tito_tokenizer(request.param, path)

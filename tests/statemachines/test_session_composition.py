@@ -1,0 +1,131 @@
+"""SessionMachine + ChainMachines, level 3: composed with N abstract generations and a trainer, model-checked.
+
+Correct machines: no violation for N = 1..3 (and with a step limit), every row of both tables driven. Planted bugs:
+machine variants with one row changed; the explorer must find each with the shortest trace, derived by hand.
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from statemachines import chain as chain_sm
+from statemachines import session as session_sm
+from statemachines.compositions import GenPhase, SessionWorld, session_with_generations
+from statemachines.core import Branch, Goto, on
+
+# Measured once and documented in docs/statemachines/README.md; a change here must be deliberate.
+EXPECTED_COUNTS = {(1, None): (38, 127), (2, None): (525, 2018), (3, None): (13599, 57852), (3, 2): (4835, 21294)}
+
+
+@pytest.mark.parametrize("n, max_steps", sorted(EXPECTED_COUNTS, key=str), ids=str)
+def test_session_composition_with_n_generations_keeps_every_invariant(n, max_steps):
+    system = session_with_generations(n, max_steps=max_steps)
+    result = system.explore(max_states=200_000)
+    print(f"\n{system.name}: {result.states} states, {result.transitions} transitions, depth {result.depth}")
+    assert result.violation is None, result.violation.format(system.describe)
+    assert result.complete
+    assert (result.states, result.transitions) == EXPECTED_COUNTS[(n, max_steps)]
+
+
+def test_session_composition_exercises_every_row_of_both_tables():
+    # Record every (state, event) pair the composition sends, over all reachable states of N = 3; the step limit's
+    # refusal (a branch of a row the unlimited run drives) is checked with a limit of 2.
+    sent: set = set()
+    effects: set = set()
+
+    def recording(base):
+        class Recording(base):
+            def send(self, event):
+                sent.add((self.snapshot().state, type(event)))
+                out = super().send(event)
+                effects.update(type(effect) for effect in out)
+                return out
+        return Recording
+
+    machines = dict(session=recording(session_sm.SessionMachine), chain=recording(chain_sm.ChainMachine))
+    result = session_with_generations(3, **machines).explore()
+    assert result.violation is None
+    assert set(session_sm.TABLE.rows) | set(chain_sm.TABLE.rows) == sent
+    assert chain_sm.StartNewSegment in effects and session_sm.MaxStepsReached not in effects
+    assert session_with_generations(3, max_steps=2, **machines).explore().violation is None
+    assert session_sm.MaxStepsReached in effects
+
+
+def _accept_anyway(state, data, event):
+    """Planted bug A: a session being finalized still accepts commits."""
+    left = attrs.evolve(data, in_flight=data.in_flight - 1, steps=data.steps + 1)
+    return Goto(state, left, [session_sm.AcceptCommit(left.steps)])
+
+
+class LateCommitSession(session_sm.SessionMachine):
+    table = session_sm.TABLE.overriding(
+        on(session_sm.State.FINALIZING, session_sm.CommitRequested, _accept_anyway,
+           Branch(session_sm.State.FINALIZING, [session_sm.AcceptCommit])),
+    )
+
+
+def test_planted_bug_commit_after_finalize_is_found_with_a_three_step_trace():
+    # Shortest: a generation is prepared, the trainer finalizes, the generation commits: 3 steps. The step is
+    # accepted by a session that left ACTIVE (invariant 5); its pending chain was abandoned by the export, so the
+    # step is also in no exported segment, but invariant 5 is checked first.
+    system = session_with_generations(2, session=LateCommitSession)
+    violation = system.explore().violation
+    assert violation is not None, "the explorer missed the planted bug"
+    print("\n" + violation.format(system.describe))
+    assert violation.labels == ("g0: prepare (no checkpoint)", "trainer: finalize", "g0: commit")
+    assert violation.invariant == "no_commit_after_session_left_active"
+    final: SessionWorld = violation.final
+    assert final.steps[0].accepted_in == "FINALIZING"
+
+
+def _overwrite(state, data, event):
+    """Planted bug B: a counted commit always advances the tip, even after a sibling moved it."""
+    left = attrs.evolve(data, extenders=data.extenders - 1, steps=data.steps + 1)
+    target = chain_sm.State.EXTENDING if left.extenders else chain_sm.State.OPEN
+    return Goto(target, left, [chain_sm.TipAdvanced(left.steps)])
+
+
+class OverwritingChain(chain_sm.ChainMachine):
+    table = chain_sm.TABLE.overriding(
+        on(chain_sm.State.EXTENDING, chain_sm.ExtensionCommitted, _overwrite,
+           Branch(chain_sm.State.EXTENDING, [chain_sm.TipAdvanced]),
+           Branch(chain_sm.State.OPEN, [chain_sm.TipAdvanced])),
+    )
+
+
+def test_planted_bug_sibling_overwrite_is_found_with_a_six_step_trace():
+    # Shortest: a first step, two siblings prepared on it, both commit: the second is appended after the first
+    # although it extends step 1, so the chain is no longer one token path. Needs three generations.
+    system = session_with_generations(3, chain=OverwritingChain)
+    violation = system.explore().violation
+    assert violation is not None
+    assert violation.labels == (
+        "g0: prepare (no checkpoint)", "g0: commit", "g1: prepare on c0 tip", "g2: prepare on c0 tip",
+        "g1: commit", "g2: commit",
+    )
+    assert violation.invariant == "chains_are_token_paths"
+    assert session_with_generations(2, chain=OverwritingChain).explore().violation is None
+
+
+def _export_pending(state, data, event):
+    """Planted bug C: finalize exports a pending chain (its generation has not committed) instead of abandoning it."""
+    return Goto(chain_sm.State.EXPORTED, attrs.evolve(data, steps=1), [chain_sm.ExportSegment(0)])
+
+
+class ExportingPendingChain(chain_sm.ChainMachine):
+    table = chain_sm.TABLE.overriding(
+        on(chain_sm.State.PENDING, chain_sm.ExportRequested, _export_pending,
+           Branch(chain_sm.State.EXPORTED, [chain_sm.ExportSegment])),
+    )
+
+
+def test_planted_bug_exporting_a_pending_chain_is_found_with_a_two_step_trace():
+    # Pending prompt structure must never be exported: a generation is prepared, the trainer finalizes, and the
+    # export holds a segment without any committed step.
+    system = session_with_generations(1, chain=ExportingPendingChain)
+    violation = system.explore().violation
+    assert violation is not None
+    assert violation.labels == ("g0: prepare (no checkpoint)", "trainer: finalize")
+    assert violation.invariant == "every_committed_step_in_exactly_one_exported_segment"
+    assert violation.final.exported == ((),) and violation.final.generations[0].phase is GenPhase.PREPARED

@@ -1,0 +1,130 @@
+"""The prefix trie: longest-prefix walk, pending nodes, nearest checkpoint, upsert (refresh vs sibling), variants."""
+
+from __future__ import annotations
+
+from proxy.trajectory.message_keys import context_key, message_key, reasoning_variant
+from proxy.trajectory.prefix_trie import NodeKind, PrefixTrie
+from proxy.trajectory.tokens import Step, committed_span, context_span
+
+SYS = {"role": "system", "content": "s"}
+USER = {"role": "user", "content": "u"}
+
+
+def keys(messages):
+    return [message_key(m) for m in messages], [reasoning_variant(m) for m in messages]
+
+
+def walk_and_attach(trie, context, messages):
+    ks, vs = keys(messages)
+    node, matched = trie.match(context, ks, vs)
+    return trie.attach(node, messages[matched:], ks[matched:], vs[matched:]), matched
+
+
+_ids = iter(range(1, 1000))
+
+
+def commit(trie, parent, answer, base=None):
+    """Upsert ``answer`` under ``parent`` with a new checkpoint; returns (node, refreshed, step)."""
+    node, refreshed = trie.upsert_assistant(parent, answer, message_key(answer), reasoning_variant(answer))
+    span = committed_span(context_span([1]), [2], None, [None])
+    step = Step(next(_ids), base, span, 1, 1, node, "g", "stop", True)
+    trie.set_checkpoint(node, step)
+    return node, refreshed, step
+
+
+def new_trie():
+    trie = PrefixTrie()
+    return trie, trie.context(context_key(None), None, {})
+
+
+def test_prefix_trie_attach_creates_pending_nodes_and_match_finds_them():
+    trie, ctx = new_trie()
+    attach, matched = walk_and_attach(trie, ctx, [SYS, USER])
+    assert matched == 0 and attach.depth == 2 and attach.kind is NodeKind.MESSAGE
+    assert trie.statistics().pending == 2 and trie.statistics().nodes == 3
+    again, matched = walk_and_attach(trie, ctx, [SYS, USER])
+    assert again is attach and matched == 2
+    assert trie.messages(attach) == [SYS, USER]
+    assert trie.nearest_checkpoint(attach) is None
+
+
+def test_prefix_trie_commit_makes_the_path_non_pending_and_is_the_nearest_checkpoint():
+    trie, ctx = new_trie()
+    attach, _ = walk_and_attach(trie, ctx, [SYS, USER])
+    node, refreshed, step = commit(trie, attach, {"role": "assistant", "content": "a"})
+    assert not refreshed and trie.statistics().pending == 0 and trie.statistics().checkpoints == 1
+    follow, matched = walk_and_attach(trie, ctx, [SYS, USER, {"role": "assistant", "content": "a"}, USER])
+    assert matched == 3
+    assert trie.nearest_checkpoint(follow) is step
+    assert trie.statistics().pending == 1
+
+
+def test_prefix_trie_same_answer_refreshes_different_answer_is_a_sibling():
+    trie, ctx = new_trie()
+    attach, _ = walk_and_attach(trie, ctx, [SYS, USER])
+    first, _, step1 = commit(trie, attach, {"role": "assistant", "content": "a"})
+    again, refreshed, step2 = commit(trie, attach, {"role": "assistant", "content": "a"})
+    assert again is first and refreshed and first.checkpoint is step2 and first.commits == 2
+    other, refreshed, _ = commit(trie, attach, {"role": "assistant", "content": "b"})
+    assert other is not first and not refreshed
+    assert len(list(attach.child_variants())) == 2 and trie.statistics().checkpoints == 2
+
+
+def test_prefix_trie_contexts_never_share_nodes():
+    trie = PrefixTrie()
+    plain = trie.context(context_key(None), None, {})
+    tools = trie.context(context_key([{"type": "function", "function": {"name": "t"}}]), [{"x": 1}], {})
+    a, _ = walk_and_attach(trie, plain, [SYS, USER])
+    b, matched = walk_and_attach(trie, tools, [SYS, USER])
+    assert a is not b and matched == 0
+    assert trie.context_of(b) is tools and tools.message.tools == ({"x": 1},)
+    assert len(trie.contexts()) == 2
+
+
+def test_prefix_trie_echo_without_reasoning_follows_the_committed_variant():
+    trie, ctx = new_trie()
+    attach, _ = walk_and_attach(trie, ctx, [SYS, USER])
+    thought = {"role": "assistant", "content": "a", "reasoning_content": "because"}
+    node, _, step = commit(trie, attach, thought)
+    # The agent drops the reasoning when echoing: it still continues from the checkpoint.
+    follow, matched = walk_and_attach(trie, ctx, [SYS, USER, {"role": "assistant", "content": "a"}, USER])
+    assert matched == 3 and follow.parent is node and trie.nearest_checkpoint(follow) is step
+
+
+def test_prefix_trie_variant_rule_exact_committed_then_latest_committed_then_uncommitted():
+    trie, ctx = new_trie()
+    attach, _ = walk_and_attach(trie, ctx, [SYS, USER])
+    r1 = {"role": "assistant", "content": "a", "reasoning_content": "one"}
+    r2 = {"role": "assistant", "content": "a", "reasoning_content": "two"}
+    n1, _, _ = commit(trie, attach, r1)
+    n2, _, _ = commit(trie, attach, r2)
+    assert n1 is not n2  # reasoning tells siblings apart
+    ks, vs = keys([SYS, USER, r1])
+    assert trie.match(ctx, ks, vs)[0] is n1  # exact reasoning, committed
+    ks, vs = keys([SYS, USER, {"role": "assistant", "content": "a", "reasoning_content": "edited"}])
+    assert trie.match(ctx, ks, vs)[0] is n2  # no exact: the latest committed
+    # An uncommitted (warm-start) variant is followed only when nothing with that key is committed.
+    warm = {"role": "assistant", "content": "w"}
+    w_node, _ = walk_and_attach(trie, ctx, [SYS, USER, warm])
+    ks, vs = keys([SYS, USER, warm])
+    assert trie.match(ctx, ks, vs)[0] is w_node and w_node.checkpoint is None
+    committed_w, _, _ = commit(trie, attach, {"role": "assistant", "content": "w", "reasoning_content": "r"})
+    assert trie.match(ctx, ks, vs)[0] is committed_w
+
+
+def test_prefix_trie_warm_start_assistant_node_gets_its_first_checkpoint_by_upsert():
+    trie, ctx = new_trie()
+    warm = {"role": "assistant", "content": "w"}
+    w_node, _ = walk_and_attach(trie, ctx, [SYS, USER, warm])
+    node, refreshed, _ = commit(trie, w_node.parent, {"role": "assistant", "content": "w"})
+    assert node is w_node and not refreshed and trie.statistics().pending == 0
+
+
+def test_prefix_trie_nearest_checkpoint_skips_uncommitted_nodes_and_stops_at_the_context():
+    trie, ctx = new_trie()
+    attach, _ = walk_and_attach(trie, ctx, [SYS, USER])
+    node, _, step = commit(trie, attach, {"role": "assistant", "content": "a"})
+    deep, _ = walk_and_attach(trie, ctx, [SYS, USER, {"role": "assistant", "content": "a"}, USER,
+                                          {"role": "assistant", "content": "never generated"}, USER])
+    assert trie.nearest_checkpoint(deep) is step
+    assert trie.nearest_checkpoint(ctx) is None

@@ -1,0 +1,76 @@
+"""The in-memory trajectory store: write, read by session or trajectory id, drain, cleanup, statistics."""
+
+from __future__ import annotations
+
+import json
+
+from proxy.trajectory.store import InMemoryTrajectoryStore, ReadResult
+
+
+def segments(session_id, n, tokens=3):
+    return [{"trajectory_id": f"{session_id}:{i}", "parent_traj_id": session_id, "token_ids": list(range(tokens))}
+            for i in range(n)]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+async def test_store_reads_by_session_by_trajectory_id_and_all_in_write_order():
+    store = InMemoryTrajectoryStore()
+    await store.write("a", segments("a", 2))
+    await store.write("b", segments("b", 1))
+    assert [s["trajectory_id"] for s in (await store.read(session_id="a")).segments] == ["a:0", "a:1"]
+    assert [s["trajectory_id"] for s in (await store.read(trajectory_id="b:0")).segments] == ["b:0"]
+    assert [s["trajectory_id"] for s in (await store.read()).segments] == ["a:0", "a:1", "b:0"]
+    assert (await store.read(session_id="zzz")).segments == ()
+    assert (await store.read(trajectory_id="a:0", session_id="b")).segments == ()
+
+
+async def test_store_drain_removes_what_it_returns_and_names_emptied_sessions():
+    store = InMemoryTrajectoryStore()
+    await store.write("a", segments("a", 2))
+    first = await store.read(trajectory_id="a:0", drain=True)
+    assert [s["trajectory_id"] for s in first.segments] == ["a:0"] and first.emptied_sessions == ()
+    rest = await store.read(session_id="a", drain=True)
+    assert [s["trajectory_id"] for s in rest.segments] == ["a:1"] and rest.emptied_sessions == ("a",)
+    assert await store.read(session_id="a") == ReadResult(())
+    stats = await store.statistics()
+    assert (stats.sessions, stats.segments, stats.drained_segments) == (0, 0, 2)
+
+
+async def test_store_rewrite_of_a_session_replaces_it():
+    store = InMemoryTrajectoryStore()
+    await store.write("a", segments("a", 3))
+    await store.write("a", segments("a", 1))
+    assert len((await store.read(session_id="a")).segments) == 1
+    assert (await store.read(trajectory_id="a:2")).segments == ()
+
+
+async def test_store_statistics_count_sessions_segments_tokens_and_json_bytes():
+    store = InMemoryTrajectoryStore()
+    written = segments("a", 2, tokens=5)
+    await store.write("a", written)
+    stats = await store.statistics()
+    assert (stats.sessions, stats.segments, stats.tokens) == (1, 2, 10)
+    assert stats.bytes == sum(len(json.dumps(s).encode()) for s in written)
+    assert stats.as_json()["written_sessions"] == 1
+
+
+async def test_store_cleanup_by_age_and_by_count_forgets_the_oldest():
+    clock = Clock()
+    store = InMemoryTrajectoryStore(clock=clock)
+    await store.write("old", segments("old", 1))
+    clock.now += 50
+    await store.write("mid", segments("mid", 1))
+    clock.now += 50
+    await store.write("new", segments("new", 1))
+    assert await store.cleanup(max_age_seconds=75) == 1
+    assert (await store.read(session_id="old")).segments == ()
+    assert await store.cleanup(max_sessions=1) == 1
+    assert [s["parent_traj_id"] for s in (await store.read()).segments] == ["new"]
+    assert (await store.statistics()).cleaned_sessions == 2

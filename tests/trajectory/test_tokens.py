@@ -1,0 +1,113 @@
+"""Token storage with structural sharing: spans hold only what a step adds; paths are rebuilt by walking."""
+
+from __future__ import annotations
+
+from array import array
+
+import pytest
+
+from proxy.trajectory.tokens import (
+    RoutedChunk,
+    Step,
+    WorkingTokens,
+    committed_span,
+    context_span,
+    expand_runs,
+    path,
+    path_ids,
+    run_length,
+)
+
+
+def step(step_id, base, context_ids, generated, *, logprobs=None, versions=None, chain=1, position=1):
+    span = committed_span(context_span(context_ids), generated, logprobs, versions or [None] * len(generated))
+    return Step(step_id, base, span, chain, position, node=None, generation_id=f"g{step_id}", finish_reason="stop",
+                extendable=True)
+
+
+def test_span_stores_context_then_generated_with_compact_arrays():
+    span = committed_span(context_span([1, 2, 3], [0, 1, 0]), [7, 8], [-0.5, -0.25], ["v1", "v1"])
+    assert span.ids() == [1, 2, 3, 7, 8] and span.context_ids.itemsize == span.generated_ids.itemsize == 4
+    assert (span.context_count, span.generated_count, span.length) == (3, 2, 5)
+    assert span.context_mask == b"\x00\x01\x00" and span.context_mask_values() == [0, 1, 0]
+    assert span.logprobs == array("d", [-0.5, -0.25])
+    assert span.generated_ids.tolist() == [7, 8] and span.versions() == ["v1", "v1"]
+    assert span.last_ids().tolist() == [7, 8]
+    # -0.5 and -0.25 are float32 values, so they are stored in 4 bytes each (exact_logprobs).
+    assert span.nbytes() == 5 * 4 + 3 + 2 * 4 and span.nbytes(shared_context=True) == 2 * 4 + 3 + 2 * 4
+
+
+def test_span_context_array_is_shared_not_copied_by_a_commit():
+    prompt = context_span(array("i", range(100)))
+    first = committed_span(prompt, [1], None, [None])
+    second = committed_span(prompt, [2], None, [None])
+    assert first.context_ids is second.context_ids is prompt.context_ids
+    assert context_span([5]).last_ids().tolist() == [5]
+
+
+def test_span_all_zero_context_mask_is_not_stored():
+    assert context_span([1, 2], [0, 0]).context_mask is None
+    assert context_span([1, 2]).context_mask_values() == [0, 0]
+
+
+def test_versions_are_run_length_encoded():
+    assert run_length(["a", "a", None, "b", "b", "b"]) == (("a", 2), (None, 1), ("b", 3))
+    assert expand_runs(run_length(["a", "a", None, "b"])) == ["a", "a", None, "b"]
+    assert run_length([]) == ()
+
+
+def test_step_length_depth_and_path_walk_to_the_root():
+    root = step(1, None, [1, 2, 3], [4, 5])
+    child = step(2, root, [6], [7, 8, 9], position=2)
+    grandchild = step(3, child, [10], [11], position=3)
+    assert (root.length, child.length, grandchild.length) == (5, 9, 11)
+    assert (root.depth, child.depth, grandchild.depth) == (1, 2, 3)
+    assert path(grandchild) == [root, child, grandchild]
+    assert path_ids(grandchild).tolist() == list(range(1, 12))
+    assert path(None) == [] and path_ids(None).tolist() == []
+
+
+def test_siblings_share_their_base_without_copying_it():
+    root = step(1, None, list(range(1000)), [1])
+    a = step(2, root, [5], [6], chain=1, position=2)
+    b = step(3, root, [5], [7], chain=2)
+    assert a.base is b.base is root
+    assert a.span.length == b.span.length == 2
+
+
+def test_working_tokens_clone_is_a_pointer_and_input_ids_rebuild_the_prompt():
+    root = step(1, None, [1, 2], [3])
+    working = WorkingTokens(root, context_span([4, 5]))
+    assert working.base is root
+    assert working.prompt_length == 5
+    assert working.input_ids() == [1, 2, 3, 4, 5]
+    assert WorkingTokens(None, context_span([9])).input_ids() == [9]
+
+
+def test_routed_chunk_copies_any_object_with_the_three_attributes():
+    class Upstream:
+        data, num_rows, start_len = bytearray(b"\x01\x00\x00\x00"), 1, 7
+
+    chunk = RoutedChunk.of(Upstream())
+    assert chunk == RoutedChunk(b"\x01\x00\x00\x00", 1, 7)
+    assert RoutedChunk.of(chunk) is chunk
+
+
+def test_committed_span_rejects_nothing_but_keeps_logprobs_optional():
+    span = committed_span(context_span([1]), [2, 3], None, [None, None])
+    assert span.logprobs is None and span.versions() == [None, None]
+    with pytest.raises(TypeError):
+        committed_span(context_span([1]), ["x"], None, [None])
+
+
+def test_exact_logprobs_uses_float32_only_when_every_value_round_trips() -> None:
+    from array import array as _array
+
+    from proxy.trajectory.tokens import exact_logprobs
+
+    sglang_like = _array("f", [-0.1, -2.5, -13.37, float("-inf")]).tolist()  # float32 values, as SGLang sends
+    stored = exact_logprobs(sglang_like)
+    assert stored.typecode == "f" and stored.tolist() == sglang_like
+    float64_only = [-0.1, -2.5]  # -0.1 is not a float32 value
+    stored = exact_logprobs(float64_only)
+    assert stored.typecode == "d" and stored.tolist() == float64_only
