@@ -1,69 +1,64 @@
-"""The proxy's quart-trio app. Routes are thin: parse, ask a component, render.
+"""The proxy's quart-trio app: error handling in one place, routes in ``proxy/routes/``.
 
-So far the app serves ``GET /health`` and ``GET /v1/models``; the chat-completions path, the rollout endpoints and
-the trajectory store arrive with later work (see docs/architecture.md). Every error, including unknown routes and
-upstream faults, is rendered in the OpenAI error shape ``{"error": {"message", "type", "param", "code"}}``.
+Every error, including unknown routes, upstream faults and session errors, is rendered in the OpenAI error shape
+``{"error": {"message", "type", "param", "code"}}`` with a stable ``code`` (``proxy/api/errors.py``). An
+exception nobody expected is still answered in that shape (500 ``internal_error``) and logged; the tests make sure
+no input reaches that path.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
 
-import trio
-from quart import jsonify
+from quart import Response
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from proxy.config import ProxyConfig
+from proxy.api import ApiError
+from proxy.controllers.errors import SessionError
+from proxy.routes import info
 from proxy.serving import harden_app
-from proxy.upstream.client import SGLangClient
+from proxy.services import ProxyServices
 from proxy.upstream.errors import UpstreamError
 
-#: how long /health waits for the upstream's /model_info before calling it unreachable
-HEALTH_PROBE_SECONDS = 5.0
+log = logging.getLogger("dressage_proxy")
+
+#: every route module; each has ``register(app, services)``
+ROUTE_MODULES = [info]
 
 
-def openai_error(status: int, message: str, code: str, *, type_: str = "invalid_request_error", param: Any = None):
-    """An OpenAI-shaped error response with a stable ``code``."""
-    response = jsonify({"error": {"message": message, "type": type_, "param": param, "code": code}})
-    response.status_code = status
+def error_response(error: ApiError) -> Response:
+    response = Response(error.to_body(), status=error.status, content_type="application/json")
+    for name, value in (error.headers or {}).items():
+        response.headers[name] = value
     return response
 
 
-def create_proxy_app(config: ProxyConfig, upstream: SGLangClient) -> QuartTrio:
+def create_proxy_app(services: ProxyServices) -> QuartTrio:
     app = harden_app(QuartTrio("dressage-proxy"))
 
+    @app.errorhandler(ApiError)
+    async def _api_error(error: ApiError) -> Response:
+        return error_response(error)
+
     @app.errorhandler(HTTPException)
-    async def _http_error(error: HTTPException):
+    async def _http_error(error: HTTPException) -> Response:
         # Unknown routes, wrong methods, bodies over the limit: the same shape as every other error.
-        code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(error.code or 0, "http_error")
-        return openai_error(error.code or 400, error.description or error.name, code)
+        return error_response(ApiError.from_http_status(error.code or 400, error.description or error.name))
 
     @app.errorhandler(UpstreamError)
-    async def _upstream_error(error: UpstreamError):
-        return openai_error(502, f"upstream SGLang error: {error}", "upstream_unavailable", type_="upstream_error")
+    async def _upstream_error(error: UpstreamError) -> Response:
+        return error_response(ApiError.upstream_unavailable(f"upstream SGLang error: {error}"))
 
-    @app.get("/health")
-    async def health():
-        upstream_state: dict[str, Any] = {"url": upstream.router_url, "reachable": False, "weight_version": None}
-        with trio.move_on_after(HEALTH_PROBE_SECONDS):
-            try:
-                info = await upstream.model_info()
-            except UpstreamError as exc:
-                upstream_state["error"] = str(exc)
-            else:
-                upstream_state.update(reachable=True, weight_version=info.weight_version)
-        return jsonify(
-            {
-                "status": "ok" if upstream_state["reachable"] else "degraded",
-                "upstream": upstream_state,
-                "config": config.summary(),
-            }
-        )
+    @app.errorhandler(SessionError)
+    async def _session_error(error: SessionError) -> Response:
+        return error_response(ApiError.from_session_error(error))
 
-    @app.get("/v1/models")
-    async def models():
-        cards = await upstream.models()
-        return jsonify({"object": "list", "data": [dict(card.raw) for card in cards]})
+    @app.errorhandler(Exception)
+    async def _unexpected(error: Exception) -> Response:
+        log.exception("unexpected error", exc_info=error)
+        return error_response(ApiError.internal_error())
 
+    for module in ROUTE_MODULES:
+        module.register(app, services)
     return app

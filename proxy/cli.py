@@ -13,6 +13,7 @@ import trio
 from proxy.app import create_proxy_app
 from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args
 from proxy.serving import serve_app
+from proxy.services import ProxyServices
 from proxy.tokenizer_files import TokenizerFilesError, model_tokenizer_path
 from proxy.upstream.client import SGLangClient
 from proxy.upstream.engine import EngineConfig, EngineHandle, serve_engine
@@ -63,7 +64,9 @@ async def run_proxy(
         else:
             router_url, worker_urls = config.sglang_router_url, config.sglang_worker_urls
         async with SGLangClient(router_url, worker_urls, max_connections=config.upstream_max_connections) as upstream:
-            app = create_proxy_app(config, upstream)
+            # Loading the tokenizer takes about a second; keep the event loop (and the engine) responsive.
+            services = await trio.to_thread.run_sync(ProxyServices.build, config, upstream)
+            app = create_proxy_app(services)
             url = await nursery.start(serve_app, app, config.host, config.port)
             say(f"listening on {url} (upstream {router_url})")
             task_status.started(ProxyHandle(url=url, engine=engine_handle))
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         config = proxy_config_from_args(args)
         if config.tokenizer_path is None:
-            config = attrs.evolve(config, tokenizer_path=model_tokenizer_path("qwen3"))
+            config = attrs.evolve(config, tokenizer_path=model_tokenizer_path(config.effective_tito_model))
         engine_config = engine_config_from_args(args, tokenizer_path=config.tokenizer_path)
     except (ConfigError, TokenizerFilesError) as exc:
         parser.error(str(exc))

@@ -67,9 +67,18 @@ def add_env_argument(
         parser.add_argument(flag, type=convert, default=default, help=help_text, **kwargs)
 
 
+#: --trajectory-build-model -> (TITO family, tool-call parser type, reasoning parser type), spec 5.6
+MODEL_FAMILIES: dict[str, tuple[str, str, str]] = {
+    "qwen3": ("qwen3", "qwen25", "qwen3"),
+    "qwen3_5": ("qwen3_5", "qwen3_coder", "qwen3"),
+}
+BUILD_MODES = ("concat", "last_step")
+PARSE_BACKENDS = ("local", "sglang_api", "hybrid")
+
+
 @attrs.frozen
 class ProxyConfig:
-    """Everything the proxy process needs to know, fixed at start-up."""
+    """Everything the proxy process needs to know, fixed at start-up (spec section 13)."""
 
     host: str = "127.0.0.1"
     port: int = 8800
@@ -81,42 +90,156 @@ class ProxyConfig:
     sglang_worker_urls: tuple[str, ...] = ()
     #: maximum concurrent upstream connections (sized above the expected concurrency, stack-notes 4)
     upstream_max_connections: int = 512
+    #: concat (TITO concatenation along the path) or last_step (re-render the last step at finalize)
+    trajectory_build_mode: str = "concat"
+    #: qwen3 or qwen3_5: selects the TITO tokenizer, the tool-call format and the reasoning format together
+    trajectory_build_model: str = "qwen3"
+    #: overrides the TITO family of the build model
+    tito_model: str | None = None
+    #: tokens of the model's context window; None: the upstream's own limit decides
+    context_window: int | None = None
+    #: clamp a request's max_tokens to what is left of the context window
+    dynamic_max_tokens: bool = True
+    #: overrides every request's sampling temperature upstream
+    rollout_temperature: float | None = None
+    record_token_versions: bool = False
+    mask_nonlast_version_tokens: bool = False
+    #: continue interrupted generations after resume instead of regenerating them
+    partial_rollout: bool = False
+    tool_call_parse_backend: str = "sglang_api"
+    reasoning_parse_backend: str = "sglang_api"
+    #: SGLang tool-call parser name (qwen25 or qwen3_coder); None: the build model's
+    model_tool_call_type: str | None = None
+    #: SGLang reasoning parser name (qwen3); None: the build model's
+    model_reasoning_type: str | None = None
+    use_rollout_routing_replay: bool = False
+    export_all_checkpoints: bool = False
+    ignore_cch_for_prefix_hash: bool = False
+    #: steps a session may hold; None: unlimited (DRESSAGE_PROXY_MAX_STEPS_PER_SESSION)
+    max_steps_per_session: int | None = None
+    #: seconds a request may wait for a resume before it gets 503 with Retry-After
+    pause_wait_timeout: float = 600.0
+    #: add prompt_token_ids, token_ids, token_logprobs, weight_versions to every response
+    return_token_ids: bool = False
 
     @property
     def uses_embedded_engine(self) -> bool:
         return self.sglang_router_url is None
 
+    @property
+    def effective_tito_model(self) -> str:
+        return self.tito_model or MODEL_FAMILIES[self.trajectory_build_model][0]
+
+    @property
+    def effective_tool_call_type(self) -> str:
+        return self.model_tool_call_type or MODEL_FAMILIES[self.trajectory_build_model][1]
+
+    @property
+    def effective_reasoning_type(self) -> str:
+        return self.model_reasoning_type or MODEL_FAMILIES[self.trajectory_build_model][2]
+
     def summary(self) -> dict[str, Any]:
         """A JSON-ready view for /health and the start-up log."""
-        return {
-            "host": self.host,
-            "port": self.port,
-            "tokenizer_path": str(self.tokenizer_path) if self.tokenizer_path else None,
-            "sglang_router_url": self.sglang_router_url,
-            "sglang_worker_urls": list(self.sglang_worker_urls),
-            "embedded_engine": self.uses_embedded_engine,
-        }
+        view = attrs.asdict(self)
+        view["tokenizer_path"] = str(self.tokenizer_path) if self.tokenizer_path else None
+        view["sglang_worker_urls"] = list(self.sglang_worker_urls)
+        view["embedded_engine"] = self.uses_embedded_engine
+        view["tito_model"] = self.effective_tito_model
+        view["model_tool_call_type"] = self.effective_tool_call_type
+        view["model_reasoning_type"] = self.effective_reasoning_type
+        return view
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{value} is not a positive integer")
+    return value
+
+
+def optional_positive_int(text: str) -> int | None:
+    """0 or an empty string means unset."""
+    return positive_int(text) if text.strip() not in ("", "0") else None
+
+
+def choice(*options: str) -> Callable[[str], str]:
+    def convert(text: str) -> str:
+        if text not in options:
+            raise ValueError(f"{text!r} is not one of {', '.join(options)}")
+        return text
+
+    convert.__name__ = "choice"
+    return convert
 
 
 def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
-    add_env_argument(parser, "--host", default="127.0.0.1", help="address to listen on")
-    add_env_argument(parser, "--port", convert=int, default=8800, help="port to listen on")
+    server = parser.add_argument_group("server and upstream")
+    add_env_argument(server, "--host", default="127.0.0.1", help="address to listen on")
+    add_env_argument(server, "--port", convert=int, default=8800, help="port to listen on")
     add_env_argument(
-        parser, "--tokenizer-path", convert=Path, default=None,
-        help="tokenizer folder (default: the verified Qwen3 files from dressage-tokenizers)",
+        server, "--tokenizer-path", convert=Path, default=None,
+        help="tokenizer folder (default: the verified files of the build model's family, from dressage-tokenizers)",
     )
     add_env_argument(
-        parser, "--sglang-router-url", default=None,
+        server, "--sglang-router-url", default=None,
         help="SGLang router or server URL; without it the embedded engine runs in-process",
     )
     add_env_argument(
-        parser, "--sglang-worker-urls", convert=parse_url_list, default=(),
+        server, "--sglang-worker-urls", convert=parse_url_list, default=(),
         help="SGLang worker URLs (comma-separated) for abort and pause, which the router does not forward",
     )
     add_env_argument(
-        parser, "--upstream-max-connections", convert=int, default=512,
+        server, "--upstream-max-connections", convert=positive_int, default=512,
         help="connection pool size towards SGLang",
     )
+
+    model = parser.add_argument_group("model, tokenization and parsing")
+    add_env_argument(
+        model, "--trajectory-build-model", convert=choice(*MODEL_FAMILIES), default="qwen3",
+        help="model family: qwen3 (JSON tool calls, parser qwen25) or qwen3_5 (XML tool calls, parser "
+        "qwen3_coder); sets the TITO tokenizer and the parsers unless overridden",
+    )
+    add_env_argument(model, "--tito-model", convert=choice(*MODEL_FAMILIES), default=None,
+                     help="TITO tokenizer family (default: the build model's)")
+    add_env_argument(model, "--model-tool-call-type", convert=choice("qwen25", "qwen3_coder"), default=None,
+                     help="tool-call format / SGLang parser name (default: the build model's)")
+    add_env_argument(model, "--model-reasoning-type", convert=choice("qwen3"), default=None,
+                     help="reasoning format / SGLang parser name (default: qwen3)")
+    add_env_argument(model, "--tool-call-parse-backend", convert=choice(*PARSE_BACKENDS), default="sglang_api",
+                     help="who parses tool calls: local, sglang_api (/parse_function_call) or hybrid (SGLang, "
+                     "local on failure)")
+    add_env_argument(model, "--reasoning-parse-backend", convert=choice(*PARSE_BACKENDS), default="sglang_api",
+                     help="who separates reasoning: local, sglang_api (/separate_reasoning) or hybrid")
+
+    generation = parser.add_argument_group("generation")
+    add_env_argument(generation, "--context-window", convert=optional_positive_int, default=None,
+                     help="the model's context window in tokens: a prompt that fills it gets 400 context_overflow")
+    add_env_argument(generation, "--dynamic-max-tokens", flag_is_bool=True, default=True,
+                     help="clamp max_tokens to what is left of the context window (--no-dynamic-max-tokens: off)")
+    add_env_argument(generation, "--rollout-temperature", convert=float, default=None,
+                     help="override every request's temperature upstream")
+    add_env_argument(generation, "--return-token-ids", flag_is_bool=True, default=False,
+                     help="add prompt_token_ids, token_ids, token_logprobs, weight_versions to every response")
+    add_env_argument(generation, "--dressage-partial-rollout", flag_is_bool=True, default=False,
+                     help="continue generations interrupted by a pause after resume (otherwise regenerate them)")
+    add_env_argument(generation, "--pause-wait-timeout", convert=float, default=600.0,
+                     help="seconds a request may wait for a resume before it gets 503 with Retry-After")
+    add_env_argument(generation, "--use-rollout-routing-replay", flag_is_bool=True, default=False,
+                     help="request and record MoE routed experts (R3)")
+
+    trajectory = parser.add_argument_group("trajectories")
+    add_env_argument(trajectory, "--trajectory-build-mode", convert=choice(*BUILD_MODES), default="concat",
+                     help="concat: TITO concatenation along each chain; last_step: re-render the last step")
+    add_env_argument(trajectory, "--record-token-versions", flag_is_bool=True, default=False,
+                     help="store the weight version of every generated token")
+    add_env_argument(trajectory, "--mask-nonlast-version-tokens", flag_is_bool=True, default=False,
+                     help="at export, mask generated tokens whose version is not the segment's last")
+    add_env_argument(trajectory, "--export-all-checkpoints", flag_is_bool=True, default=False,
+                     help="export intermediate checkpoints too, not only the terminal ones")
+    add_env_argument(trajectory, "--ignore-cch-for-prefix-hash", flag_is_bool=True, default=False,
+                     help="normalize cch=... billing hashes when matching messages (stored messages unchanged)")
+    add_env_argument(trajectory, "--max-steps-per-session", convert=optional_positive_int, default=None,
+                     help="steps a session may hold before new requests get 400 max_steps_exceeded (0: unlimited)")
 
 
 def proxy_config_from_args(args: argparse.Namespace) -> ProxyConfig:
@@ -128,4 +251,23 @@ def proxy_config_from_args(args: argparse.Namespace) -> ProxyConfig:
         sglang_router_url=router,
         sglang_worker_urls=tuple(args.sglang_worker_urls),
         upstream_max_connections=args.upstream_max_connections,
+        trajectory_build_mode=args.trajectory_build_mode,
+        trajectory_build_model=args.trajectory_build_model,
+        tito_model=args.tito_model,
+        context_window=args.context_window,
+        dynamic_max_tokens=args.dynamic_max_tokens,
+        rollout_temperature=args.rollout_temperature,
+        record_token_versions=args.record_token_versions,
+        mask_nonlast_version_tokens=args.mask_nonlast_version_tokens,
+        partial_rollout=args.dressage_partial_rollout,
+        tool_call_parse_backend=args.tool_call_parse_backend,
+        reasoning_parse_backend=args.reasoning_parse_backend,
+        model_tool_call_type=args.model_tool_call_type,
+        model_reasoning_type=args.model_reasoning_type,
+        use_rollout_routing_replay=args.use_rollout_routing_replay,
+        export_all_checkpoints=args.export_all_checkpoints,
+        ignore_cch_for_prefix_hash=args.ignore_cch_for_prefix_hash,
+        max_steps_per_session=args.max_steps_per_session,
+        pause_wait_timeout=args.pause_wait_timeout,
+        return_token_ids=args.return_token_ids,
     )

@@ -1,0 +1,53 @@
+"""``GET /health`` and ``GET /v1/models``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from quart import jsonify
+from quart_trio import QuartTrio
+
+from proxy.services import ProxyServices
+from proxy.upstream.errors import UpstreamError
+
+#: how long /health waits for the upstream's /model_info before calling it unreachable
+HEALTH_PROBE_SECONDS = 5.0
+
+
+def register(app: QuartTrio, services: ProxyServices) -> None:
+    upstream = services.upstream
+
+    @app.get("/health")
+    async def health():
+        upstream_state: dict[str, Any] = {"url": upstream.router_url, "reachable": False, "weight_version": None}
+        with trio.move_on_after(HEALTH_PROBE_SECONDS):
+            try:
+                info = await upstream.model_info()
+            except UpstreamError as exc:
+                upstream_state["error"] = str(exc)
+            else:
+                upstream_state.update(reachable=True, weight_version=info.weight_version)
+        sessions = services.sessions.statistics()
+        store = await services.sessions.store_statistics()
+        return jsonify(
+            {
+                "status": "ok" if upstream_state["reachable"] else "degraded",
+                "upstream": upstream_state,
+                "sessions": _as_json(sessions),
+                "store": _as_json(store),
+                "config": services.config.summary(),
+            }
+        )
+
+    @app.get("/v1/models")
+    async def models():
+        cards = await upstream.models()
+        return jsonify({"object": "list", "data": [dict(card.raw) for card in cards]})
+
+
+def _as_json(stats: Any) -> Any:
+    """attrs statistics objects -> plain dicts (enums by value)."""
+    import attrs
+
+    return attrs.asdict(stats, value_serializer=lambda _i, _a, v: getattr(v, "value", v))

@@ -1,0 +1,58 @@
+"""Everything the routes need, built once at start-up from the configuration.
+
+The routes are thin (parse, call a component, render); the components live here so that every route module
+receives the same objects and the start-up order is in one place: tokenizer (the family's TITO tokenizer loaded
+from ``--tokenizer-path``), the session registry with its trajectory store, the message parser (local or through
+SGLang's parser endpoints via the upstream client).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from proxy.config import ProxyConfig
+from proxy.controllers.session import SessionConfig
+from proxy.controllers.session_registry import SessionRegistry
+from proxy.parsing import MessageParser, ParserConfig
+from proxy.tokenization import TitoTokenizer, load_tito_tokenizer
+from proxy.trajectory.export import ExportOptions
+from proxy.trajectory.store import InMemoryTrajectoryStore, TrajectoryStore
+from proxy.upstream.client import SGLangClient
+
+
+@attrs.define(eq=False)
+class ProxyServices:
+    """The proxy's long-lived components (one of each per process)."""
+
+    config: ProxyConfig
+    upstream: SGLangClient
+    tokenizer: TitoTokenizer
+    sessions: SessionRegistry
+    parser: MessageParser
+
+    @classmethod
+    def build(cls, config: ProxyConfig, upstream: SGLangClient, store: TrajectoryStore | None = None) -> ProxyServices:
+        if config.tokenizer_path is None:
+            raise ValueError("ProxyConfig.tokenizer_path must be resolved before the services are built")
+        tokenizer = load_tito_tokenizer(config.effective_tito_model, config.tokenizer_path)
+        session_config = SessionConfig(
+            max_steps_per_session=config.max_steps_per_session,
+            export=ExportOptions(
+                build_mode=config.trajectory_build_mode,
+                export_all_checkpoints=config.export_all_checkpoints,
+                record_token_versions=config.record_token_versions,
+                mask_nonlast_version_tokens=config.mask_nonlast_version_tokens,
+            ),
+            ignore_cch_for_prefix_hash=config.ignore_cch_for_prefix_hash,
+        )
+        sessions = SessionRegistry(tokenizer, store or InMemoryTrajectoryStore(), session_config)
+        parser = MessageParser(
+            ParserConfig(
+                tool_call_type=config.effective_tool_call_type,
+                reasoning_type=config.effective_reasoning_type,
+                tool_call_backend=config.tool_call_parse_backend,
+                reasoning_backend=config.reasoning_parse_backend,
+            ),
+            upstream,
+        )
+        return cls(config=config, upstream=upstream, tokenizer=tokenizer, sessions=sessions, parser=parser)
