@@ -6,10 +6,16 @@ Adding a machine is one line here (its class; the class carries its ``table``), 
 
 from __future__ import annotations
 
+from statemachines.chain import ChainMachine
 from statemachines.core import Machine
+from statemachines.generation import GenerationMachine
 from statemachines.rollout_gate import RolloutGate
+from statemachines.session import SessionMachine
 
 # One entry per machine class; the diagram files are named after ``cls.table.machine``.
 MACHINES: tuple[type[Machine], ...] = (
     RolloutGate,
+    SessionMachine,
+    ChainMachine,
+    GenerationMachine,
 )
