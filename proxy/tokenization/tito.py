@@ -1,0 +1,419 @@
+"""The TITO tokenizer: full encodes, exact incremental fragments, decode, with the model's own chat template.
+
+Theory of operation
+-------------------
+A TITO context is the previous checkpoint's token ids (which end with the model's own ``<|im_end|>``) plus a
+fragment for the messages that came after it. The fragment must be exactly the text the model's template puts
+there: the junction newline after ``<|im_end|>``, the new turns (consecutive tool results grouped into one user
+turn of ``<tool_response>`` blocks), then the generation prompt with its thinking prefix.
+
+We never re-render the history to get it (both Qwen templates rewrite earlier assistant turns once a new user query
+arrives, so the history is not a prefix of its own re-render). Instead we render a *minimal synthetic context* with
+the model's template, loaded at run time from ``--tokenizer-path``::
+
+    [user "<query>" if the real history has a user query] + [assistant "<anchor>"] + new messages  (+ gen. prompt)
+
+and cut right after ``<anchor><|im_end|>``. What both templates render after an assistant turn depends only on
+the previous message's role (always assistant here: the checkpoint's turn) and on where the last user query is
+relative to each later message, which the synthetic context preserves. The property tests compare every fragment
+with the full render of the real conversation wherever that render is prefix-stable.
+
+The fragment is checked against the family's pinned junction rules (starts with ``\\n<|im_start|>``, ends with
+the pinned generation prompt, tokenizes with the newline and ``<|im_start|>`` as its first two tokens and the
+generation prompt's tokens as its last) and tokenized on its own. That is exact because ``<|im_end|>`` and
+``<|im_start|>`` are special tokens: the BPE never merges across them, so the fragment's tokens are the tokens
+the full render has at that place.
+
+Encoding uses the official ``tokenizer.json`` through ``tokenizers.Tokenizer``, not ``AutoTokenizer``:
+transformers 5.23's ``Qwen2Tokenizer`` replaces the pre-tokenizer with the Qwen2 regex, which drops Qwen3.5's
+``\\p{M}`` (combining marks) rule and tokenizes e.g. Hindi differently from the model's own tokenizer.
+
+Everything here is synchronous, free of I/O after construction and thread-safe (the only mutable state is two
+idempotent caches), so the proxy can run full encodes in a worker thread.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, ClassVar
+
+import tokenizers
+from transformers.utils.chat_template_utils import render_jinja_template
+
+from proxy.tokenization.messages import MessageError, normalize_message, normalize_messages
+from proxy.tokenization.results import IncrementalResult, TitoError, TitoFailure, TitoFailureReason, TitoFragment
+
+#: template variables the proxy controls itself; a client's chat_template_kwargs cannot override them
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {"messages", "tools", "documents", "add_generation_prompt", "continue_final_message"}
+)
+
+# Content of the synthetic turns that stand in for the real history. Plain ASCII with no whitespace at either end
+# (Qwen3.5 trims content), no think tags. The anchor is lengthened until it occurs nowhere in the new messages or
+# tools (so no client text can forge the cut), and the cut is still refused unless it occurs exactly once.
+_ANCHOR = "tito-anchor-5c1e0b9d"
+_ANCHOR_QUERY = "tito-query-5c1e0b9d"
+
+
+def _anchor_absent_from(*values: Any) -> str:
+    """The base anchor, lengthened until no string in ``values`` contains it."""
+    haystack = json.dumps(values, ensure_ascii=False, default=repr)
+    anchor = _ANCHOR
+    while anchor in haystack:
+        anchor += "x"
+    return anchor
+
+
+class TemplateMismatchError(ValueError):
+    """The chat template at the tokenizer path does not follow the family's pinned rules (wrong --tito-model?)."""
+
+
+@lru_cache(maxsize=1)
+def _byte_decoder() -> dict[str, int]:
+    """The inverse of GPT-2's byte-to-unicode table used by byte-level BPE vocabularies."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = [], 0
+    for byte in range(256):
+        if byte in printable:
+            chars.append((chr(byte), byte))
+        else:
+            chars.append((chr(256 + extra), byte))
+            extra += 1
+    return dict(chars)
+
+
+def _kwargs_key(kwargs: Mapping[str, Any]) -> str:
+    return json.dumps(kwargs, sort_keys=True, default=repr)
+
+
+class TitoTokenizer(abc.ABC):
+    """One model family's tokenizer and chat template, with the family's pinned junction rules.
+
+    Subclasses pin the family (``family``) and its thinking prefix; everything else is shared. Construct with
+    :meth:`from_path` (or :func:`proxy.tokenization.load_tito_tokenizer`, which caches per path).
+    """
+
+    family: ClassVar[str]
+    #: pinned junction rules, shared by the Qwen families
+    TURN_START: ClassVar[str] = "<|im_start|>"
+    END_OF_TURN: ClassVar[str] = "<|im_end|>"
+    JUNCTION: ClassVar[str] = "\n"
+    ASSISTANT_HEADER: ClassVar[str] = "<|im_start|>assistant\n"
+    THINK_OPEN: ClassVar[str] = "<think>"
+    THINK_CLOSE: ClassVar[str] = "</think>"
+    EMPTY_THINK: ClassVar[str] = "<think>\n\n</think>\n\n"
+
+    def __init__(self, tokenizer: tokenizers.Tokenizer, chat_template: str, *, source: str = "<memory>"):
+        self._tokenizer = tokenizer
+        self._template = chat_template
+        self.source = source
+        self._added: dict[int, str] = {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()}
+        self.end_of_turn_id = self._special_id(self.END_OF_TURN)
+        self.turn_start_id = self._special_id(self.TURN_START)
+        self.think_open_id = self._special_id(self.THINK_OPEN)
+        self.think_close_id = self._special_id(self.THINK_CLOSE)
+        newline = self.encode_text(self.JUNCTION)
+        if len(newline) != 1:
+            raise TemplateMismatchError(f"{source}: the junction newline is not a single token ({newline})")
+        self.newline_id = newline[0]
+        # idempotent caches: concurrent writers store equal values, so no lock is needed
+        self._gen_prompt_ids: dict[str, tuple[int, ...]] = {}
+        self._token_bytes: dict[int, bytes] = {}
+        self._check_template()
+
+    # -- construction -------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_path(cls, tokenizer_path: str | Path) -> TitoTokenizer:
+        """Load ``tokenizer.json`` and the chat template (``chat_template.jinja``, else the one inside
+        ``tokenizer_config.json``) from a tokenizer folder."""
+        path = Path(tokenizer_path)
+        tokenizer_file = path / "tokenizer.json"
+        if not tokenizer_file.is_file():
+            raise FileNotFoundError(f"{path}: no tokenizer.json")
+        tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_file))
+        # Never truncate or pad, and never mutate the tokenizer after this point: concurrent encodes only take
+        # shared borrows (a setter racing an encode is what raises "Already borrowed" in tokenizers).
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        return cls(tokenizer, read_chat_template(path), source=str(path))
+
+    def _special_id(self, token: str) -> int:
+        token_id = self._tokenizer.token_to_id(token)
+        if token_id is None or self._added.get(token_id) != token:
+            raise TemplateMismatchError(f"{self.source}: {token!r} is not a special token of this tokenizer")
+        return token_id
+
+    def _check_template(self) -> None:
+        """Fail at load time when the template does not follow this family's pinned rules."""
+        for kwargs in ({}, {"enable_thinking": True}, {"enable_thinking": False}):
+            query = [{"role": "user", "content": "q"}]
+            try:
+                without = self._render(query, None, kwargs, add_generation_prompt=False)
+                with_prompt = self._render(query, None, kwargs, add_generation_prompt=True)
+            except TitoError as exc:
+                raise TemplateMismatchError(f"{self.source}: template failed on a one-message chat: {exc}") from None
+            expected = self.generation_prompt(kwargs)
+            if with_prompt != without + expected:
+                raise TemplateMismatchError(
+                    f"{self.source}: the generation prompt for {kwargs} is {with_prompt[len(without):]!r}, "
+                    f"but the {self.family} family expects {expected!r}"
+                )
+            result = self._fragment_text([{"role": "user", "content": "u"}], True, None, kwargs)
+            want = f"\n<|im_start|>user\nu<|im_end|>\n{expected}"
+            if not isinstance(result, str) or result != want:
+                raise TemplateMismatchError(
+                    f"{self.source}: a user turn after an assistant turn renders as {result!r}, expected {want!r}"
+                )
+
+    # -- family rules -------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def thinking_disabled(chat_template_kwargs: Mapping[str, Any] | None) -> bool:
+        """True when the template's ``enable_thinking is false`` test holds (the boolean False only)."""
+        return bool(chat_template_kwargs) and chat_template_kwargs.get("enable_thinking") is False
+
+    @abc.abstractmethod
+    def thinking_prefix(self, chat_template_kwargs: Mapping[str, Any] | None = None) -> str:
+        """What the generation prompt adds after ``<|im_start|>assistant\\n`` (pinned per family)."""
+
+    def generation_prompt(self, chat_template_kwargs: Mapping[str, Any] | None = None) -> str:
+        """The pinned generation prompt: the assistant header plus the thinking prefix."""
+        return self.ASSISTANT_HEADER + self.thinking_prefix(chat_template_kwargs)
+
+    def generation_prompt_ids(self, chat_template_kwargs: Mapping[str, Any] | None = None) -> tuple[int, ...]:
+        """Token ids of :meth:`generation_prompt` (cached per kwargs)."""
+        key = _kwargs_key(self._template_kwargs(chat_template_kwargs))
+        ids = self._gen_prompt_ids.get(key)
+        if ids is None:
+            ids = tuple(self.encode_text(self.generation_prompt(chat_template_kwargs)))
+            self._gen_prompt_ids[key] = ids
+        return ids
+
+    # -- text <-> ids ---------------------------------------------------------------------------------------------
+
+    def encode_text(self, text: str) -> list[int]:
+        """Tokenize rendered text (special-token strings become special tokens; no BOS/EOS added).
+
+        The tokenizer normalizes to NFC, so ``decode(encode_text(t)) == unicodedata.normalize("NFC", t)``.
+        """
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of token ids, special tokens included."""
+        return self._tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The exact bytes one token stands for (a token may hold part of a UTF-8 character)."""
+        cached = self._token_bytes.get(token_id)
+        if cached is not None:
+            return cached
+        added = self._added.get(token_id)
+        if added is not None:
+            data = added.encode("utf-8")
+        else:
+            piece = self._tokenizer.id_to_token(token_id)
+            if piece is None:
+                raise ValueError(f"token id {token_id} is not in the vocabulary")
+            table = _byte_decoder()
+            data = bytes(table[ch] for ch in piece)
+        self._token_bytes[token_id] = data
+        return data
+
+    def token_offsets(self, ids: Sequence[int]) -> list[tuple[int, int]]:
+        """Byte span ``[start, end)`` of each token in the UTF-8 text of ``ids``."""
+        spans, pos = [], 0
+        for token_id in ids:
+            size = len(self.token_bytes(token_id))
+            spans.append((pos, pos + size))
+            pos += size
+        return spans
+
+    # -- rendering ------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _template_kwargs(chat_template_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {k: v for k, v in (chat_template_kwargs or {}).items() if k not in RESERVED_TEMPLATE_KWARGS}
+
+    def _render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        chat_template_kwargs: Mapping[str, Any] | None,
+        add_generation_prompt: bool,
+    ) -> str:
+        """Render normalized messages with the model's template; any template failure is a TEMPLATE_ERROR."""
+        try:
+            rendered, _ = render_jinja_template(
+                conversations=[messages],
+                tools=list(tools) if tools else None,
+                chat_template=self._template,
+                add_generation_prompt=add_generation_prompt,
+                **self._template_kwargs(chat_template_kwargs),
+            )
+        except Exception as exc:  # the template is code from the model repository: any exception is its error
+            raise TitoError.of(TitoFailureReason.TEMPLATE_ERROR, f"{type(exc).__name__}: {exc}") from None
+        return rendered[0]
+
+    def render_full(
+        self,
+        messages: Sequence[Any],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        *,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """The template's text for a whole conversation; raises :class:`TitoError`."""
+        try:
+            normalized = normalize_messages(messages)
+        except MessageError as exc:
+            raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, str(exc)) from None
+        if not normalized:
+            raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, "no messages to render")
+        return self._render(normalized, tools, chat_template_kwargs, add_generation_prompt)
+
+    def encode_full(
+        self,
+        messages: Sequence[Any],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        """Token ids of the whole conversation, generation prompt included; raises :class:`TitoError`.
+
+        CPU-bound and linear in the history: the proxy runs it in a worker thread for long histories.
+        """
+        return self.encode_text(self.render_full(messages, tools, chat_template_kwargs))
+
+    def render_assistant(self, message: Any, chat_template_kwargs: Mapping[str, Any] | None = None) -> str:
+        """What a model following the template generates for ``message``: the template's own rendering of that
+        assistant turn after the generation prompt, ending with ``<|im_end|>`` (the junction newline excluded).
+
+        Raises :class:`TitoError` when the rendering does not extend the generation prompt (for example
+        reasoning in a message under ``enable_thinking=False``).
+        """
+        try:
+            normalized = normalize_message(message)
+        except MessageError as exc:
+            raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, str(exc)) from None
+        if normalized["role"] != "assistant":
+            raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, f"not an assistant message: {normalized['role']}")
+        query = [{"role": "user", "content": _ANCHOR_QUERY}]
+        prompt = self._render(query, None, chat_template_kwargs, add_generation_prompt=True)
+        turn = self._render(query + [normalized], None, chat_template_kwargs, add_generation_prompt=False)
+        tail = self.END_OF_TURN + self.JUNCTION
+        if not turn.startswith(prompt) or not turn.endswith(tail):
+            raise TitoError.of(
+                TitoFailureReason.JUNCTION_MISMATCH,
+                f"the template renders this assistant turn as {turn[turn.rfind(self.ASSISTANT_HEADER):]!r}, which "
+                f"does not extend the generation prompt {self.generation_prompt(chat_template_kwargs)!r}",
+            )
+        return turn[len(prompt) : -len(self.JUNCTION)]
+
+    # -- incremental ----------------------------------------------------------------------------------------------
+
+    def _fragment_text(
+        self,
+        new_messages: list[dict[str, Any]],
+        history_has_query: bool,
+        tools: Sequence[Mapping[str, Any]] | None,
+        chat_template_kwargs: Mapping[str, Any] | None,
+    ) -> str | TitoFailure:
+        """Render the synthetic context and cut the fragment after the anchor's ``<|im_end|>``."""
+        anchor = _anchor_absent_from(new_messages, tools)
+        synthetic = [{"role": "user", "content": _ANCHOR_QUERY}] if history_has_query else []
+        synthetic.append({"role": "assistant", "content": anchor})
+        try:
+            text = self._render(synthetic + new_messages, tools, chat_template_kwargs, add_generation_prompt=True)
+        except TitoError as exc:
+            return exc.failure
+        cut = anchor + self.END_OF_TURN
+        if text.count(cut) != 1:
+            return TitoFailure(
+                TitoFailureReason.JUNCTION_MISMATCH,
+                f"the end of the checkpoint's turn ({cut!r}) occurs {text.count(cut)} times in the synthetic render",
+            )
+        fragment = text[text.index(cut) + len(cut) :]
+        start = self.JUNCTION + self.TURN_START
+        prompt = self.generation_prompt(chat_template_kwargs)
+        if not fragment.startswith(start):
+            return TitoFailure(
+                TitoFailureReason.JUNCTION_MISMATCH, f"fragment does not start with {start!r}: {fragment[:40]!r}"
+            )
+        if not fragment.endswith(prompt) or len(fragment) <= len(self.JUNCTION) + len(prompt):
+            return TitoFailure(
+                TitoFailureReason.JUNCTION_MISMATCH,
+                f"fragment does not end with new turns and the generation prompt {prompt!r}: {fragment[-60:]!r}",
+            )
+        return fragment
+
+    def encode_incremental(
+        self,
+        checkpoint_ids: Sequence[int],
+        new_messages: Sequence[Any],
+        *,
+        prior_messages: Sequence[Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> IncrementalResult:
+        """The exact tokens to append after ``checkpoint_ids`` for ``new_messages``, or a :class:`TitoFailure`.
+
+        ``checkpoint_ids`` must end with the end-of-turn token the model generated. ``prior_messages`` (the
+        messages up to and including the checkpoint's assistant turn) are optional; when given they are checked to
+        end with an assistant turn and tell whether the history holds a user query. ``new_messages`` may hold any
+        roles (tool results, user and system turns, assistant turns the proxy never generated); the template
+        decides what is legal. Never raises for bad input.
+        """
+        if not checkpoint_ids or checkpoint_ids[-1] != self.end_of_turn_id:
+            last = checkpoint_ids[-1] if checkpoint_ids else None
+            return TitoFailure(
+                TitoFailureReason.NOT_AT_TURN_BOUNDARY,
+                f"checkpoint ends with token {last!r}, not the end-of-turn token {self.end_of_turn_id} "
+                f"({self.END_OF_TURN})",
+            )
+        history_has_query = True
+        if prior_messages is not None:
+            last = prior_messages[-1] if prior_messages else None
+            last_role = last.get("role") if isinstance(last, Mapping) else None
+            if last_role != "assistant":
+                return TitoFailure(
+                    TitoFailureReason.NOT_AT_TURN_BOUNDARY,
+                    f"the checkpoint's messages end with role {last_role!r}, not an assistant turn",
+                )
+            history_has_query = any(isinstance(m, Mapping) and m.get("role") == "user" for m in prior_messages)
+        if not new_messages:
+            return TitoFailure(TitoFailureReason.EMPTY_FRAGMENT, "no new messages after the checkpoint")
+        try:
+            normalized = normalize_messages(new_messages)
+        except MessageError as exc:
+            return TitoFailure(TitoFailureReason.INVALID_MESSAGE, str(exc))
+        fragment = self._fragment_text(normalized, history_has_query, tools, chat_template_kwargs)
+        if isinstance(fragment, TitoFailure):
+            return fragment
+        ids = self.encode_text(fragment)
+        prompt_ids = self.generation_prompt_ids(chat_template_kwargs)
+        if ids[:2] != [self.newline_id, self.turn_start_id] or tuple(ids[-len(prompt_ids) :]) != prompt_ids:
+            return TitoFailure(
+                TitoFailureReason.JUNCTION_MISMATCH,
+                f"fragment tokens do not split at the junction or the generation prompt: {ids[:3]}...{ids[-6:]}",
+            )
+        return TitoFragment(ids=tuple(ids), text=fragment)
+
+
+def read_chat_template(path: Path) -> str:
+    """The chat template of a tokenizer folder, found where transformers looks for it."""
+    jinja = path / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    config = path / "tokenizer_config.json"
+    if config.is_file():
+        template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+        if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+            template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+        if isinstance(template, str):
+            return template
+    raise FileNotFoundError(f"{path}: no chat template (chat_template.jinja or tokenizer_config.json)")
