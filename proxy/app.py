@@ -16,15 +16,16 @@ from werkzeug.exceptions import HTTPException
 
 from proxy.api import ApiError
 from proxy.controllers.errors import SessionError
-from proxy.routes import info
+from proxy.routes import chat, info, rollout
 from proxy.serving import harden_app
 from proxy.services import ProxyServices
+from proxy.tokenization import TitoError
 from proxy.upstream.errors import UpstreamError
 
 log = logging.getLogger("dressage_proxy")
 
 #: every route module; each has ``register(app, services)``
-ROUTE_MODULES = [info]
+ROUTE_MODULES = [info, rollout, chat]
 
 
 def error_response(error: ApiError) -> Response:
@@ -53,6 +54,11 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
     @app.errorhandler(SessionError)
     async def _session_error(error: SessionError) -> Response:
         return error_response(ApiError.from_session_error(error))
+
+    @app.errorhandler(TitoError)
+    async def _tito_error(error: TitoError) -> Response:
+        # The chat template refused the conversation (a full encode has no fallback): the input is at fault.
+        return error_response(ApiError.invalid_request(f"the chat template cannot render these messages: {error}"))
 
     @app.errorhandler(Exception)
     async def _unexpected(error: Exception) -> Response:

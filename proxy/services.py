@@ -11,6 +11,7 @@ from __future__ import annotations
 import attrs
 
 from proxy.config import ProxyConfig
+from proxy.controllers.gate import GateController
 from proxy.controllers.session import SessionConfig
 from proxy.controllers.session_registry import SessionRegistry
 from proxy.parsing import MessageParser, ParserConfig
@@ -29,6 +30,8 @@ class ProxyServices:
     tokenizer: TitoTokenizer
     sessions: SessionRegistry
     parser: MessageParser
+    #: the rollout gate (pause/resume around weight updates); every generation passes it
+    gate: GateController
 
     @classmethod
     def build(cls, config: ProxyConfig, upstream: SGLangClient, store: TrajectoryStore | None = None) -> ProxyServices:
@@ -55,4 +58,7 @@ class ProxyServices:
             ),
             upstream,
         )
-        return cls(config=config, upstream=upstream, tokenizer=tokenizer, sessions=sessions, parser=parser)
+        return cls(
+            config=config, upstream=upstream, tokenizer=tokenizer, sessions=sessions, parser=parser,
+            gate=GateController.new(),
+        )

@@ -583,7 +583,7 @@ def _failed(state: State, gen: GenerationData, event: UpstreamFailed) -> Goto:
 
 def _timed_out(state: State, gen: GenerationData, event: PauseWaitTimedOut) -> Goto:
     """Waited too long for resume: give up the wait, answer 503 (with Retry-After)."""
-    error = RespondError(503, "pause_wait_timeout", "generation is paused for a weight update; retry later")
+    error = RespondError(503, "paused_timeout", "generation is paused for a weight update; retry later")
     return Goto(State.FAILED, gen, [*_release(state, gen), error])
 
 

@@ -23,7 +23,10 @@ they do not know. Some codes also carry response headers (``Retry-After``).
 | ``response_mask_mismatch`` | 422 | invalid_request_error | ``response_mask`` length differs from the context tokens the step adds; details ``expected``, ``got`` |
 | ``upstream_unavailable`` | 502 (or 503) | upstream_error | SGLang unreachable, connection refused or reset, stream cut, timeout |
 | ``upstream_error`` | 502 | upstream_error | SGLang answered with an error (an abort with a message, a 4xx/5xx body) |
+| ``upstream_aborted`` | 502 | upstream_error | SGLang aborted the request although the proxy did not ask it to |
+| ``weight_version_changed`` | 502 | server_error | SGLang's weights changed under one running upstream request; the step would mix versions |
 | ``paused_timeout`` | 503 | server_error | the rollout gate stayed paused longer than ``--pause-wait-timeout``; ``Retry-After`` header |
+| ``generation_restarted`` | 503 | server_error | (streaming, as an SSE error event) without partial rollout a pause discarded tokens the client had already received; retry the step |
 | ``not_found`` | 404 | invalid_request_error | unknown route; ``/trajectory/read`` of an unknown id |
 | ``method_not_allowed`` | 405 | invalid_request_error | known route, wrong HTTP method |
 | ``request_too_large`` | 413 | invalid_request_error | body over the server's limit |
@@ -64,7 +67,10 @@ class ErrorCode(enum.StrEnum):
     RESPONSE_MASK_MISMATCH = "response_mask_mismatch"
     UPSTREAM_UNAVAILABLE = "upstream_unavailable"
     UPSTREAM_ERROR = "upstream_error"
+    UPSTREAM_ABORTED = "upstream_aborted"
+    WEIGHT_VERSION_CHANGED = "weight_version_changed"
     PAUSED_TIMEOUT = "paused_timeout"
+    GENERATION_RESTARTED = "generation_restarted"
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     REQUEST_TOO_LARGE = "request_too_large"
@@ -89,7 +95,10 @@ ERROR_TABLE: Mapping[ErrorCode, tuple[int, str]] = {
     ErrorCode.RESPONSE_MASK_MISMATCH: (422, INVALID_REQUEST_ERROR),
     ErrorCode.UPSTREAM_UNAVAILABLE: (502, UPSTREAM_ERROR_TYPE),
     ErrorCode.UPSTREAM_ERROR: (502, UPSTREAM_ERROR_TYPE),
+    ErrorCode.UPSTREAM_ABORTED: (502, UPSTREAM_ERROR_TYPE),
+    ErrorCode.WEIGHT_VERSION_CHANGED: (502, SERVER_ERROR),
     ErrorCode.PAUSED_TIMEOUT: (503, SERVER_ERROR),
+    ErrorCode.GENERATION_RESTARTED: (503, SERVER_ERROR),
     ErrorCode.NOT_FOUND: (404, INVALID_REQUEST_ERROR),
     ErrorCode.METHOD_NOT_ALLOWED: (405, INVALID_REQUEST_ERROR),
     ErrorCode.REQUEST_TOO_LARGE: (413, INVALID_REQUEST_ERROR),

@@ -26,6 +26,9 @@ NAMED = {
     ErrorCode.UPSTREAM_UNAVAILABLE: lambda: ApiError.upstream_unavailable("connection refused"),
     ErrorCode.UPSTREAM_ERROR: lambda: ApiError.upstream_error("SGLang said 500"),
     ErrorCode.PAUSED_TIMEOUT: lambda: ApiError.paused_timeout(30.0, 5.0),
+    ErrorCode.UPSTREAM_ABORTED: lambda: ApiError.of(ErrorCode.UPSTREAM_ABORTED, "aborted upstream"),
+    ErrorCode.WEIGHT_VERSION_CHANGED: lambda: ApiError.of(ErrorCode.WEIGHT_VERSION_CHANGED, "v1 -> v2 mid-request"),
+    ErrorCode.GENERATION_RESTARTED: lambda: ApiError.of(ErrorCode.GENERATION_RESTARTED, "restarted"),
     ErrorCode.NOT_FOUND: lambda: ApiError.not_found(),
     ErrorCode.METHOD_NOT_ALLOWED: lambda: ApiError.method_not_allowed(),
     ErrorCode.REQUEST_TOO_LARGE: lambda: ApiError.request_too_large(),
@@ -38,7 +41,8 @@ EXPECTED_STATUS = {
     ErrorCode.SESSION_FINALIZED: 400, ErrorCode.INVALID_MESSAGES: 400, ErrorCode.SESSION_ABORTED: 409,
     ErrorCode.RESPONSE_MASK_MISMATCH: 422, ErrorCode.UPSTREAM_UNAVAILABLE: 502, ErrorCode.UPSTREAM_ERROR: 502,
     ErrorCode.PAUSED_TIMEOUT: 503, ErrorCode.NOT_FOUND: 404, ErrorCode.METHOD_NOT_ALLOWED: 405,
-    ErrorCode.REQUEST_TOO_LARGE: 413, ErrorCode.INTERNAL_ERROR: 500,
+    ErrorCode.REQUEST_TOO_LARGE: 413, ErrorCode.INTERNAL_ERROR: 500, ErrorCode.UPSTREAM_ABORTED: 502,
+    ErrorCode.WEIGHT_VERSION_CHANGED: 502, ErrorCode.GENERATION_RESTARTED: 503,
 }
 
 
@@ -54,7 +58,9 @@ def test_each_error_code_has_its_documented_status_and_openai_shape(code: ErrorC
     assert list(body) == ["error"]
     assert list(body["error"])[:4] == ["message", "type", "param", "code"]
     assert body["error"]["code"] == code.value
-    assert body["error"]["type"] == ("server_error" if code in (ErrorCode.PAUSED_TIMEOUT, ErrorCode.INTERNAL_ERROR)
+    server_side = (ErrorCode.PAUSED_TIMEOUT, ErrorCode.INTERNAL_ERROR, ErrorCode.WEIGHT_VERSION_CHANGED,
+                   ErrorCode.GENERATION_RESTARTED)
+    assert body["error"]["type"] == ("server_error" if code in server_side
                                      else "upstream_error" if code.value.startswith("upstream")
                                      else "invalid_request_error")
     assert f"``{code.value}`` | {EXPECTED_STATUS[code]}" in errors_module.__doc__

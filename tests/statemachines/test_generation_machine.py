@@ -97,7 +97,7 @@ START = {
 
 ERROR_500 = RespondError(500, "internal_error", "internal error")
 BUG = ReportFault("bug")
-TIMEOUT_503 = RespondError(503, "pause_wait_timeout", "generation is paused for a weight update; retry later")
+TIMEOUT_503 = RespondError(503, "paused_timeout", "generation is paused for a weight update; retry later")
 UPSTREAM_502 = RespondError(502, "upstream_unavailable", "connection refused")
 ABORTED_502 = RespondError(502, "upstream_aborted", "the upstream request was aborted outside the proxy's pause")
 STALE = DropToken("r1", "not from the current upstream request")

@@ -256,7 +256,7 @@ class GenerationVersusModel(RuleBasedStateMachine):
                 "FAILED", g.UpstreamFailed(503, "upstream_unavailable", "x"),
                 [g.RespondError(503, "upstream_unavailable", "x")])
         if m.state in ("WAITING", "INTERRUPTED"):
-            error = g.RespondError(503, "pause_wait_timeout", "generation is paused for a weight update; retry later")
+            error = g.RespondError(503, "paused_timeout", "generation is paused for a weight update; retry later")
             choices["pause wait times out"] = lambda data: self.end("FAILED", g.PauseWaitTimedOut(), [error])
         if m.state in ("STREAMING", "CONTINUING"):
             message = "the upstream request was aborted outside the proxy's pause"

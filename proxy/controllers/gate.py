@@ -1,0 +1,250 @@
+"""The gate controller: owns the proxy's ``RolloutGate`` machine and knows its members one by one.
+
+The machine counts generations (in flight, waiting); the controller keeps the sets behind those counts, so that
+the machine's ``AbortInFlight`` reaches every in-flight generation (``abort_requested()``) and ``AdmitWaiters``
+every waiter (``resumed(epoch, version)``). Members are the generation controllers' per-request objects; anything
+with those two methods will do (:class:`GateMember`).
+
+Everything a generation asks of the gate is synchronous (admission, release, acknowledgement, giving up): each is
+one ``send`` to the machine and the effects it returns, carried out before the call returns. So the machine's
+counts and the member sets never disagree, and no pause can slip between a generation's admission and its first
+upstream request. Waiting is never polling:
+
+- a member that got ``Wait`` waits on its own work queue, which ``resumed()`` fills (the controller delivers
+  ``Resumed`` to every waiter in the same synchronous step in which the machine admits them);
+- ``pause()`` waits on a ``trio.Event`` that the ``PauseAcknowledged`` effect sets (the last in-flight generation
+  to acknowledge or finish carries it out);
+- ``wait_running()`` waits on a ``trio.Event`` that resume sets.
+
+Pause and resume are idempotent, as the machine's table says: a second pause while pausing joins the first, while
+paused returns at once; a resume while running with no or the same version is a no-op. A resume while pausing, or
+one announcing a new version while running, is refused (:class:`ResumeRefusedError`; the later HTTP route answers
+409). Nothing here branches on the machine's state: every decision comes back as an effect.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import attrs
+import trio
+
+from statemachines import rollout_gate as gate_sm
+from statemachines.core import IllegalTransition
+
+log = logging.getLogger("dressage_proxy.gate")
+
+
+class GateMember(Protocol):
+    """What the gate controller needs from a generation (``proxy.controllers.generation.Generation``)."""
+
+    def abort_requested(self) -> None:
+        """A pause wants this in-flight generation's upstream request cut (feed ``AbortRequested``)."""
+
+    def resumed(self, epoch: int, weight_version: str | None) -> None:
+        """The gate resumed while this generation waited (feed ``Resumed``); it streams from now on."""
+
+
+class ResumeRefusedError(Exception):
+    """A resume the gate refused: a pause is still in progress, or a new version was announced without a pause."""
+
+    code = "resume_refused"
+    http_status = 409
+
+
+@attrs.frozen
+class PauseResult:
+    """What a pause call returns once the gate is PAUSED."""
+
+    epoch: int
+    #: generations interrupted by this pause (acknowledged aborts); 0 for a pause that found nothing in flight
+    aborted: int
+    #: generations waiting for resume now
+    waiting: int
+    #: True when the gate was already paused (the call returned at once)
+    already_paused: bool = False
+
+
+@attrs.frozen
+class ResumeResult:
+    """What a resume call returns."""
+
+    epoch: int
+    weight_version: str | None
+    #: waiters admitted by this resume (0 for a no-op resume while running)
+    admitted: int
+    #: True when the gate was already running (nothing changed)
+    already_running: bool = False
+
+
+@attrs.define(eq=False)
+class GateController:
+    """The rollout gate of one proxy process (see the module docstring)."""
+
+    machine: gate_sm.RolloutGate
+    # Invariant: len(_in_flight) == machine's in_flight and len(_waiting) == its waiting (a dict keeps the order).
+    _in_flight: dict[GateMember, None] = attrs.field(factory=dict, init=False)
+    _waiting: dict[GateMember, None] = attrs.field(factory=dict, init=False)
+    # Set by PauseAcknowledged; replaced when a new pause starts.
+    _paused: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _pause_result: PauseResult | None = attrs.field(default=None, init=False)
+    # Set while RUNNING; replaced when a pause starts.
+    _running: trio.Event = attrs.field(factory=trio.Event, init=False)
+    # Lifetime counters, for statistics.
+    _admitted: int = attrs.field(default=0, init=False)
+    _parked: int = attrs.field(default=0, init=False)
+    _pauses: int = attrs.field(default=0, init=False)
+
+    @classmethod
+    def new(cls, weight_version: str | None = None) -> GateController:
+        """A running gate at epoch 0, with the configured weight version (if known)."""
+        controller = cls(gate_sm.RolloutGate.new(weight_version))
+        controller._running.set()
+        return controller
+
+    # -- what generations ask (synchronous) ----------------------------------------------------------------------
+
+    def want_to_start(self, member: GateMember) -> gate_sm.Admit | gate_sm.Wait:
+        """Admission: ``Admit`` (the member is in flight from now on) or ``Wait`` (it waits for ``resumed``)."""
+        for effect in self._send(gate_sm.GenerationWantsToStart()):
+            if isinstance(effect, gate_sm.Admit):
+                self._in_flight[member] = None
+                self._admitted += 1
+                return effect
+            if isinstance(effect, gate_sm.Wait):
+                self._waiting[member] = None
+                self._parked += 1
+                return effect
+        raise AssertionError("the gate answered a start with neither Admit nor Wait")  # the table rules this out
+
+    def finished(self, member: GateMember) -> None:
+        """An in-flight member no longer streams upstream (its stream ended, failed, or its client left)."""
+        if self._in_flight.pop(member, _ABSENT) is _ABSENT:
+            log.error("gate: finished() from a generation that is not in flight; ignored")
+            return
+        self._carry_out(self._send(gate_sm.GenerationFinished()))
+
+    def abort_acknowledged(self, member: GateMember) -> None:
+        """An in-flight member was cut at a token boundary after a pause's abort: it now waits for resume."""
+        if self._in_flight.pop(member, _ABSENT) is _ABSENT:
+            log.error("gate: abort_acknowledged() from a generation that is not in flight; ignored")
+            return
+        self._waiting[member] = None
+        self._carry_out(self._send(gate_sm.GenerationAbortAcknowledged()))
+
+    def cancel_wait(self, member: GateMember) -> None:
+        """A waiting member gives up (its client left, or its pause wait timed out)."""
+        if self._waiting.pop(member, _ABSENT) is _ABSENT:
+            log.error("gate: cancel_wait() from a generation that is not waiting; ignored")
+            return
+        self._carry_out(self._send(gate_sm.WaiterCancelled()))
+
+    # -- what the trainer asks -----------------------------------------------------------------------------------
+
+    async def pause(self) -> PauseResult:
+        """Pause generation; returns once nothing streams upstream (every in-flight generation acknowledged its
+        abort or finished). Idempotent. Cancelling the caller does not undo the pause."""
+        paused = self._paused
+        effects = self._send(gate_sm.PauseRequested())
+        for effect in effects:
+            if isinstance(effect, gate_sm.AlreadyPaused):
+                return PauseResult(effect.epoch, 0, effect.waiting, already_paused=True)
+            if isinstance(effect, gate_sm.AbortInFlight):
+                self._pauses += 1
+                # A fresh event for this pause; the running event is cleared until resume.
+                self._paused = paused = trio.Event()
+                self._pause_result = None
+                self._running = trio.Event()
+                for member in list(self._in_flight):
+                    # Each answers later (abort acknowledged, or finished), through this controller.
+                    member.abort_requested()
+            elif isinstance(effect, gate_sm.PauseAcknowledged):
+                # Nothing was in flight: paused at once.
+                self._pauses += 1
+                self._running = trio.Event()
+                self._acknowledge(effect)
+                return self._pause_result  # type: ignore[return-value]
+            # AlreadyPausing: join the pause in progress below.
+        await paused.wait()
+        assert self._pause_result is not None
+        return self._pause_result
+
+    async def resume(self, weight_version: str | None = None) -> ResumeResult:
+        """Resume generation, optionally announcing the weight version now loaded; every waiter streams at once.
+        Raises :class:`ResumeRefusedError` while a pause is in progress, or for a new version without a pause."""
+        # Resume never waits; it is async so that later versions may do I/O here (e.g. continue_generation).
+        await trio.lowlevel.checkpoint()
+        for effect in self._send(gate_sm.ResumeRequested(weight_version)):
+            if isinstance(effect, gate_sm.ResumeRefused):
+                raise ResumeRefusedError(effect.reason)
+            if isinstance(effect, gate_sm.AlreadyRunning):
+                return ResumeResult(effect.epoch, effect.weight_version, 0, already_running=True)
+            if isinstance(effect, gate_sm.AdmitWaiters):
+                waiters = list(self._waiting)
+                self._waiting.clear()
+                # Every waiter is counted in flight by the machine already: mirror that before any of them runs,
+                # so a member's synchronous release (finished()) during resumed() finds itself in flight.
+                for member in waiters:
+                    self._in_flight[member] = None
+                self._running.set()
+                for member in waiters:
+                    member.resumed(effect.epoch, effect.weight_version)
+                return ResumeResult(effect.epoch, effect.weight_version, effect.count)
+        raise AssertionError("the gate answered a resume with no known effect")  # the table rules this out
+
+    async def wait_running(self) -> None:
+        """Return once the gate is running (at once if it is)."""
+        await self._running.wait()
+
+    # -- reporting -----------------------------------------------------------------------------------------------
+
+    def statistics(self) -> GateControllerStatistics:
+        """The machine's report plus the controller's lifetime counters (for /v1/rollout/pause_state, /health)."""
+        gate = self.machine.statistics()
+        return GateControllerStatistics(
+            state=gate.state, epoch=gate.epoch, weight_version=gate.weight_version, in_flight=gate.in_flight,
+            waiting=gate.waiting, admitted_total=self._admitted, parked_total=self._parked, pauses_total=self._pauses,
+        )
+
+    # -- plumbing ------------------------------------------------------------------------------------------------
+
+    def _send(self, event: object) -> list:
+        """One event to the machine. An IllegalTransition is a bug in this controller (its sets mirror the
+        machine's counts); the machine is transactional, so nothing changed: re-raise for the caller."""
+        try:
+            return self.machine.send(event)
+        except IllegalTransition:
+            log.exception("gate: illegal event %s", type(event).__name__)
+            raise
+
+    def _carry_out(self, effects: list) -> None:
+        """The effects of a member's answer: only ``PauseAcknowledged`` can come back."""
+        for effect in effects:
+            if isinstance(effect, gate_sm.PauseAcknowledged):
+                self._acknowledge(effect)
+
+    def _acknowledge(self, effect: gate_sm.PauseAcknowledged) -> None:
+        self._pause_result = PauseResult(effect.epoch, effect.aborted, effect.waiting)
+        self._paused.set()
+
+
+@attrs.frozen
+class GateControllerStatistics:
+    """A frozen report of the gate and its controller."""
+
+    state: str
+    epoch: int
+    weight_version: str | None
+    in_flight: int
+    waiting: int
+    admitted_total: int
+    parked_total: int
+    pauses_total: int
+
+
+_ABSENT = object()
+
+__all__ = [
+    "GateController", "GateControllerStatistics", "GateMember", "PauseResult", "ResumeRefusedError", "ResumeResult",
+]

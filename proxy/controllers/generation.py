@@ -1,0 +1,706 @@
+"""The generation controller: one chat-completions request from prepare to response, driven by its GenerationMachine.
+
+Theory of operation (``docs/request-path.md`` has the diagrams and the decisions)
+--------------------------------------------------------------------------------
+``GenerationController.start(request, nursery)`` prepares the step in the caller's task (the HTTP handler): the
+session registry walks the trie and tokenizes (long full encodes in a worker thread), then context safety decides
+the token budget. A refusal there raises ``ApiError`` before any byte is sent. Otherwise the machine is told
+``Prepared``, asks the gate at once, and the request's **driver task** starts in ``nursery`` (the app's nursery, never
+the response body's task). The driver carries out the machine's effects in order: it runs each upstream request (the
+"reader": ``upstream_reader.read_request``) in its own cancel scope, parses, commits (shielded), and puts what the
+client must see into a small bounded memory channel. The HTTP handler only waits on that channel: a non-streaming
+handler for the one final item; a streaming response body drains everything buffered and writes it in one go
+(stack-notes pitfalls 3 and 6).
+
+How the machine is driven (its docstring is the contract): every event goes through ``send_fail_closed``; the
+effects are carried out in order by :meth:`Generation._apply`, synchronously where they touch only memory or the
+gate (so the gate's counts and its member sets never disagree), and queued to the driver where they need I/O
+(``StartUpstream``, ``ParseOutput``, ``Commit``, ``DropFromSession``, ``Respond``, ``RespondError``).
+``AbortUpstream`` cancels the current request's scope at once (and aborts the rid on the workers in the background).
+Events from other tasks (the gate's ``AbortRequested`` and ``Resumed``, the handler's ``ClientDisconnected``) are
+fed synchronously where they happen; their I/O effects land in the same queue. Nothing here branches on the
+machine's state. The controller's own facts decide only two things: once the machine has answered
+(``Respond``/``RespondError`` issued) or the client is gone, the driver feeds nothing more except a commit's answer;
+and a request whose scope our ``AbortUpstream`` cut ended as ``UpstreamAborted`` (the pause's acknowledgement).
+
+A client that goes away (quart-trio cancels the handler, or closes the body generator) becomes
+``ClientDisconnected``: the machine releases what the generation holds (the upstream request is cancelled, the gate
+slot or wait given back, the session's reservation dropped) and nothing is committed. A commit already requested
+still lands (it is shielded; the machine ignores a disconnect while COMMITTING).
+
+Streaming: the response opens (status 200, the role chunk) with the first generated token, so every failure before
+it is a plain HTTP error with its status; a failure after it is an SSE error event, then ``[DONE]``. Tokens flow
+through :class:`~proxy.controllers.text_decoder.TextDecoder` and the streaming message parser; each accepted token
+becomes one output item holding all the SSE events it produced. Without partial rollout, a generation interrupted by
+a pause restarts from scratch after resume; if its client already received tokens, those cannot be taken back: the
+stream ends with a ``generation_restarted`` SSE error (the client retries; nothing was committed).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import attrs
+import trio
+
+from proxy.api import SSE_DONE, ApiError, ChatCompletionRequest, CompletionMeta, Usage, sse_error
+from proxy.api.errors import ErrorCode
+from proxy.controllers.context_budget import StepBudget, plan_step_budget
+from proxy.controllers.errors import GenerationFinishedError, SessionError, SessionFinalizedError
+from proxy.controllers.gate import GateController
+from proxy.controllers.response_output import ResponseChannel
+from proxy.controllers.response_render import ResponseRenderer
+from proxy.controllers.session_registry import Prepared as PreparedStep
+from proxy.controllers.text_decoder import TextDecoder
+from proxy.controllers.upstream_reader import ReadOutcome, ending_event, failure_event, read_request
+from proxy.parsing import ParsedMessage
+from proxy.tokenization.results import TitoError
+from proxy.upstream.errors import UpstreamError
+from proxy.upstream.events import Finished, Token
+from proxy.upstream.request_ids import new_rid
+from statemachines import rollout_gate as gate_sm
+from statemachines.generation import (
+    AbortRequested,
+    AbortUpstream,
+    AcceptToken,
+    AcknowledgeAbortToGate,
+    AskGate,
+    CancelGateWait,
+    ClientDisconnected,
+    Commit,
+    CommitAccepted,
+    CommitRejected,
+    DiscardPartial,
+    DropFromSession,
+    DropToken,
+    FinishKind,
+    GateAdmitted,
+    GateWait,
+    GenerationMachine,
+    GenerationStatistics,
+    InternalError,
+    ParseDone,
+    ParseOutput,
+    PauseWaitTimedOut,
+    Prepared,
+    PrepareFailed,
+    ReleaseGate,
+    ReportFault,
+    Respond,
+    RespondError,
+    Resumed,
+    StartUpstream,
+    TokenReceived,
+    UpstreamAborted,
+    UpstreamStarted,
+)
+
+log = logging.getLogger("dressage_proxy.generation")
+
+#: Retry-After (seconds) of a 503 answered when the pause-wait timeout expires
+PAUSE_RETRY_AFTER = 10.0
+#: how long a background abort of an upstream rid may take
+ABORT_TIMEOUT = 10.0
+#: how long the first request without a model name waits for the upstream's /v1/models
+MODEL_NAME_TIMEOUT = 2.0
+#: the end-of-generation special tokens that are not text (SGLang's ``text`` leaves them out)
+END_TOKENS = ("<|im_end|>", "<|endoftext|>")
+
+
+class _Stop:
+    """The driver's last work item after its client went away."""
+
+
+_STOP = _Stop()
+
+
+@attrs.frozen
+class GenerationControllerStatistics:
+    """Counters of the request path (reporting only)."""
+
+    active: int
+    started: int
+    responded: int
+    failed: int
+    cancelled: int
+    refused: int
+    dropped_tokens: int
+
+
+@attrs.define(eq=False)
+class GenerationController:
+    """Starts one :class:`Generation` per chat-completions request (one controller per proxy process)."""
+
+    config: Any  # proxy.config.ProxyConfig
+    sessions: Any  # proxy.controllers.session_registry.SessionRegistry
+    upstream: Any  # proxy.upstream.client.SGLangClient
+    parser: Any  # proxy.parsing.MessageParser
+    tokenizer: Any  # proxy.tokenization.TitoTokenizer
+    gate: GateController
+    _end_ids: frozenset[int] = attrs.field(init=False)
+    _model_name: str | None = attrs.field(default=None, init=False)
+    _active: set[Generation] = attrs.field(factory=set, init=False)
+    _counts: collections.Counter = attrs.field(factory=collections.Counter, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        ids = set()
+        for text in END_TOKENS:
+            encoded = self.tokenizer.encode_text(text)
+            if len(encoded) == 1:
+                ids.add(encoded[0])
+        ids.add(self.tokenizer.end_of_turn_id)
+        self._end_ids = frozenset(ids)
+
+    @classmethod
+    def from_services(cls, services: Any) -> GenerationController:
+        """The controller over the proxy's services (``proxy.services.ProxyServices``)."""
+        return cls(
+            services.config, services.sessions, services.upstream, services.parser, services.tokenizer,
+            services.gate,
+        )
+
+    async def start(self, request: ChatCompletionRequest, nursery: trio.Nursery) -> Generation:
+        """Prepare the step, decide its budget, ask the gate, start its driver in ``nursery``.
+
+        Raises ``ApiError`` (nothing recorded, nothing sent upstream) when the session layer or context safety
+        refuses the request. A cancellation (the client left) propagates after the machine was told.
+        """
+        model = request.model or await self._served_model_name()
+        generation = Generation(self, request, model, nursery)
+        self._counts["started"] += 1
+        await generation.prepare()
+        self._active.add(generation)
+        nursery.start_soon(generation.drive, name=f"generation {generation.completion_id}")
+        return generation
+
+    def statistics(self) -> GenerationControllerStatistics:
+        counts = self._counts
+        return GenerationControllerStatistics(
+            active=len(self._active), started=counts["started"], responded=counts["responded"],
+            failed=counts["failed"], cancelled=counts["cancelled"], refused=counts["refused"],
+            dropped_tokens=counts["dropped_tokens"],
+        )
+
+    async def _served_model_name(self) -> str:
+        """The upstream's first model id (asked once; ``"default"`` while the upstream cannot say)."""
+        if self._model_name is None:
+            with trio.move_on_after(MODEL_NAME_TIMEOUT):
+                try:
+                    cards = await self.upstream.models()
+                except UpstreamError:
+                    cards = ()
+                if cards:
+                    self._model_name = cards[0].id
+        return self._model_name or "default"
+
+
+@attrs.define(eq=False)
+class Generation:
+    """One request's generation: its machine, token buffers, parser, driver task and output channel.
+
+    Public: :meth:`result` (non-streaming), :meth:`first_output` + :meth:`sse_body` (streaming),
+    :meth:`client_gone`; for the gate (:class:`~proxy.controllers.gate.GateMember`): :meth:`abort_requested`,
+    :meth:`resumed`.
+    """
+
+    controller: GenerationController
+    request: ChatCompletionRequest
+    model: str
+    _nursery: trio.Nursery
+    machine: GenerationMachine = attrs.field(init=False)
+    completion_id: str = attrs.field(init=False)
+    created: int = attrs.field(init=False)
+    prepared: PreparedStep | None = attrs.field(default=None, init=False)
+    budget: StepBudget | None = attrs.field(default=None, init=False)
+    prompt_ids: list[int] = attrs.field(factory=list, init=False)
+    # The step's generated tokens (kept across continuations; cleared by a restart). Same lengths.
+    ids: list[int] = attrs.field(factory=list, init=False)
+    logprobs: list[float | None] = attrs.field(factory=list, init=False)
+    versions: list[str | None] = attrs.field(factory=list, init=False)
+    routed: list[Any] = attrs.field(factory=list, init=False)
+    message: ParsedMessage | None = attrs.field(default=None, init=False)
+    _finish: FinishKind | None = attrs.field(default=None, init=False)
+    _matched_stop: Any = attrs.field(default=None, init=False)
+    _decoder: TextDecoder = attrs.field(init=False)
+    _stream: Any = attrs.field(default=None, init=False)  # MessageStream, streaming clients only
+    _render: ResponseRenderer = attrs.field(init=False)
+    _tail: list[Any] = attrs.field(factory=list, init=False)
+    # The current upstream request.
+    _rid: str | None = attrs.field(default=None, init=False)
+    _request_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    _request_accepted: int = attrs.field(default=0, init=False)
+    _incoming: Token | None = attrs.field(default=None, init=False)
+    _parse_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    # Work for the driver (unbounded: the machine bounds it) and the output to the response (bounded).
+    _work_send: Any = attrs.field(init=False)
+    _work_recv: Any = attrs.field(init=False)
+    _output: ResponseChannel = attrs.field(factory=ResponseChannel, init=False)
+    # The controller's own facts (never the machine's state).
+    _final_issued: bool = attrs.field(default=False, init=False)
+    _delivered: bool = attrs.field(default=False, init=False)
+    _client_gone: bool = attrs.field(default=False, init=False)
+    _restart_seen_by_client: bool = attrs.field(default=False, init=False)
+    _wait_began: float | None = attrs.field(default=None, init=False)
+    _refusal: ApiError | None = attrs.field(default=None, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        config = self.controller.config
+        self.machine = GenerationMachine.new(partial_rollout=config.partial_rollout)
+        self.completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self._work_send, self._work_recv = trio.open_memory_channel(math.inf)
+        controller = self.controller
+        self._render = ResponseRenderer(
+            self.request, CompletionMeta(self.completion_id, self.created, self.model), controller.tokenizer,
+            controller._end_ids, token_ids_default=config.return_token_ids,
+        )
+        self._new_text_state()
+
+    # -- the public face: what the route awaits ------------------------------------------------------------------
+
+    @property
+    def streaming(self) -> bool:
+        return self.request.stream
+
+    async def result(self) -> dict[str, Any]:
+        """Non-streaming: the ``chat.completion`` object, or raises the ``ApiError`` to answer."""
+        item = await self._output.receive_first(self.client_gone)
+        if isinstance(item, ApiError):
+            raise item
+        return item
+
+    async def first_output(self) -> bytes:
+        """Streaming: the first SSE bytes (the stream is open: answer 200), or raises the ``ApiError`` to answer
+        instead (nothing was sent yet)."""
+        item = await self._output.receive_first(self.client_gone)
+        if isinstance(item, ApiError):
+            raise item
+        return item
+
+    def sse_body(self, first: bytes) -> AsyncIterator[bytes]:
+        """The streaming response body: ``first``, then whatever the driver buffered, one write per wake-up. It holds
+        no cancel scope or nursery across a ``yield``; closed or cancelled before the end, it calls
+        :meth:`client_gone`."""
+        return self._output.body(first, self.client_gone)
+
+    def client_gone(self) -> None:
+        """The client went away: ``ClientDisconnected`` (releases everything; nothing is committed). Sync and
+        idempotent: safe from a cancelled handler or a closing body generator."""
+        if self._client_gone:
+            return
+        self._client_gone = True
+        if not self._delivered:
+            self.controller._counts["cancelled"] += 1
+        # Wakes a driver blocked on a full output channel and drops what was buffered.
+        self._output.abandon()
+        self._apply(self._send(ClientDisconnected()))
+        if self._parse_scope is not None:
+            self._parse_scope.cancel()
+        self._queue(_STOP)
+
+    def statistics(self) -> GenerationStatistics:
+        return self.machine.statistics()
+
+    # -- the gate's calls (GateMember) ---------------------------------------------------------------------------
+
+    def abort_requested(self) -> None:
+        self._apply(self._send(AbortRequested()))
+
+    def resumed(self, epoch: int, weight_version: str | None) -> None:
+        self._wait_began = None
+        self._apply(self._send(Resumed(epoch, weight_version)))
+
+    # -- prepare (in the handler's task) -------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Prepare + tokenize + budget as one unit: ``Prepared`` (and the gate's answer), or raise the refusal."""
+        request, controller = self.request, self.controller
+        try:
+            prepared = await controller.sessions.prepare(
+                request.session_id, request.messages, tools=request.tools,
+                chat_template_kwargs=request.chat_template_kwargs, response_mask=request.response_mask,
+                instance_id=request.instance_id, turn_id=request.turn_id,
+            )
+        except SessionError as exc:
+            self._refuse(ApiError.from_session_error(exc))
+        except TitoError as exc:
+            self._refuse(ApiError.invalid_request(f"the chat template cannot render these messages: {exc}", "messages"))
+        except trio.Cancelled:
+            # The client left during prepare; the registry rolled itself back.
+            self._apply(self._send(ClientDisconnected()))
+            raise
+        except Exception as exc:
+            # A bug below: fail closed (the app answers 500); the registry rolled itself back.
+            self._apply(self._send(InternalError(f"prepare failed: {type(exc).__name__}: {exc}")))
+            raise
+        self.prepared = prepared
+        self.prompt_ids = prepared.input_ids()
+        config = controller.config
+        try:
+            self.budget = plan_step_budget(
+                len(self.prompt_ids), request.max_tokens, context_window=config.context_window,
+                dynamic=config.dynamic_max_tokens,
+            )
+        except ApiError as refusal:
+            await controller.sessions.drop(prepared.handle)
+            self._refuse(refusal)
+        self._apply(self._send(Prepared(len(self.prompt_ids), self.budget.max_new_tokens)))
+
+    def _refuse(self, refusal: ApiError) -> None:
+        """The prepare unit failed: tell the machine, raise what it says to answer (with the refusal's details)."""
+        self._refusal = refusal
+        self.controller._counts["refused"] += 1
+        for effect in self._send(PrepareFailed(refusal.status, str(refusal.code), refusal.message)):
+            if isinstance(effect, RespondError):
+                raise self._api_error(effect)
+        raise refusal
+
+    # -- the machine -----------------------------------------------------------------------------------------
+
+    def _send(self, event: object) -> list:
+        return self.machine.send_fail_closed(event)
+
+    def _apply(self, effects: list) -> None:
+        """Carry out effects in order: memory and gate effects now, I/O effects queued to the driver."""
+        gate = self.controller.gate
+        for effect in effects:
+            if isinstance(effect, AskGate):
+                answer = gate.want_to_start(self)
+                if isinstance(answer, gate_sm.Admit):
+                    self._apply(self._send(GateAdmitted(answer.epoch, answer.weight_version)))
+                else:
+                    self._wait_began = trio.current_time()
+                    self._apply(self._send(GateWait(answer.epoch)))
+            elif isinstance(effect, AcceptToken):
+                self._accept(effect)
+            elif isinstance(effect, DropToken):
+                self.controller._counts["dropped_tokens"] += 1
+            elif isinstance(effect, AbortUpstream):
+                self._cut(effect.rid)
+            elif isinstance(effect, ReleaseGate):
+                gate.finished(self)
+            elif isinstance(effect, AcknowledgeAbortToGate):
+                self._wait_began = trio.current_time()
+                gate.abort_acknowledged(self)
+            elif isinstance(effect, CancelGateWait):
+                self._wait_began = None
+                gate.cancel_wait(self)
+            elif isinstance(effect, DiscardPartial):
+                self._discard()
+            elif isinstance(effect, ReportFault):
+                log.error("generation %s: controller fault: %s", self.completion_id, effect.reason)
+            elif isinstance(effect, (Respond, RespondError)):
+                self._final_issued = True
+                self._queue(effect)
+            else:  # StartUpstream, ParseOutput, Commit, DropFromSession
+                self._queue(effect)
+
+    def _queue(self, item: object) -> None:
+        try:
+            self._work_send.send_nowait(item)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the driver has ended; nothing is left to do
+
+    def _may_feed(self) -> bool:
+        """After the machine answered or the client left, the driver feeds nothing more (but a commit's answer)."""
+        return not (self._final_issued or self._client_gone)
+
+    # -- the driver task ---------------------------------------------------------------------------------------
+
+    async def drive(self) -> None:
+        """Carry out queued effects until the response is delivered (or the client is gone). Runs in the app's
+        nursery and never raises into it: a bug becomes ``InternalError`` (fail closed, 500)."""
+        try:
+            while not self._delivered:
+                item = await self._next_work()
+                if item is _STOP:
+                    break
+                answered_before = self._final_issued
+                try:
+                    await self._do(item)
+                except Exception as exc:  # noqa: BLE001 - a bug in this controller: fail closed, keep the proxy up
+                    log.exception("generation %s: error while carrying out %s", self.completion_id, item)
+                    self._apply(self._send(InternalError(f"{type(exc).__name__}: {exc}")))
+                    if answered_before:
+                        break
+        except Exception:  # noqa: BLE001 - the loop itself failed; never raise into the app nursery
+            log.exception("generation %s: driver failed", self.completion_id)
+        finally:
+            self._output.close()
+            self.controller._active.discard(self)
+
+    async def _next_work(self) -> object:
+        """The next queued effect; meanwhile flushes outputs a pause left behind, and times out a gate wait."""
+        await self._output.flush()
+        while True:
+            if self._wait_began is None:
+                return await self._work_recv.receive()
+            deadline = self._wait_began + self.controller.config.pause_wait_timeout
+            with trio.move_on_at(deadline):
+                return await self._work_recv.receive()
+            try:
+                # Resumed (fed synchronously by the gate) wins over a timer that fired at the same moment.
+                return self._work_recv.receive_nowait()
+            except trio.WouldBlock:
+                pass
+            waited = trio.current_time() - self._wait_began
+            self._wait_began = None
+            log.info("generation %s: gave up waiting for resume after %.1f s", self.completion_id, waited)
+            self._apply(self._send(PauseWaitTimedOut()))
+
+    async def _do(self, item: object) -> None:
+        if isinstance(item, StartUpstream):
+            await self._run_upstream(item)
+        elif isinstance(item, ParseOutput):
+            await self._parse(item)
+        elif isinstance(item, Commit):
+            await self._commit()
+        elif isinstance(item, DropFromSession):
+            if self.prepared is not None:
+                await self.controller.sessions.drop(self.prepared.handle)
+        elif isinstance(item, Respond):
+            await self._deliver_response()
+        elif isinstance(item, RespondError):
+            await self._deliver_error(item)
+        else:
+            raise AssertionError(f"unknown work item {item!r}")
+
+    # -- upstream ----------------------------------------------------------------------------------------------
+
+    async def _run_upstream(self, start: StartUpstream) -> None:
+        """One upstream request in its own cancel scope (the reader); its ending becomes exactly one event."""
+        if not self._may_feed():
+            return
+        if self._restart_seen_by_client:
+            await self._abandon_restarted_stream()
+            return
+        config, request = self.controller.config, self.request
+        assert self.prepared is not None and self.budget is not None
+        rid = new_rid()
+        input_ids = self.prompt_ids + self.ids[: start.kept_tokens] if start.kept_tokens else self.prompt_ids
+        params = request.to_sampling_params(
+            self.budget.wire_value(start.max_new_tokens), temperature_override=config.rollout_temperature
+        )
+        self._request_accepted = 0
+        outcome: ReadOutcome | None = None
+        finished: list[Finished] = []
+        with trio.CancelScope() as scope:
+            self._request_scope = scope
+            self._rid = rid
+            try:
+                # May cancel the scope at once: a pause's abort came before the request went out.
+                self._apply(self._send(UpstreamStarted(rid)))
+                outcome = await read_request(
+                    self.controller.upstream, input_ids, params, rid=rid, routing_key=request.session_id,
+                    on_token=self._on_token, on_finished=finished.append,
+                    return_routed_experts=config.use_rollout_routing_replay,
+                    routed_experts_start_len=start.routed_experts_start_len,
+                )
+            finally:
+                self._request_scope = None
+        if not self._may_feed():
+            return
+        if finished:
+            # Ended by itself, even if our cancel came while the stream was being read to its end.
+            outcome = ReadOutcome(finished=finished[0])
+            self._matched_stop = getattr(finished[0].finish_reason, "matched", None)
+            if finished[0].routed_experts is not None:
+                self.routed.append(finished[0].routed_experts)
+        elif scope.cancelled_caught:
+            # Our AbortUpstream cut it (a pause): the acknowledgement, with the tokens fed so far.
+            self._apply(self._send(UpstreamAborted(self._request_accepted)))
+            return
+        assert outcome is not None
+        self._apply(self._send(ending_event(outcome, self._request_accepted)))
+
+    async def _on_token(self, token: Token) -> None:
+        """One token of the current request: to the machine (AcceptToken records and renders it), then out."""
+        if not self._may_feed():
+            return
+        self._incoming = token
+        try:
+            self._apply(self._send(TokenReceived(self._rid, token.weight_version)))
+        finally:
+            self._incoming = None
+        await self._output.flush()
+
+    def _cut(self, rid: str | None) -> None:
+        """AbortUpstream: cancel the current request's scope; abort the rid on the workers in the background."""
+        if self._request_scope is not None and (rid is None or rid == self._rid):
+            self._request_scope.cancel()
+        if rid is not None:
+            self._nursery.start_soon(self._abort_rid, rid)
+
+    async def _abort_rid(self, rid: str) -> None:
+        with trio.move_on_after(ABORT_TIMEOUT):
+            try:
+                await self.controller.upstream.abort(rid)
+            except UpstreamError as exc:
+                log.debug("generation %s: abort of %s failed: %s", self.completion_id, rid, exc)
+
+    def _accept(self, effect: AcceptToken) -> None:
+        """Record generated token number ``effect.index``, stamped; stream what it makes certain."""
+        token = self._incoming
+        if token is None or effect.index != len(self.ids):
+            raise RuntimeError(f"AcceptToken({effect.index}) without the matching incoming token")
+        self.ids.append(token.token_id)
+        self.logprobs.append(token.logprob)
+        self.versions.append(effect.weight_version)
+        self._request_accepted += 1
+        text = self._decoder.feed(token.token_id)
+        if self._stream is None:
+            return
+        deltas = self._stream.feed(text) if text else []
+        events = self._render.token_events(token, effect.weight_version, deltas, self.prompt_ids)
+        if events:
+            self._output.emit(events)
+
+    def _discard(self) -> None:
+        """DiscardPartial: the step restarts from scratch; forget every generated token."""
+        self.ids.clear()
+        self.logprobs.clear()
+        self.versions.clear()
+        self.routed.clear()
+        self._render.reset()
+        if self._render.opened:
+            # The client already saw tokens that a restart cannot take back.
+            self._restart_seen_by_client = True
+        self._new_text_state()
+
+    def _new_text_state(self) -> None:
+        controller, request = self.controller, self.request
+        self._decoder = TextDecoder(controller.tokenizer, end_ids=controller._end_ids, stop=request.stop)
+        if request.stream:
+            self._stream = controller.parser.stream(
+                request.tools, session_id=request.session_id, step_index=self._step_index,
+                reasoning_open_at_start=self._reasoning_open,
+            )
+
+    async def _abandon_restarted_stream(self) -> None:
+        """Without partial rollout the step restarts, but this client already has tokens of the discarded try:
+        end its stream with an error and give the generation up (nothing is committed; the client retries)."""
+        error = ApiError.of(
+            ErrorCode.GENERATION_RESTARTED,
+            "generation was interrupted by a weight update and restarts from scratch (no partial rollout); "
+            "the tokens already streamed are void: retry the request",
+        )
+        self._output.emit(sse_error(error) + SSE_DONE)
+        await self._output.flush()
+        self._output.close()
+        self.controller._counts["cancelled"] += 1
+        self._client_gone = True
+        self._apply(self._send(ClientDisconnected()))
+        self._queue(_STOP)
+
+    # -- parse, commit, respond --------------------------------------------------------------------------------
+
+    @property
+    def _step_index(self) -> int:
+        """Tool-call ids derive from (session, step index, call index); the step index is the answer's position in
+        the conversation, so a retry of the same request gets the same ids (an idempotent retry stays one node)."""
+        return len(self.request.messages)
+
+    @property
+    def _reasoning_open(self) -> bool:
+        """The prompt ends inside a think block (Qwen3.5 with thinking on puts ``<think>\\n`` in the prompt)."""
+        prefix = self.controller.tokenizer.thinking_prefix(self.request.chat_template_kwargs)
+        return prefix.rstrip().endswith("<think>")
+
+    async def _parse(self, effect: ParseOutput) -> None:
+        if not self._may_feed():
+            return
+        self._finish = effect.finish
+        request, parser = self.request, self.controller.parser
+        failure: UpstreamError | None = None
+        message: ParsedMessage | None = None
+        with trio.CancelScope() as scope:
+            self._parse_scope = scope
+            try:
+                tail = self._decoder.finish(self._matched_stop)
+                if self._stream is not None:
+                    deltas = self._stream.feed(tail) if tail else []
+                    deltas += await self._stream.finish()
+                    self._tail = deltas
+                    message = self._stream.message
+                else:
+                    message = await parser.parse_final(
+                        self._decoder.text, request.tools, session_id=request.session_id,
+                        step_index=self._step_index, reasoning_open_at_start=self._reasoning_open,
+                    )
+            except UpstreamError as exc:
+                failure = exc
+        self._parse_scope = None
+        if not self._may_feed() or scope.cancelled_caught:
+            return
+        if failure is not None:
+            self._apply(self._send(failure_event(failure)))
+            return
+        self.message = message
+        self._apply(self._send(ParseDone()))
+
+    async def _commit(self) -> None:
+        """The session's commit, shielded (it lands or is rejected even if the client leaves), answer fed inside."""
+        assert self.prepared is not None and self.message is not None and self._finish is not None
+        sessions = self.controller.sessions
+        with trio.CancelScope(shield=True):
+            try:
+                await sessions.commit(
+                    self.prepared.handle, self.ids, self.logprobs, self.versions,
+                    self.routed if self.controller.config.use_rollout_routing_replay else None,
+                    self._finish.value, self.message.to_openai(),
+                )
+            except SessionFinalizedError as exc:
+                self._apply(self._send(CommitRejected(str(exc))))
+            except (ValueError, GenerationFinishedError) as exc:
+                # Nothing was committed; the handle may still be live: release it, then fail closed.
+                await sessions.drop(self.prepared.handle)
+                self._apply(self._send(InternalError(f"commit refused: {type(exc).__name__}: {exc}")))
+            else:
+                self._apply(self._send(CommitAccepted()))
+
+    async def _deliver_response(self) -> None:
+        self._delivered = True
+        self.controller._counts["responded"] += 1
+        message, finish = self.message, self._finish
+        assert message is not None and finish is not None
+        usage = Usage(len(self.prompt_ids), len(self.ids))
+        if self._stream is not None:
+            reason = message.finish_reason(finish.value)
+            self._output.emit(self._render.final_events(self._tail, reason, usage, self.prompt_ids))
+        else:
+            self._output.emit(self._render.completion(
+                message, truncated=finish is FinishKind.LENGTH, usage=usage, prompt_ids=self.prompt_ids,
+                ids=self.ids, logprobs=self.logprobs, versions=self.versions,
+            ))
+        await self._output.flush()
+        self._output.close()
+
+    async def _deliver_error(self, effect: RespondError) -> None:
+        self._delivered = True
+        self.controller._counts["failed"] += 1
+        error = self._api_error(effect)
+        if effect.status >= 500 and effect.code == "internal_error":
+            log.error("generation %s: answered 500", self.completion_id)
+        self._output.emit(sse_error(error) + SSE_DONE if self._render.opened else error)
+        await self._output.flush()
+        self._output.close()
+
+    def _api_error(self, effect: RespondError) -> ApiError:
+        """The machine's RespondError as the API's error (the prepare refusal keeps its details)."""
+        if self._refusal is not None and str(self._refusal.code) == effect.code:
+            return self._refusal
+        if effect.code == ErrorCode.PAUSED_TIMEOUT:
+            waited = self.controller.config.pause_wait_timeout
+            return ApiError.paused_timeout(waited, PAUSE_RETRY_AFTER)
+        message = effect.message or effect.code.replace("_", " ")
+        kind = "upstream_error" if effect.code.startswith("upstream") else None
+        return ApiError(effect.status, effect.code, message, type=kind)
+
+
+__all__ = ["Generation", "GenerationController", "GenerationControllerStatistics"]

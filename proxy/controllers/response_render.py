@@ -1,0 +1,151 @@
+"""What a generation's client sees, rendered with ``proxy.api.render``: streamed chunks as tokens arrive, the last
+chunks of a stream, or the whole ``chat.completion`` object.
+
+Pure (no I/O). Logprobs and the token extension fields (``token_ids``, ``token_logprobs``, ``weight_versions``) of
+a stream are attached to the next chunk that carries a delta: the parser holds text back while it could still be
+markup, so tokens and deltas do not align one to one; tokens still unattached at the end get a chunk of their own
+(an empty ``delta``). The end-of-turn tokens are not text: they are left out of the OpenAI ``logprobs`` (which
+describe the content) but kept in the token extension fields (which are token-exact).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import attrs
+
+from proxy.api import (
+    SSE_DONE,
+    AssistantTurn,
+    ChatCompletionRequest,
+    ChunkFormat,
+    CompletionMeta,
+    Delta,
+    TokenExtras,
+    TokenLogprob,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    render_completion,
+    sse_events,
+)
+from proxy.parsing import ContentDelta, ParsedMessage, ReasoningDelta
+from proxy.upstream.events import Token
+
+
+class ResponseRenderer:
+    """Renders one response (one per generation; ``reset()`` when the step restarts from scratch)."""
+
+    def __init__(
+        self, request: ChatCompletionRequest, meta: CompletionMeta, tokenizer: Any, end_ids: Collection[int],
+        *, token_ids_default: bool,
+    ) -> None:
+        self.request = request
+        self.meta = meta
+        self._tokenizer = tokenizer
+        self._end_ids = end_ids
+        self._extras = request.wants_token_ids(token_ids_default)
+        self.format = ChunkFormat.for_request(request, meta, token_ids_default=token_ids_default)
+        # Tokens (with their versions) not yet carried by a chunk, when logprobs or extras are rendered.
+        self._unattached: list[tuple[Token, str | None]] = []
+        #: the first chunk (the assistant role) was rendered
+        self.opened = False
+
+    def reset(self) -> None:
+        self._unattached.clear()
+
+    # -- streaming -----------------------------------------------------------------------------------------------
+
+    def token_events(self, token: Token, version: str | None, deltas: Sequence[Any], prompt_ids: Sequence[int]) -> bytes:
+        """The SSE events one accepted token produces (the opening chunk with the first token)."""
+        if self.format.logprobs or self.format.token_extras:
+            self._unattached.append((token, version))
+        chunks = self._open(prompt_ids)
+        chunks.extend(self._delta_chunks(deltas))
+        return sse_events(chunks) if chunks else b""
+
+    def final_events(
+        self, deltas: Sequence[Any], finish_reason: str, usage: Usage, prompt_ids: Sequence[int]
+    ) -> bytes:
+        """The last deltas, the finish chunk, the usage chunk (when asked), ``[DONE]``."""
+        chunks = self._open(prompt_ids)
+        chunks.extend(self._delta_chunks(deltas))
+        if self._unattached:
+            chunks.append(self.format.delta(self._attach(Delta())))
+        chunks.extend(self.format.finish(finish_reason, usage))
+        return sse_events(chunks) + SSE_DONE
+
+    def _open(self, prompt_ids: Sequence[int]) -> list[dict[str, Any]]:
+        if self.opened:
+            return []
+        self.opened = True
+        return [self.format.first(prompt_token_ids=prompt_ids)]
+
+    def _delta_chunks(self, deltas: Sequence[Any]) -> list[dict[str, Any]]:
+        chunks = []
+        for delta in deltas:
+            if isinstance(delta, ReasoningDelta):
+                api_delta = Delta(reasoning_content=delta.text)
+            elif isinstance(delta, ContentDelta):
+                api_delta = Delta(content=delta.text)
+            else:
+                api_delta = Delta(
+                    tool_calls=(ToolCallDelta(delta.index, delta.id, delta.name, delta.arguments_fragment),)
+                )
+            chunks.append(self.format.delta(self._attach(api_delta)))
+        return chunks
+
+    def _attach(self, delta: Delta) -> Delta:
+        """Give this delta the logprobs / token extras of the tokens no chunk carried yet."""
+        if not self._unattached:
+            return delta
+        tokens, self._unattached = self._unattached, []
+        logprobs = tuple(
+            self.token_logprob(token.token_id, token.logprob)
+            for token, _ in tokens if token.logprob is not None and token.token_id not in self._end_ids
+        )
+        extras = None
+        if self.format.token_extras:
+            values = [token.logprob for token, _ in tokens]
+            extras = TokenExtras(
+                token_ids=[token.token_id for token, _ in tokens],
+                token_logprobs=values if all(v is not None for v in values) else None,
+                weight_versions=[version for _, version in tokens],
+            )
+        return attrs.evolve(delta, logprobs=logprobs, extras=extras)
+
+    # -- non-streaming -------------------------------------------------------------------------------------------
+
+    def completion(
+        self, message: ParsedMessage, *, truncated: bool, usage: Usage, prompt_ids: Sequence[int],
+        ids: Sequence[int], logprobs: Sequence[float | None], versions: Sequence[str | None],
+    ) -> dict[str, Any]:
+        """The ``chat.completion`` object."""
+        turn = AssistantTurn(
+            content=message.to_openai()["content"], reasoning_content=message.reasoning_content,
+            tool_calls=tuple(ToolCall(c.id, c.name, c.arguments_json) for c in message.tool_calls),
+            truncated=truncated,
+        )
+        entries = None
+        if self.request.logprobs:
+            entries = [
+                self.token_logprob(token_id, value)
+                for token_id, value in zip(ids, logprobs, strict=True)
+                if value is not None and token_id not in self._end_ids
+            ]
+        extras = None
+        if self._extras:
+            aligned = all(value is not None for value in logprobs)
+            extras = TokenExtras(
+                prompt_token_ids=prompt_ids, token_ids=ids, token_logprobs=logprobs if aligned else None,
+                weight_versions=versions,
+            )
+        return render_completion(self.meta, turn, usage, logprobs=entries, extras=extras)
+
+    def token_logprob(self, token_id: int, logprob: float) -> TokenLogprob:
+        data = self._tokenizer.token_bytes(token_id)
+        return TokenLogprob(data.decode("utf-8", "replace"), logprob, tuple(data))
+
+
+__all__ = ["ResponseRenderer"]

@@ -1,0 +1,131 @@
+"""One upstream request read to its end, and how its ending becomes a GenerationMachine event.
+
+:func:`read_request` streams ``/generate`` (always streamed, also for non-streaming clients: a closed stream is
+SGLang's only reliable abort signal without worker URLs, and tokens can be counted as they come) and hands every
+token to a callback; it returns how the request ended instead of raising, so the generation controller turns every
+ending into exactly one machine event (:func:`ending_event`). Cancellation (a pause's abort, a client gone) is never
+caught here: the caller's cancel scope around the call says whether it fired.
+
+Upstream failures map onto the API's stable codes in one place (:func:`failure_event`), also for the parser
+backend's failures:
+
+| upstream | status | code |
+|---|---|---|
+| connection refused, reset before an answer, stream cut without ``[DONE]`` | 502 | ``upstream_unavailable`` |
+| connect / write / pool timeout | 504 | ``upstream_unavailable`` |
+| HTTP 408, 429, 503 (overloaded, retry later) | 503 | ``upstream_unavailable`` |
+| HTTP 400-499 otherwise, an in-stream 4xx error chunk, a 400 abort | 400 | ``upstream_error`` (the request was refused: the SDKs must not retry it) |
+| HTTP 5xx otherwise, an error chunk, an error abort, a malformed stream | 502 | ``upstream_error`` |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from proxy.upstream.errors import (
+    UpstreamError,
+    UpstreamHTTPError,
+    UpstreamStreamCut,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from proxy.upstream.events import FinishAbort, Finished, FinishLength, FinishStop, Token
+from statemachines.generation import FinishKind, UpstreamAborted, UpstreamFailed, UpstreamFinished
+
+_RETRY_LATER = frozenset({408, 429, 503})
+
+
+@attrs.frozen
+class ReadOutcome:
+    """How one upstream request ended (at most one of the two is set; neither: it ended without a final event)."""
+
+    finished: Finished | None = None
+    failure: UpstreamError | None = None
+
+
+async def read_request(
+    upstream: Any,
+    input_ids: Sequence[int],
+    sampling_params: Mapping[str, Any],
+    *,
+    rid: str,
+    routing_key: str,
+    on_token: Callable[[Token], Awaitable[None]],
+    on_finished: Callable[[Finished], None] | None = None,
+    return_routed_experts: bool = False,
+    routed_experts_start_len: int | None = None,
+) -> ReadOutcome:
+    """Stream one ``/generate`` request; ``on_token`` is awaited for every token, in order, and ``on_finished``
+    called with the final event as soon as it arrives (before the stream is read to its end, during which a
+    cancellation may still come: the caller then knows the request had finished anyway).
+
+    Returns the final event or the ``UpstreamError`` (tokens received before it were handed out already). Leaving
+    early (a cancellation) closes the stream at once, which SGLang (and the embedded engine) treat as an abort.
+    """
+    finished: Finished | None = None
+    try:
+        async with upstream.generate_stream(
+            input_ids, sampling_params, rid=rid, routing_key=routing_key,
+            return_routed_experts=return_routed_experts,
+            routed_experts_start_len=routed_experts_start_len if return_routed_experts else None,
+        ) as events:
+            async for event in events:
+                if isinstance(event, Token):
+                    await on_token(event)
+                else:
+                    finished = event
+                    if on_finished is not None:
+                        on_finished(event)
+    except UpstreamError as exc:
+        if finished is not None:
+            # Failed while draining after the final event: the result is complete.
+            return ReadOutcome(finished=finished)
+        return ReadOutcome(failure=exc)
+    return ReadOutcome(finished=finished)
+
+
+def failure_event(error: UpstreamError) -> UpstreamFailed:
+    """An upstream (or parser-backend) failure as the machine's ``UpstreamFailed`` (see the module's table)."""
+    message = f"upstream SGLang error: {error}"
+    if isinstance(error, UpstreamHTTPError):
+        if error.status in _RETRY_LATER:
+            return UpstreamFailed(503, "upstream_unavailable", message)
+        if 400 <= error.status < 500:
+            return UpstreamFailed(400, "upstream_error", message)
+        return UpstreamFailed(502, "upstream_error", message)
+    if isinstance(error, UpstreamTimeout):
+        return UpstreamFailed(504, "upstream_unavailable", message)
+    if isinstance(error, (UpstreamUnavailable, UpstreamStreamCut)):
+        return UpstreamFailed(502, "upstream_unavailable", message)
+    return UpstreamFailed(502, "upstream_error", message)
+
+
+def ending_event(outcome: ReadOutcome, tokens: int) -> UpstreamFinished | UpstreamAborted | UpstreamFailed:
+    """The machine event for a request that ended by itself after ``tokens`` accepted tokens (a request our own
+    cancel scope cut is ``UpstreamAborted(tokens)``, decided by the caller)."""
+    if outcome.failure is not None:
+        return failure_event(outcome.failure)
+    finished = outcome.finished
+    if finished is None:
+        return UpstreamFailed(502, "upstream_error", "upstream SGLang error: the stream ended without a final event")
+    reason = finished.finish_reason
+    if isinstance(reason, FinishStop):
+        return UpstreamFinished(FinishKind.STOP, tokens)
+    if isinstance(reason, FinishLength):
+        return UpstreamFinished(FinishKind.LENGTH, tokens)
+    assert isinstance(reason, FinishAbort)
+    if reason.is_error:
+        status = reason.status_code or 500
+        detail = f"upstream SGLang aborted the request ({status}): {reason.message or 'no message'}"
+        if status in _RETRY_LATER:
+            return UpstreamFailed(503, "upstream_unavailable", detail)
+        if 400 <= status < 500:
+            return UpstreamFailed(400, "upstream_error", detail)
+        return UpstreamFailed(502, "upstream_error", detail)
+    return UpstreamAborted(tokens)
+
+
+__all__ = ["ReadOutcome", "ending_event", "failure_event", "read_request"]

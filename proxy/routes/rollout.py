@@ -1,0 +1,87 @@
+"""The rollout-facing endpoints (spec 4, 5.5): finalize a session, read and drain its segments, store statistics,
+and a per-session debug view.
+
+| route | body | answer |
+|---|---|---|
+| ``POST /session/finalize`` | ``{"session_id", "instance_id"?, "rollout_id"?, "reward_info"?}`` | ``{"session_id", "segments", "steps", "trajectory_ids"}`` |
+| ``POST /trajectory/read`` | ``{"session_id"?, "trajectory_id"?, "drain"?}`` (at least one id) | ``{"data": [segment, ...]}`` |
+| ``GET /trajectory/stats`` | | ``{"sessions", "segments", "tokens", "bytes", "written_sessions", "drained_segments", "cleaned_sessions"}`` |
+| ``GET /session/<session_id>`` | | the session's debug view (state, head, branches, in flight, trie size) |
+
+Decisions:
+
+- **Finalize is idempotent**: every call for a session gets the answer of the first (its ``reward_info``,
+  ``instance_id`` and ``rollout_id`` are the ones stored; later values are ignored). A session id never seen is
+  finalized empty (``segments: 0``) so a straggling request cannot start it afterwards. A session that was aborted
+  (or whose export failed) answers 409 ``session_aborted``.
+- **Read of an unknown id is 404** ``not_found`` (a typo must not look like "not finalized yet" forever): a
+  ``trajectory_id`` that is not stored (never, or drained already), or a ``session_id`` that is neither in the
+  store nor known to the proxy. A session the proxy knows with no segment stored (still active, finalized with
+  nothing to export, or drained) answers ``{"data": []}``, so polling and drain loops need no special case.
+- **The debug view path** is ``GET /session/<session_id>`` (the id percent-encoded; ``/`` in an id is allowed);
+  404 for a session the proxy does not know. ``GET`` never collides with ``POST /session/finalize``: a session
+  named ``finalize`` is still readable with ``GET``.
+
+Bodies are parsed by :mod:`proxy.api.rollout_requests`; every error is an :class:`~proxy.api.ApiError` (or a
+session error the app translates), rendered by ``proxy.app`` in the OpenAI error shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from quart import jsonify, request
+from quart_trio import QuartTrio
+
+from proxy.api import ApiError, FinalizeRequest, TrajectoryReadRequest, parse_json_body
+from proxy.api.fields import identifier
+from proxy.services import ProxyServices
+
+
+def register(app: QuartTrio, services: ProxyServices) -> None:
+    sessions = services.sessions
+
+    @app.post("/session/finalize")
+    async def finalize_session():
+        body = FinalizeRequest.from_json(parse_json_body(await request.get_data()))
+        result = await sessions.finalize(
+            body.session_id, body.reward_info, body.instance_id, rollout_id=body.rollout_id
+        )
+        return jsonify(
+            {
+                "session_id": result.session_id,
+                "segments": result.segments,
+                "steps": result.steps,
+                "trajectory_ids": list(result.trajectory_ids),
+            }
+        )
+
+    @app.post("/trajectory/read")
+    async def read_trajectory():
+        body = TrajectoryReadRequest.from_json(parse_json_body(await request.get_data()))
+        segments = await sessions.read(session_id=body.session_id, trajectory_id=body.trajectory_id, drain=body.drain)
+        if not segments:
+            if body.trajectory_id is not None:
+                raise ApiError.not_found(f"no stored segment {body.trajectory_id!r}", "trajectory_id")
+            if sessions.debug_view(body.session_id) is None:
+                raise ApiError.not_found(f"unknown session {body.session_id!r}", "session_id")
+        return jsonify({"data": segments})
+
+    @app.get("/trajectory/stats")
+    async def trajectory_stats():
+        stats = await sessions.store_statistics()
+        return jsonify(stats.as_json())
+
+    @app.get("/session/<path:session_id>")
+    async def session_debug(session_id: str):
+        session_id = identifier(session_id, "session_id")
+        view = sessions.debug_view(session_id)
+        if view is None:
+            raise ApiError.not_found(f"unknown session {session_id!r}", "session_id")
+        return jsonify(_as_json(view))
+
+
+def _as_json(value: Any) -> Any:
+    """An attrs report as a JSON-ready dict (enums by value)."""
+    return attrs.asdict(value, value_serializer=lambda _i, _a, v: getattr(v, "value", v))
