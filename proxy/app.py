@@ -16,7 +16,7 @@ from werkzeug.exceptions import HTTPException
 
 from proxy.api import ApiError
 from proxy.controllers.errors import SessionError
-from proxy.routes import chat, info, rollout
+from proxy.routes import chat, info, rollout, rollout_control
 from proxy.serving import harden_app
 from proxy.services import ProxyServices
 from proxy.tokenization import TitoError
@@ -25,7 +25,7 @@ from proxy.upstream.errors import UpstreamError
 log = logging.getLogger("dressage_proxy")
 
 #: every route module; each has ``register(app, services)``
-ROUTE_MODULES = [info, rollout, chat]
+ROUTE_MODULES = [info, rollout, rollout_control, chat]
 
 
 def error_response(error: ApiError) -> Response:

@@ -22,8 +22,8 @@ connection pool belongs to the loop that opened it)::
 | ``pause()``, ``resume(weight_version=)`` | ``POST /v1/rollout/pause``, ``/v1/rollout/resume`` | the answer dict |
 | ``pause_state()`` | ``GET /v1/rollout/pause_state`` | :class:`PauseState` |
 
-The ``/v1/rollout/*`` endpoints arrive with the preemptible-generation issue; until then those three methods get a
-404 ``not_found`` :class:`ProxyError` from the proxy.
+The ``/v1/rollout/*`` methods drive the rollout gate (``docs/partial-rollout.md``); a refused resume raises
+:class:`ProxyError` with status 409 and code ``resume_refused``.
 
 Errors: every HTTP error answer is raised as :class:`ProxyError` (``status``, ``code``, ``message``, ``param``,
 ``type``, and the whole ``body``), parsed from the OpenAI error shape ``{"error": {"message", "type", "param",
@@ -337,7 +337,7 @@ class ProxyClient:
         """``GET /v1/models``: the model cards (``data`` of the OpenAI list)."""
         return list((await self._request("GET", "/v1/models"))["data"])
 
-    # -- the rollout gate (the endpoints arrive with the preemptible-generation issue) ------------------------------
+    # -- the rollout gate (docs/partial-rollout.md) -----------------------------------------------------------------
 
     async def pause(self) -> dict[str, Any]:
         """``POST /v1/rollout/pause``: returns once no generation runs upstream. Idempotent."""

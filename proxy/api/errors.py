@@ -21,6 +21,7 @@ they do not know. Some codes also carry response headers (``Retry-After``).
 | ``invalid_messages`` | 400 | invalid_request_error | (session layer) the messages cannot be trie edges; the API's own validation normally answers first |
 | ``session_aborted`` | 409 | invalid_request_error | (session layer) finalize of a session that was aborted: nothing to export |
 | ``response_mask_mismatch`` | 422 | invalid_request_error | ``response_mask`` length differs from the context tokens the step adds; details ``expected``, ``got`` |
+| ``resume_refused`` | 409 | invalid_request_error | ``/v1/rollout/resume`` while a pause is still in progress, or announcing a new weight version without a pause |
 | ``upstream_unavailable`` | 502 (or 503) | upstream_error | SGLang unreachable, connection refused or reset, stream cut, timeout |
 | ``upstream_error`` | 502 | upstream_error | SGLang answered with an error (an abort with a message, a 4xx/5xx body) |
 | ``upstream_aborted`` | 502 | upstream_error | SGLang aborted the request although the proxy did not ask it to |
@@ -65,6 +66,7 @@ class ErrorCode(enum.StrEnum):
     INVALID_MESSAGES = "invalid_messages"
     SESSION_ABORTED = "session_aborted"
     RESPONSE_MASK_MISMATCH = "response_mask_mismatch"
+    RESUME_REFUSED = "resume_refused"
     UPSTREAM_UNAVAILABLE = "upstream_unavailable"
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_ABORTED = "upstream_aborted"
@@ -93,6 +95,7 @@ ERROR_TABLE: Mapping[ErrorCode, tuple[int, str]] = {
     ErrorCode.INVALID_MESSAGES: (400, INVALID_REQUEST_ERROR),
     ErrorCode.SESSION_ABORTED: (409, INVALID_REQUEST_ERROR),
     ErrorCode.RESPONSE_MASK_MISMATCH: (422, INVALID_REQUEST_ERROR),
+    ErrorCode.RESUME_REFUSED: (409, INVALID_REQUEST_ERROR),
     ErrorCode.UPSTREAM_UNAVAILABLE: (502, UPSTREAM_ERROR_TYPE),
     ErrorCode.UPSTREAM_ERROR: (502, UPSTREAM_ERROR_TYPE),
     ErrorCode.UPSTREAM_ABORTED: (502, UPSTREAM_ERROR_TYPE),

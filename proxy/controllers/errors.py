@@ -58,11 +58,27 @@ class SessionAbortedError(SessionError):
     http_status = 409
 
 
+class TrajectoryVersionChangedError(SessionError):
+    """Without partial rollout, a step would be (or was) generated under another rollout epoch or weight version
+    than the session's earlier steps (spec 7): the session's trajectory must be single-version."""
+
+    code = "trajectory_version_changed"
+    http_status = 400
+
+    def __init__(self, held: object, offered: object) -> None:
+        self.held, self.offered = held, offered
+        super().__init__(
+            f"the session's steps were generated at {held}; this step is at {offered} (a weight update or a "
+            f"pause/resume came between them; without --dressage-partial-rollout a session is single-version: "
+            f"finalize it and start a new one)"
+        )
+
+
 class GenerationFinishedError(RuntimeError):
     """A handle was committed twice (or after a drop): a bug in the caller; the first outcome stands."""
 
 
 __all__ = [
     "GenerationFinishedError", "InvalidMessagesError", "MaxStepsExceededError", "ResponseMaskMismatchError",
-    "SessionAbortedError", "SessionError", "SessionFinalizedError",
+    "SessionAbortedError", "SessionError", "SessionFinalizedError", "TrajectoryVersionChangedError",
 ]

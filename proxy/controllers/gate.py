@@ -18,8 +18,9 @@ upstream request. Waiting is never polling:
 
 Pause and resume are idempotent, as the machine's table says: a second pause while pausing joins the first, while
 paused returns at once; a resume while running with no or the same version is a no-op. A resume while pausing, or
-one announcing a new version while running, is refused (:class:`ResumeRefusedError`; the later HTTP route answers
-409). Nothing here branches on the machine's state: every decision comes back as an effect.
+one announcing a new version while running, is refused (:class:`ResumeRefusedError`; ``POST /v1/rollout/resume``
+answers 409 ``resume_refused``). Nothing here branches on the machine's state: every decision comes back as an
+effect. The HTTP routes are ``proxy/routes/rollout_control.py``; ``docs/partial-rollout.md`` has the protocol.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class PauseResult:
     waiting: int
     #: True when the gate was already paused (the call returned at once)
     already_paused: bool = False
+    #: generated tokens the interrupted generations hold (kept across the pause; see abort_acknowledged)
+    tokens_kept: int = 0
 
 
 @attrs.frozen
@@ -89,6 +92,8 @@ class GateController:
     # Set by PauseAcknowledged; replaced when a new pause starts.
     _paused: trio.Event = attrs.field(factory=trio.Event, init=False)
     _pause_result: PauseResult | None = attrs.field(default=None, init=False)
+    # Tokens the generations interrupted by the current pause hold (reported in its PauseResult).
+    _tokens_kept: int = attrs.field(default=0, init=False)
     # Set while RUNNING; replaced when a pause starts.
     _running: trio.Event = attrs.field(factory=trio.Event, init=False)
     # Lifetime counters, for statistics.
@@ -125,12 +130,14 @@ class GateController:
             return
         self._carry_out(self._send(gate_sm.GenerationFinished()))
 
-    def abort_acknowledged(self, member: GateMember) -> None:
-        """An in-flight member was cut at a token boundary after a pause's abort: it now waits for resume."""
+    def abort_acknowledged(self, member: GateMember, tokens_kept: int = 0) -> None:
+        """An in-flight member was cut at a token boundary after a pause's abort: it now waits for resume, holding
+        ``tokens_kept`` generated tokens (summed into the pause's result)."""
         if self._in_flight.pop(member, _ABSENT) is _ABSENT:
             log.error("gate: abort_acknowledged() from a generation that is not in flight; ignored")
             return
         self._waiting[member] = None
+        self._tokens_kept += max(0, tokens_kept)
         self._carry_out(self._send(gate_sm.GenerationAbortAcknowledged()))
 
     def cancel_wait(self, member: GateMember) -> None:
@@ -155,6 +162,7 @@ class GateController:
                 # A fresh event for this pause; the running event is cleared until resume.
                 self._paused = paused = trio.Event()
                 self._pause_result = None
+                self._tokens_kept = 0
                 self._running = trio.Event()
                 for member in list(self._in_flight):
                     # Each answers later (abort acknowledged, or finished), through this controller.
@@ -225,7 +233,8 @@ class GateController:
                 self._acknowledge(effect)
 
     def _acknowledge(self, effect: gate_sm.PauseAcknowledged) -> None:
-        self._pause_result = PauseResult(effect.epoch, effect.aborted, effect.waiting)
+        self._pause_result = PauseResult(effect.epoch, effect.aborted, effect.waiting, tokens_kept=self._tokens_kept)
+        self._tokens_kept = 0
         self._paused.set()
 
 

@@ -34,6 +34,17 @@ through :class:`~proxy.controllers.text_decoder.TextDecoder` and the streaming m
 becomes one output item holding all the SSE events it produced. Without partial rollout, a generation interrupted by
 a pause restarts from scratch after resume; if its client already received tokens, those cannot be taken back: the
 stream ends with a ``generation_restarted`` SSE error (the client retries; nothing was committed).
+
+Pauses (``docs/partial-rollout.md`` has the protocol): the gate's ``abort_requested()`` feeds ``AbortRequested``;
+its ``AbortUpstream`` cancels the request's scope at once and aborts the rid on the workers in the background, so the
+acknowledgement (``UpstreamAborted``, fed when the reader returns) needs no round trip. One exception: with routing
+replay and partial rollout, when worker URLs are known, the rid is aborted first and the request read to its abort
+finish (SGLang sends routed experts only in a request's final chunk), bounded by ``ABORT_GRACE``. The gate is told
+how many tokens the generation keeps (``tokens_kept`` of the pause's answer). Routing replay asks every request for
+the rows not held yet (``_rows_end``: the base checkpoint's coverage, then each chunk's end), so no row is ever
+duplicated. Without partial rollout every from-scratch request is first checked against the session's version stamp
+(``trajectory_version_changed``, fed as the machine's ``UpstreamFailed`` with status 400: the path that releases the
+gate slot and the session's reservation), and the commit carries the step's (epoch, version) stamp.
 """
 
 from __future__ import annotations
@@ -52,15 +63,22 @@ import trio
 from proxy.api import SSE_DONE, ApiError, ChatCompletionRequest, CompletionMeta, Usage, sse_error
 from proxy.api.errors import ErrorCode
 from proxy.controllers.context_budget import StepBudget, plan_step_budget
-from proxy.controllers.errors import GenerationFinishedError, SessionError, SessionFinalizedError
+from proxy.controllers.errors import (
+    GenerationFinishedError,
+    SessionError,
+    SessionFinalizedError,
+    TrajectoryVersionChangedError,
+)
 from proxy.controllers.gate import GateController
 from proxy.controllers.response_output import ResponseChannel
 from proxy.controllers.response_render import ResponseRenderer
+from proxy.controllers.session import VersionStamp
 from proxy.controllers.session_registry import Prepared as PreparedStep
 from proxy.controllers.text_decoder import TextDecoder
 from proxy.controllers.upstream_reader import ReadOutcome, ending_event, failure_event, read_request
 from proxy.parsing import ParsedMessage
 from proxy.tokenization.results import TitoError
+from proxy.trajectory.tokens import routed_rows_end
 from proxy.upstream.errors import UpstreamError
 from proxy.upstream.events import Finished, Token
 from proxy.upstream.request_ids import new_rid
@@ -98,6 +116,7 @@ from statemachines.generation import (
     StartUpstream,
     TokenReceived,
     UpstreamAborted,
+    UpstreamFailed,
     UpstreamStarted,
 )
 
@@ -107,6 +126,9 @@ log = logging.getLogger("dressage_proxy.generation")
 PAUSE_RETRY_AFTER = 10.0
 #: how long a background abort of an upstream rid may take
 ABORT_TIMEOUT = 10.0
+#: routing replay + partial rollout: how long a pause waits for an aborted request's own abort finish (which carries
+#: its routed-expert rows) before it closes the stream instead
+ABORT_GRACE = 5.0
 #: how long the first request without a model name waits for the upstream's /v1/models
 MODEL_NAME_TIMEOUT = 2.0
 #: the end-of-generation special tokens that are not text (SGLang's ``text`` leaves them out)
@@ -236,6 +258,19 @@ class Generation:
     _request_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     _request_accepted: int = attrs.field(default=0, init=False)
     _incoming: Token | None = attrs.field(default=None, init=False)
+    # Set when the current request's reader has returned (a graceful pause abort waits on it).
+    _request_done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    # The epoch and announced version of the current request's admission (the step's stamp without partial rollout).
+    _epoch: int | None = attrs.field(default=None, init=False)
+    _admitted_version: str | None = attrs.field(default=None, init=False)
+    # Routing replay: the first input position on the token path without a routed-expert row, at the step's start
+    # (the base checkpoint's coverage) and now (after the chunks received). See docs/partial-rollout.md.
+    _rows_start: int = attrs.field(default=0, init=False)
+    _rows_end: int = attrs.field(default=0, init=False)
+    # True while the gate's abort_requested() is being carried out: the AbortUpstream it causes is a pause's.
+    _pause_abort: bool = attrs.field(default=False, init=False)
+    # Why a commit was refused other than by finalize (the machine's CommitRejected answers session_finalized).
+    _commit_refusal: ApiError | None = attrs.field(default=None, init=False)
     _parse_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     # Work for the driver (unbounded: the machine bounds it) and the output to the response (bounded).
     _work_send: Any = attrs.field(init=False)
@@ -297,6 +332,9 @@ class Generation:
         self._client_gone = True
         if not self._delivered:
             self.controller._counts["cancelled"] += 1
+        if self._request_scope is not None:
+            # A request still read to its abort finish (a graceful pause abort) is given up at once.
+            self._request_scope.cancel()
         # Wakes a driver blocked on a full output channel and drops what was buffered.
         self._output.abandon()
         self._apply(self._send(ClientDisconnected()))
@@ -310,7 +348,11 @@ class Generation:
     # -- the gate's calls (GateMember) ---------------------------------------------------------------------------
 
     def abort_requested(self) -> None:
-        self._apply(self._send(AbortRequested()))
+        self._pause_abort = True
+        try:
+            self._apply(self._send(AbortRequested()))
+        finally:
+            self._pause_abort = False
 
     def resumed(self, epoch: int, weight_version: str | None) -> None:
         self._wait_began = None
@@ -341,6 +383,9 @@ class Generation:
             raise
         self.prepared = prepared
         self.prompt_ids = prepared.input_ids()
+        if controller.config.use_rollout_routing_replay:
+            # Rows already held along the path (the base checkpoint's steps): this step asks only for the rest.
+            self._rows_start = self._rows_end = routed_rows_end(prepared.tokens.base)
         config = controller.config
         try:
             self.budget = plan_step_budget(
@@ -387,7 +432,7 @@ class Generation:
                 gate.finished(self)
             elif isinstance(effect, AcknowledgeAbortToGate):
                 self._wait_began = trio.current_time()
-                gate.abort_acknowledged(self)
+                gate.abort_acknowledged(self, len(self.ids))
             elif isinstance(effect, CancelGateWait):
                 self._wait_began = None
                 gate.cancel_wait(self)
@@ -482,14 +527,30 @@ class Generation:
             return
         config, request = self.controller.config, self.request
         assert self.prepared is not None and self.budget is not None
+        self._epoch, self._admitted_version = start.epoch, start.weight_version
+        if not config.partial_rollout:
+            # Spec 7: without partial rollout every step of a session is generated under one epoch and version.
+            # Checked before each from-scratch request (the first, or a restart after a pause).
+            try:
+                self.controller.sessions.check_version(self.prepared.handle, VersionStamp(start.epoch, None))
+            except TrajectoryVersionChangedError as exc:
+                # The machine's path for "this request cannot go upstream": release the gate slot and the
+                # session's reservation, answer the error (400), commit nothing.
+                self._apply(self._send(UpstreamFailed(400, exc.code, str(exc))))
+                return
         rid = new_rid()
         input_ids = self.prompt_ids + self.ids[: start.kept_tokens] if start.kept_tokens else self.prompt_ids
         params = request.to_sampling_params(
             self.budget.wire_value(start.max_new_tokens), temperature_override=config.rollout_temperature
         )
+        # Routing replay: ask only for rows not held yet. That is the machine's len(input_ids) - 1 for a
+        # continuation whose interrupted request delivered its rows (its abort finish was read), else the first
+        # position without a row (a stream cut at once delivers none: its rows are asked for again here).
+        routed_start = self._rows_end if config.use_rollout_routing_replay else start.routed_experts_start_len
         self._request_accepted = 0
         outcome: ReadOutcome | None = None
         finished: list[Finished] = []
+        self._request_done = done = trio.Event()
         with trio.CancelScope() as scope:
             self._request_scope = scope
             self._rid = rid
@@ -500,24 +561,41 @@ class Generation:
                     self.controller.upstream, input_ids, params, rid=rid, routing_key=request.session_id,
                     on_token=self._on_token, on_finished=finished.append,
                     return_routed_experts=config.use_rollout_routing_replay,
-                    routed_experts_start_len=start.routed_experts_start_len,
+                    routed_experts_start_len=routed_start,
                 )
             finally:
                 self._request_scope = None
+                done.set()
         if not self._may_feed():
             return
         if finished:
             # Ended by itself, even if our cancel came while the stream was being read to its end.
             outcome = ReadOutcome(finished=finished[0])
             self._matched_stop = getattr(finished[0].finish_reason, "matched", None)
-            if finished[0].routed_experts is not None:
-                self.routed.append(finished[0].routed_experts)
+            self._keep_rows(finished[0].routed_experts, len(input_ids))
         elif scope.cancelled_caught:
             # Our AbortUpstream cut it (a pause): the acknowledgement, with the tokens fed so far.
             self._apply(self._send(UpstreamAborted(self._request_accepted)))
             return
         assert outcome is not None
         self._apply(self._send(ending_event(outcome, self._request_accepted)))
+
+    def _keep_rows(self, chunk: Any, input_length: int) -> None:
+        """Keep a request's routed-expert rows: they cover its input positions from its ``start_len`` to the last
+        token it delivered (exclusive). Rows contiguous with those held are kept; anything else is a protocol
+        surprise, logged and dropped (the export then says which positions have no row)."""
+        if chunk is None:
+            return
+        end = chunk.start_len + chunk.num_rows
+        expected = input_length + self._request_accepted - 1
+        if chunk.start_len != self._rows_end or end != expected:
+            log.warning(
+                "generation %s: routed experts rows [%d, %d) do not continue the %d held (expected end %d); dropped",
+                self.completion_id, chunk.start_len, end, self._rows_end, expected,
+            )
+            return
+        self.routed.append(chunk)
+        self._rows_end = end
 
     async def _on_token(self, token: Token) -> None:
         """One token of the current request: to the machine (AcceptToken records and renders it), then out."""
@@ -531,11 +609,45 @@ class Generation:
         await self._output.flush()
 
     def _cut(self, rid: str | None) -> None:
-        """AbortUpstream: cancel the current request's scope; abort the rid on the workers in the background."""
-        if self._request_scope is not None and (rid is None or rid == self._rid):
-            self._request_scope.cancel()
+        """AbortUpstream: cancel the current request's scope; abort the rid on the workers in the background.
+
+        One exception, a pause's abort under routing replay with partial rollout when worker URLs are known: SGLang
+        sends a request's routed experts only in its final chunk, so the rid is aborted on the workers first and the
+        request read to its abort finish (its extra tokens are accepted: they were generated before the abort, under
+        the old weights), bounded by ``ABORT_GRACE``; the continuation then asks for rows from
+        ``len(input_ids) - 1`` only (sglang-protocol.md §8.4).
+        """
+        scope = self._request_scope
+        current = scope is not None and (rid is None or rid == self._rid)
+        if current and rid is not None and self._pause_abort and self._graceful_pause_abort:
+            self._nursery.start_soon(self._abort_then_cut, rid, scope, self._request_done)
+            return
+        if current:
+            scope.cancel()
         if rid is not None:
             self._nursery.start_soon(self._abort_rid, rid)
+
+    @property
+    def _graceful_pause_abort(self) -> bool:
+        config = self.controller.config
+        return bool(
+            config.use_rollout_routing_replay and config.partial_rollout
+            and getattr(self.controller.upstream, "worker_urls", ())
+        )
+
+    async def _abort_then_cut(self, rid: str, scope: trio.CancelScope, done: trio.Event) -> None:
+        """Abort ``rid`` on the workers and let its reader read the abort finish; cut the stream if the abort cannot
+        be sent or the finish does not come within ``ABORT_GRACE``."""
+        with trio.move_on_after(ABORT_GRACE):
+            try:
+                sent = await self.controller.upstream.abort(rid)
+            except UpstreamError as exc:
+                log.debug("generation %s: abort of %s failed: %s", self.completion_id, rid, exc)
+                sent = False
+            if sent:
+                await done.wait()
+        if not done.is_set():
+            scope.cancel()
 
     async def _abort_rid(self, rid: str) -> None:
         with trio.move_on_after(ABORT_TIMEOUT):
@@ -567,6 +679,7 @@ class Generation:
         self.logprobs.clear()
         self.versions.clear()
         self.routed.clear()
+        self._rows_end = self._rows_start
         self._render.reset()
         if self._render.opened:
             # The client already saw tokens that a restart cannot take back.
@@ -647,15 +760,24 @@ class Generation:
     async def _commit(self) -> None:
         """The session's commit, shielded (it lands or is rejected even if the client leaves), answer fed inside."""
         assert self.prepared is not None and self.message is not None and self._finish is not None
-        sessions = self.controller.sessions
+        config, sessions = self.controller.config, self.controller.sessions
+        stamp = None
+        if not config.partial_rollout and self._epoch is not None:
+            # One upstream request made every token of the step: its epoch, and the version SGLang reported.
+            stamp = VersionStamp(self._epoch, self.versions[-1] if self.versions else self._admitted_version)
         with trio.CancelScope(shield=True):
             try:
                 await sessions.commit(
                     self.prepared.handle, self.ids, self.logprobs, self.versions,
-                    self.routed if self.controller.config.use_rollout_routing_replay else None,
-                    self._finish.value, self.message.to_openai(),
+                    self.routed if config.use_rollout_routing_replay else None,
+                    self._finish.value, self.message.to_openai(), version_stamp=stamp,
                 )
             except SessionFinalizedError as exc:
+                self._apply(self._send(CommitRejected(str(exc))))
+            except TrajectoryVersionChangedError as exc:
+                # Nothing was committed and the handle is still live: release it; answer with this code.
+                await sessions.drop(self.prepared.handle)
+                self._commit_refusal = ApiError.trajectory_version_changed(str(exc))
                 self._apply(self._send(CommitRejected(str(exc))))
             except (ValueError, GenerationFinishedError) as exc:
                 # Nothing was committed; the handle may still be live: release it, then fail closed.
@@ -695,6 +817,8 @@ class Generation:
         """The machine's RespondError as the API's error (the prepare refusal keeps its details)."""
         if self._refusal is not None and str(self._refusal.code) == effect.code:
             return self._refusal
+        if self._commit_refusal is not None and effect.code == ErrorCode.SESSION_FINALIZED:
+            return self._commit_refusal
         if effect.code == ErrorCode.PAUSED_TIMEOUT:
             waited = self.controller.config.pause_wait_timeout
             return ApiError.paused_timeout(waited, PAUSE_RETRY_AFTER)

@@ -40,6 +40,7 @@ from proxy.controllers.errors import (
     MaxStepsExceededError,
     SessionAbortedError,
     SessionFinalizedError,
+    TrajectoryVersionChangedError,
 )
 from proxy.tokenization.results import TitoFailure
 from proxy.trajectory.boundaries import BoundaryReason
@@ -92,6 +93,29 @@ class SessionConfig:
     thread_encode_chars: int = 16_384
     # Exports of sessions holding more tokens than this run in a worker thread.
     thread_export_tokens: int = 65_536
+
+
+@attrs.frozen
+class VersionStamp:
+    """The rollout epoch and weight version a step was generated under (spec 7, without partial rollout).
+
+    ``weight_version`` None means "not known yet" (the check before generation knows only the gate's epoch) and
+    matches any version.
+    """
+
+    epoch: int
+    weight_version: str | None = None
+
+    def matches(self, other: VersionStamp) -> bool:
+        """Same epoch, and the same version where both are known."""
+        if self.epoch != other.epoch:
+            return False
+        mine, theirs = self.weight_version, other.weight_version
+        return mine is None or theirs is None or mine == theirs
+
+    def __str__(self) -> str:
+        version = "unknown version" if self.weight_version is None else f"weight version {self.weight_version!r}"
+        return f"rollout epoch {self.epoch}, {version}"
 
 
 class EncodeKind(enum.Enum):
@@ -291,6 +315,8 @@ class Session:
     _committed: int = attrs.field(default=0, init=False)
     _next_chain: int = attrs.field(default=0, init=False)
     _next_generation: int = attrs.field(default=0, init=False)
+    # The epoch and version of the session's stamped steps (the first stamped commit sets it; spec 7).
+    version_stamp: VersionStamp | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.machine = session_sm.SessionMachine.new(self.config.max_steps_per_session)
@@ -432,6 +458,15 @@ class Session:
             raise GenerationFinishedError(f"generation {handle.generation_id} already committed or dropped")
         return generation
 
+    # -- versions (spec 7, without partial rollout) -------------------------------------------------------------------
+
+    def check_version(self, stamp: VersionStamp) -> None:
+        """Raise TrajectoryVersionChangedError when ``stamp`` differs from the session's steps' (nothing changes).
+        A session with no stamped step accepts any."""
+        held = self.version_stamp
+        if held is not None and not held.matches(stamp):
+            raise TrajectoryVersionChangedError(held, stamp)
+
     # -- commit / drop -----------------------------------------------------------------------------------------------
 
     def commit(
@@ -444,12 +479,17 @@ class Session:
         key: MessageKey,
         variant: str | None,
         logprobs_invalid: bool,
+        version_stamp: VersionStamp | None = None,
     ) -> CommitResult:
         """Commit the generation's step (``span``: its context tokens then its generated tokens); raises
-        SessionFinalizedError when the session left ACTIVE (nothing changes then)."""
+        SessionFinalizedError when the session left ACTIVE (nothing changes then). With ``version_stamp`` (no
+        partial rollout) the step must match the session's earlier stamped steps, else TrajectoryVersionChangedError
+        (nothing changes, the handle stays live: drop it); the first stamped commit sets the session's stamp."""
         generation = self._live(handle)
         if generation.context is None:
             raise GenerationFinishedError(f"generation {handle.generation_id} commits before its context was set")
+        if version_stamp is not None:
+            self.check_version(version_stamp)
         effects = self.machine.send(session_sm.CommitRequested())
         # Whatever the outcome, the handle is spent: a generation commits at most once.
         generation.finished = True
@@ -488,6 +528,8 @@ class Session:
         )
         self.trie.set_checkpoint(node, step)
         chain.tip = step
+        if version_stamp is not None and self.version_stamp is None:
+            self.version_stamp = version_stamp
         self._head = step
         return CommitResult(step.step_id, chain.chain_id, refreshed, forked, extendable)
 
@@ -619,6 +661,6 @@ class Session:
 
 __all__ = [
     "MAX_STEPS_ENV", "BranchHandle", "CommitResult", "EncodeKind", "EncodePlan", "ExportJob", "FinalizeResult",
-    "HeadView", "Session", "SessionConfig", "SessionDebugView", "WaitForExport", "max_steps_from_env", "request_keys",
-    "tokenize_plan",
+    "HeadView", "Session", "SessionConfig", "SessionDebugView", "VersionStamp", "WaitForExport", "max_steps_from_env",
+    "request_keys", "tokenize_plan",
 ]

@@ -46,6 +46,7 @@ from proxy.controllers.session import (
     Session,
     SessionConfig,
     SessionDebugView,
+    VersionStamp,
     WaitForExport,
     request_keys,
     tokenize_plan,
@@ -216,13 +217,17 @@ class SessionRegistry:
         routed_experts: Sequence[Any] | None,
         finish_reason: str,
         assistant_message: Mapping[str, Any],
+        *,
+        version_stamp: VersionStamp | None = None,
     ) -> CommitResult:
         """Commit the generation's step: its generated ids (mask 1) with their logprobs (one per id, or None: the
         step then has none, all-or-none), weight versions (one per id, or None), routed-expert chunks (objects with
         ``data``, ``num_rows``, ``start_len``), SGLang's finish reason (``stop``, ``length``...) and the assistant
         message returned to the client (the trie key of the answer).
 
-        Raises ``SessionFinalizedError`` when the session left ACTIVE (nothing changes), ``ValueError`` for
+        ``version_stamp`` (the step's rollout epoch and weight version; given without partial rollout): the session's
+        stamped steps must share it, else ``TrajectoryVersionChangedError`` (nothing changes; the handle stays live:
+        drop it). Raises ``SessionFinalizedError`` when the session left ACTIVE (nothing changes), ``ValueError`` for
         malformed arguments (nothing changes and the handle stays live: drop it), ``GenerationFinishedError`` for a
         handle that already committed or dropped.
         """
@@ -245,7 +250,16 @@ class SessionRegistry:
             return controller.session.commit(
                 handle, span, finish_reason=finish_reason, assistant_message=assistant_message, key=key,
                 variant=reasoning_variant(assistant_message), logprobs_invalid=not aligned,
+                version_stamp=version_stamp,
             )
+
+    def check_version(self, handle: BranchHandle, stamp: VersionStamp) -> None:
+        """Before a step generates (no partial rollout): raise ``TrajectoryVersionChangedError`` if ``stamp`` (the
+        admission's epoch) differs from the session's stamped steps. Sync: it only reads the session's stamp, which
+        commits set under the lock (a commit racing this check is caught by the commit's own check)."""
+        controller = self._sessions.get(handle.session_id)
+        if controller is not None:
+            controller.session.check_version(stamp)
 
     async def drop(self, handle: BranchHandle) -> None:
         """The generation ends without committing (upstream failure, client gone): release its branch. Idempotent,

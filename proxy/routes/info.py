@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Any
+
+import attrs
 
 import trio
 from quart import jsonify
@@ -28,12 +31,14 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                 upstream_state["error"] = str(exc)
             else:
                 upstream_state.update(reachable=True, weight_version=info.weight_version)
+        gate = services.gate.statistics()
         sessions = services.sessions.statistics()
         store = await services.sessions.store_statistics()
         return jsonify(
             {
                 "status": "ok" if upstream_state["reachable"] else "degraded",
                 "upstream": upstream_state,
+                "gate": _as_json(gate),
                 "sessions": _as_json(sessions),
                 "store": _as_json(store),
                 "config": services.config.summary(),
@@ -47,7 +52,5 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
 
 
 def _as_json(stats: Any) -> Any:
-    """attrs statistics objects -> plain dicts (enums by value)."""
-    import attrs
-
-    return attrs.asdict(stats, value_serializer=lambda _i, _a, v: getattr(v, "value", v))
+    """attrs statistics objects -> plain dicts; enums by name (the machines' enum values are descriptions)."""
+    return attrs.asdict(stats, value_serializer=lambda _i, _a, v: v.name if isinstance(v, enum.Enum) else v)

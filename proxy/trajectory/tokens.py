@@ -214,6 +214,23 @@ def path(step: Step | None) -> list[Step]:
     return steps
 
 
+def routed_rows_end(step: Step | None) -> int:
+    """The first input position on the token path up to ``step`` that holds no routed-expert row (0 without rows).
+
+    Rows are kept per upstream request as :class:`RoutedChunk` (positions ``start_len`` to ``start_len + num_rows``,
+    absolute on the path, since every request sends the whole path as ``input_ids``); the coverage grows from 0 over
+    the chunks that touch it. The last token of a checkpoint is never fed forward, so a fully covered path of ``n``
+    tokens ends at ``n - 1``: the next step asks SGLang for rows from there (``routed_experts_start_len``) and the
+    rows of a segment are never duplicated.
+    """
+    end = 0
+    for each in path(step):
+        for chunk in each.span.routed_experts:
+            if chunk.start_len <= end:
+                end = max(end, chunk.start_len + chunk.num_rows)
+    return end
+
+
 def path_ids(step: Step | None) -> array:
     """Every token id from the root to the end of ``step``: one C-level copy per span."""
     ids = array("i")
@@ -245,5 +262,5 @@ class WorkingTokens:
 
 __all__ = [
     "RoutedChunk", "Step", "TokenSpan", "WorkingTokens", "committed_span", "context_span", "expand_runs", "path",
-    "path_ids", "run_length",
+    "path_ids", "routed_rows_end", "run_length",
 ]

@@ -29,6 +29,7 @@ NAMED = {
     ErrorCode.UPSTREAM_ABORTED: lambda: ApiError.of(ErrorCode.UPSTREAM_ABORTED, "aborted upstream"),
     ErrorCode.WEIGHT_VERSION_CHANGED: lambda: ApiError.of(ErrorCode.WEIGHT_VERSION_CHANGED, "v1 -> v2 mid-request"),
     ErrorCode.GENERATION_RESTARTED: lambda: ApiError.of(ErrorCode.GENERATION_RESTARTED, "restarted"),
+    ErrorCode.RESUME_REFUSED: lambda: ApiError.of(ErrorCode.RESUME_REFUSED, "a pause is in progress"),
     ErrorCode.NOT_FOUND: lambda: ApiError.not_found(),
     ErrorCode.METHOD_NOT_ALLOWED: lambda: ApiError.method_not_allowed(),
     ErrorCode.REQUEST_TOO_LARGE: lambda: ApiError.request_too_large(),
@@ -42,7 +43,7 @@ EXPECTED_STATUS = {
     ErrorCode.RESPONSE_MASK_MISMATCH: 422, ErrorCode.UPSTREAM_UNAVAILABLE: 502, ErrorCode.UPSTREAM_ERROR: 502,
     ErrorCode.PAUSED_TIMEOUT: 503, ErrorCode.NOT_FOUND: 404, ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.REQUEST_TOO_LARGE: 413, ErrorCode.INTERNAL_ERROR: 500, ErrorCode.UPSTREAM_ABORTED: 502,
-    ErrorCode.WEIGHT_VERSION_CHANGED: 502, ErrorCode.GENERATION_RESTARTED: 503,
+    ErrorCode.WEIGHT_VERSION_CHANGED: 502, ErrorCode.GENERATION_RESTARTED: 503, ErrorCode.RESUME_REFUSED: 409,
 }
 
 

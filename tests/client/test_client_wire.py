@@ -1,7 +1,7 @@
 """What ProxyClient sends and how it reads answers, against ``httpx.MockTransport`` (no server).
 
-The ``/v1/rollout/*`` methods are only checked here, for their requests and result parsing: the endpoints arrive
-with the preemptible-generation issue, whose tests will exercise them against the real proxy.
+The ``/v1/rollout/*`` methods are checked here for their requests and result parsing; ``test_client_pause.py``
+exercises them against the real proxy.
 """
 
 from __future__ import annotations

@@ -67,6 +67,8 @@ async def test_proxy_starts_the_embedded_engine_and_serves_health_and_models(nur
     assert health["status"] == "ok"
     assert health["upstream"] == {"url": handle.engine.url, "reachable": True, "weight_version": "v7"}
     assert health["config"]["embedded_engine"] is True
+    assert health["gate"]["state"] == "RUNNING" and health["gate"]["in_flight"] == 0
+    assert health["sessions"] is not None and health["store"]["segments"] == 0
 
     status, models = await get_json(handle.url + "/v1/models")
     _, engine_models = await get_json(handle.engine.url + "/v1/models")

@@ -7,7 +7,8 @@ import base64
 from proxy.trajectory.export import BuildMode, ExportOptions, SessionExport, export_segments, segment_tips
 from proxy.trajectory.message_keys import context_key, message_key
 from proxy.trajectory.prefix_trie import PrefixTrie
-from proxy.trajectory.tokens import RoutedChunk, Step, committed_span, context_span
+from proxy.trajectory.routed_experts import RoutedRows, assemble_routed_experts
+from proxy.trajectory.tokens import RoutedChunk, Step, committed_span, context_span, routed_rows_end
 
 TOOLS = [{"type": "function", "function": {"name": "t"}}]
 
@@ -132,19 +133,50 @@ def test_export_versions_recorded_on_request_and_stale_ones_masked_on_request():
     assert masked["logprobs"] == [0.0] + [-0.1 * (i + 1) for i in range(3)]
 
 
-def test_export_routed_experts_as_parts_per_step():
+def _rows(*values):
+    """Routed rows of one int32 each (one layer, top-1), little-endian."""
+    return b"".join(value.to_bytes(4, "little") for value in values)
+
+
+def test_export_routed_experts_shapes_direct_chunks_and_parts():
     b = Builder()
-    chunk = RoutedChunk(b"\x01\x00\x00\x00\x02\x00\x00\x00", 2, 0)
-    n1, s1 = b.add(b.context, "q", "a", None, 1, context_ids=[1, 2], generated=[3], routed=[chunk])
-    _, s2 = b.add(n1, "m", "b", s1, 1, context_ids=[4], generated=[5])
-    segment = export([s2])[0]
-    assert segment["routed_experts_parts"] == [{
-        "prefix_token_count": 0, "concat_token_count": 3, "is_first_step": True, "step_id": 1,
-        "chunks": [{"data": base64.b64encode(chunk.data).decode(), "num_rows": 2, "start_len": 0}],
-    }]
-    # A segment without any routing has no such key at all.
-    _, plain = b.add(b.context, "p", "c", None, 2, context_ids=[6], generated=[7])
-    assert "routed_experts_parts" not in export([plain])[0]
+    # One step, one request: the direct shape, rows 0 .. N-2 (3 tokens -> 2 rows).
+    whole = RoutedChunk(_rows(1, 2), 2, 0)
+    n1, s1 = b.add(b.context, "q", "a", None, 1, context_ids=[1, 2], generated=[3], routed=[whole])
+    (single,) = export([s1])
+    assert single["routed_experts"] == base64.b64encode(whole.data).decode()
+    assert "routed_experts_chunks" not in single and "routed_experts_parts" not in single
+    assert assemble_routed_experts(single) == RoutedRows(_rows(1, 2), 2, 4)
+    # One step, two requests (a continuation after a pause): the chunks shape, contiguous.
+    first, rest = RoutedChunk(_rows(7, 8), 2, 0), RoutedChunk(_rows(9, 10), 2, 2)
+    _, resumed = b.add(b.context, "r", "c", None, 3, context_ids=[1, 2], generated=[3, 4, 5], routed=[first, rest])
+    (chunked,) = export([resumed])
+    assert chunked["routed_experts_chunks"] == [
+        {"data": base64.b64encode(first.data).decode(), "num_rows": 2, "start_len": 0},
+        {"data": base64.b64encode(rest.data).decode(), "num_rows": 2, "start_len": 2},
+    ]
+    assert assemble_routed_experts(chunked).data == _rows(7, 8, 9, 10)
+    # Two steps: one part per step; step 2 asked from position 2 (step 1's last token had no row).
+    _, s2 = b.add(n1, "m", "b", s1, 1, context_ids=[4], generated=[5, 6], routed=[RoutedChunk(_rows(3, 4, 5), 3, 2)])
+    (multi,) = export([s2])
+    assert multi["routed_experts_parts"] == [
+        {"step_id": 1, "prefix_token_count": 0, "concat_token_count": 3, "is_first_step": True, "start_len": 0,
+         "num_rows": 2, "routed_experts": base64.b64encode(whole.data).decode()},
+        {"step_id": s2.step_id, "prefix_token_count": 3, "concat_token_count": 3, "is_first_step": False,
+         "start_len": 2, "num_rows": 3, "routed_experts": base64.b64encode(_rows(3, 4, 5)).decode()},
+    ]
+    rows = assemble_routed_experts(multi)
+    assert (rows.data, rows.num_rows, rows.missing) == (_rows(1, 2, 3, 4, 5), 5, ())
+    assert routed_rows_end(s2) == 5 == len(multi["token_ids"]) - 1
+    # A step without rows leaves a reported gap, never made-up rows.
+    _, s3 = b.add(n1, "n", "d", s1, 4, context_ids=[4], generated=[8])
+    gap = assemble_routed_experts(export([s3])[0])
+    assert (gap.num_rows, gap.missing) == (4, (2, 3))
+    # A segment without any routing has none of the keys.
+    _, plain = b.add(b.context, "p", "e", None, 2, context_ids=[6], generated=[7])
+    (bare,) = export([plain])
+    assert not {"routed_experts", "routed_experts_chunks", "routed_experts_parts"} & set(bare)
+    assert assemble_routed_experts(bare) is None
 
 
 def test_export_all_checkpoints_adds_intermediate_segments():
