@@ -112,8 +112,14 @@ async def run_load(
     requests_per_worker: int,
     deadline: float,
     count: Callable[[bytes], int] = lambda body: 0,
+    on_response: Callable[[int, int, bytes], None] | None = None,
 ) -> LoadResult:
-    """``concurrency`` workers each send up to ``requests_per_worker`` requests (bounded by ``deadline`` seconds)."""
+    """``concurrency`` workers each send up to ``requests_per_worker`` requests (bounded by ``deadline`` seconds).
+
+    ``make_body(worker, n)`` builds worker ``worker``'s ``n``-th request; ``on_response(worker, status, body)``
+    (optional) sees each complete answer before that worker's next ``make_body``, so a worker can hold a
+    conversation (multi-turn sessions whose next request depends on the previous answer).
+    """
     latencies: list[float] = []
     first_bytes: list[float] = []
     totals = {"errors": 0, "units": 0, "requests": 0}
@@ -136,6 +142,8 @@ async def run_load(
                 latencies.append(done - sent)
                 first_bytes.append((first[0] if first else done) - sent)
                 totals["units"] += count(payload)
+                if on_response is not None:
+                    on_response(index, status, payload)
         finally:
             await conn.aclose()
 

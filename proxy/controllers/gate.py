@@ -106,6 +106,7 @@ class GateController:
         """A running gate at epoch 0, with the configured weight version (if known)."""
         controller = cls(gate_sm.RolloutGate.new(weight_version))
         controller._running.set()
+        controller._paused.set()  # no pause in progress: wait_pause_settled() returns at once
         return controller
 
     # -- what generations ask (synchronous) ----------------------------------------------------------------------
@@ -200,6 +201,12 @@ class GateController:
                     member.resumed(effect.epoch, effect.weight_version)
                 return ResumeResult(effect.epoch, effect.weight_version, effect.count)
         raise AssertionError("the gate answered a resume with no known effect")  # the table rules this out
+
+    async def wait_pause_settled(self) -> None:
+        """Return once the pause in progress (if any) was acknowledged. Cleanup a pause causes (the ``/abort_request``
+        of each cut rid) waits for this, so it never competes with the acknowledgements for the event loop: the
+        streams are already cut locally, so no token can be accepted in between."""
+        await self._paused.wait()
 
     async def wait_running(self) -> None:
         """Return once the gate is running (at once if it is)."""

@@ -1,7 +1,10 @@
 """The HTTP library behind the SGLang client: the only module that imports it or catches its exceptions.
 
-httpx 0.28.1 is the pinned default. ``httpx2`` (an API-compatible maintained fork, stack-notes.md pitfall 5) can
-be swapped in after a benchmark by changing the import below; nothing else in the project names the library.
+The library is ``httpx2`` (an API-compatible maintained fork of httpx, stack-notes.md pitfall 5), chosen by
+benchmark (``bench/overhead.py``): under 64 concurrent generations httpx 0.28.1's connection pool scanned every
+pooled connection (a ``select()`` each) on every request, about half of the proxy's CPU, and httpx2 halved the
+proxy's CPU per request. It is imported under the name ``httpx`` so the rest of this module (and the tests that
+import ``httpx`` from here) read the same; nothing else in the project names the upstream library.
 
 Settings (stack-notes.md pitfalls 3-5): no read timeout (a prefill, a token gap or a request blocked behind a
 pause can last minutes), pool limits well above the expected concurrency, keep-alive for every pooled
@@ -14,7 +17,7 @@ from collections.abc import AsyncGenerator, Callable
 from types import TracebackType
 from typing import Any
 
-import httpx
+import httpx2 as httpx
 
 from proxy.upstream.errors import (
     TimeoutPhase,
