@@ -562,6 +562,7 @@ class Generation:
                     on_token=self._on_token, on_finished=finished.append,
                     return_routed_experts=config.use_rollout_routing_replay,
                     routed_experts_start_len=routed_start,
+                    stream=self._streams_upstream,
                 )
             finally:
                 self._request_scope = None
@@ -628,11 +629,24 @@ class Generation:
             self._nursery.start_soon(self._abort_rid, rid, self._pause_abort)
 
     @property
+    def _aborts_by_rid(self) -> bool:
+        """Worker URLs are known, so ``/abort_request`` can end a request with its partial tokens."""
+        return bool(getattr(self.controller.upstream, "worker_urls", ()))
+
+    @property
+    def _streams_upstream(self) -> bool:
+        """Stream upstream for streaming clients, and whenever an abort can only be a closed stream (see
+        ``upstream_reader``): a non-streaming request cut by closing it would lose every token it generated."""
+        return self.request.stream or not self._aborts_by_rid
+
+    @property
     def _graceful_pause_abort(self) -> bool:
+        """A pause ends the request by aborting its rid and reading its answer, rather than cutting it: needed for
+        a non-streaming upstream request (its tokens arrive only in the answer) and for routing replay with partial
+        rollout (the rows arrive only in the final chunk)."""
         config = self.controller.config
-        return bool(
-            config.use_rollout_routing_replay and config.partial_rollout
-            and getattr(self.controller.upstream, "worker_urls", ())
+        return self._aborts_by_rid and (
+            not self._streams_upstream or (config.use_rollout_routing_replay and config.partial_rollout)
         )
 
     async def _abort_then_cut(self, rid: str, scope: trio.CancelScope, done: trio.Event) -> None:

@@ -1,8 +1,10 @@
 """One upstream request read to its end, and how its ending becomes a GenerationMachine event.
 
-:func:`read_request` streams ``/generate`` (always streamed, also for non-streaming clients: a closed stream is
-SGLang's only reliable abort signal without worker URLs, and tokens can be counted as they come) and hands every
-token to a callback; it returns how the request ended instead of raising, so the generation controller turns every
+:func:`read_request` sends ``/generate`` and hands every token to a callback. It streams, except when the caller
+asks otherwise: a non-streaming client's request goes upstream non-streaming when worker URLs are known, because a
+closed stream is SGLang's only reliable abort signal without them, while with them ``/abort_request`` answers the
+request with its partial tokens (sglang-protocol.md §2.2); streaming upstream costs the engine about twice the CPU
+per request (cumulative chunks, ``bench/overhead.py``). Either way the caller sees the same token callbacks; it returns how the request ended instead of raising, so the generation controller turns every
 ending into exactly one machine event (:func:`ending_event`). Cancellation (a pause's abort, a client gone) is never
 caught here: the caller's cancel scope around the call says whether it fired.
 
@@ -57,6 +59,7 @@ async def read_request(
     on_finished: Callable[[Finished], None] | None = None,
     return_routed_experts: bool = False,
     routed_experts_start_len: int | None = None,
+    stream: bool = True,
 ) -> ReadOutcome:
     """Stream one ``/generate`` request; ``on_token`` is awaited for every token, in order, and ``on_finished``
     called with the final event as soon as it arrives (before the stream is read to its end, during which a
@@ -66,6 +69,12 @@ async def read_request(
     early (a cancellation) closes the stream at once, which SGLang (and the embedded engine) treat as an abort.
     """
     finished: Finished | None = None
+    if not stream:
+        return await _read_whole(
+            upstream, input_ids, sampling_params, rid=rid, routing_key=routing_key, on_token=on_token,
+            on_finished=on_finished, return_routed_experts=return_routed_experts,
+            routed_experts_start_len=routed_experts_start_len,
+        )
     try:
         async with upstream.generate_stream(
             input_ids, sampling_params, rid=rid, routing_key=routing_key,
@@ -84,6 +93,37 @@ async def read_request(
             # Failed while draining after the final event: the result is complete.
             return ReadOutcome(finished=finished)
         return ReadOutcome(failure=exc)
+    return ReadOutcome(finished=finished)
+
+
+async def _read_whole(
+    upstream: Any,
+    input_ids: Sequence[int],
+    sampling_params: Mapping[str, Any],
+    *,
+    rid: str,
+    routing_key: str,
+    on_token: Callable[[Token], Awaitable[None]],
+    on_finished: Callable[[Finished], None] | None,
+    return_routed_experts: bool,
+    routed_experts_start_len: int | None,
+) -> ReadOutcome:
+    """A non-streaming ``/generate``: its tokens are handed out in order once the answer arrives (an abort of the
+    rid makes SGLang answer at once with the tokens generated so far), then the final event."""
+    try:
+        finished = await upstream.generate(
+            input_ids, sampling_params, rid=rid, routing_key=routing_key,
+            return_routed_experts=return_routed_experts,
+            routed_experts_start_len=routed_experts_start_len if return_routed_experts else None,
+        )
+    except UpstreamError as exc:
+        return ReadOutcome(failure=exc)
+    for index, (token_id, logprob, version) in enumerate(
+        zip(finished.output_ids, finished.output_logprobs, finished.weight_versions, strict=True)
+    ):
+        await on_token(Token(index, token_id, logprob, version))
+    if on_finished is not None:
+        on_finished(finished)
     return ReadOutcome(finished=finished)
 
 

@@ -293,14 +293,18 @@ async def test_upstream_failures_commit_nothing_and_answer_with_the_mapped_statu
 
 @attrs.define
 class RecordingUpstream:
-    """Delegates to the real client, recording every generate_stream call."""
+    """Delegates to the real client, recording every generation call (``stream`` says which kind)."""
 
     real: SGLangClient
     calls: list[dict[str, Any]] = attrs.field(factory=list)
 
     def generate_stream(self, input_ids: Any, sampling_params: Any, **kwargs: Any) -> Any:
-        self.calls.append({"sampling_params": dict(sampling_params), **kwargs})
+        self.calls.append({"sampling_params": dict(sampling_params), "stream": True, **kwargs})
         return self.real.generate_stream(input_ids, sampling_params, **kwargs)
+
+    async def generate(self, input_ids: Any, sampling_params: Any, **kwargs: Any) -> Any:
+        self.calls.append({"sampling_params": dict(sampling_params), "stream": False, **kwargs})
+        return await self.real.generate(input_ids, sampling_params, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
@@ -317,6 +321,8 @@ async def test_sampling_params_rollout_temperature_budget_and_routing_key_upstre
         "max_new_tokens": 7, "temperature": 0.25, "top_p": 0.5, "stop": ["zzz"], "sampling_seed": 3,
     }
     assert clamped["routing_key"] == "t" and clamped["rid"]
+    # Non-streaming clients go upstream non-streaming when worker URLs are known (abort by rid keeps the tokens).
+    assert clamped["stream"] is False and default["stream"] is False
     prompt = len(h.engine.request_log[1].input_ids)
     assert default["sampling_params"] == {"max_new_tokens": 4096 - prompt, "temperature": 0.25}
 

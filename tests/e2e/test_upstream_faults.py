@@ -71,7 +71,9 @@ async def test_upstream_fault_is_a_clear_error_and_the_retry_continues_the_chain
         {"session": session, "output": "Two, and more words after that.", **script_fault},
         {"session": session, "output": "Two, and more words after that."},
     ]
-    proxy = await start_proxy(script=script, engine=engine_fault)
+    # The stream cut needs a streamed upstream request: behind a router without worker URLs, a non-streaming
+    # client's request streams upstream too (with worker URLs it would go non-streaming, and nothing is cut).
+    proxy = await start_proxy(script=script, engine=engine_fault, worker_urls=not engine_fault)
     await two_steps_with_a_fault(proxy, session, {}, expected)
     if engine_fault:
         assert [r.dropped_by_fault for r in proxy.requests_of(session)] == [False, True, False]
