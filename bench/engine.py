@@ -18,46 +18,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import LoadResult, run_load  # noqa: E402
+from servers import cpu_seconds, free_port, start_server, wait_listening  # noqa: E402
 
 PROMPT_IDS = list(range(1000, 1032))  # 32 ordinary Qwen3 tokens
 NON_STREAM_TOKENS = 8
 STREAM_TOKENS = 128
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wait_listening(port: int, proc: subprocess.Popen, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"server on port {port} did not start")
 
 
 def body(stream: bool) -> dict:
@@ -136,9 +114,6 @@ async def measure(port: int, pid: int, concurrency: int, seconds: float) -> dict
     return results
 
 
-def start(argv: list[str]) -> subprocess.Popen:
-    env = dict(os.environ, TRANSFORMERS_VERBOSITY="error")
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
 def main() -> None:
@@ -158,7 +133,7 @@ def main() -> None:
         ("engine", [str(bin_dir / "dressage-engine"), "--port", "{port}", "--seed", "1"]),
     ):
         port = free_port()
-        proc = start([a.replace("{port}", str(port)) for a in argv])
+        proc = start_server([a.replace("{port}", str(port)) for a in argv])
         try:
             wait_listening(port, proc)
             figures[name] = trio.run(measure, port, proc.pid, args.concurrency, args.seconds)

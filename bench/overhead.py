@@ -39,7 +39,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +47,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from engine import cpu_seconds, free_port, wait_listening  # noqa: E402
+from servers import cpu_seconds, free_port, start_server, stop_servers, wait_listening  # noqa: E402
 from loadgen import Connection, LoadResult, run_load  # noqa: E402
 
 SYSTEM = "You are a careful assistant. Answer briefly and keep track of every earlier result."
@@ -333,11 +332,6 @@ def write_script(path: Path, conv: Conversation, experiments: list[Experiment], 
     return lines
 
 
-def start(argv: list[str], log: Path) -> subprocess.Popen:
-    env = dict(os.environ, TRANSFORMERS_VERBOSITY="error")
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log.open("w"), env=env)
-
-
 def self_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -604,13 +598,13 @@ def main() -> None:
     ports: dict[str, int] = {}
     try:
         ports["engine"] = free_port()
-        procs["engine"] = start([str(bin_dir / "dressage-engine"), "--port", str(ports["engine"]), "--seed", "1",
+        procs["engine"] = start_server([str(bin_dir / "dressage-engine"), "--port", str(ports["engine"]), "--seed", "1",
                                  "--script", str(tmp / "script.jsonl")], tmp / "engine.log")
         wait_listening(ports["engine"], procs["engine"], 120)
         engine_url = f"http://127.0.0.1:{ports['engine']}"
         for b in args.backends:
             ports[b] = free_port()
-            procs[f"proxy-{b}"] = start(
+            procs[f"proxy-{b}"] = start_server(
                 [str(bin_dir / "dressage-proxy"), "--port", str(ports[b]), "--sglang-router-url", engine_url,
                  "--sglang-worker-urls", engine_url, *BACKEND_FLAGS[b], *args.proxy_arg], tmp / f"proxy-{b}.log")
         for b in args.backends:
@@ -639,19 +633,7 @@ def main() -> None:
                 calibration.append(f"{name} exited with {proc.returncode} during the run (log {tmp}/{name}.log)")
         report(args, conv, experiments, results, calibration, script_lines, load_before)
     finally:
-        for proc in procs.values():
-            proc.terminate()
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        if args.keep_logs:
-            print(f"\nlogs and script in {tmp}")
-        else:
-            for f in tmp.iterdir():
-                f.unlink()
-            tmp.rmdir()
+        stop_servers(procs, tmp, args.keep_logs)
 
 
 if __name__ == "__main__":

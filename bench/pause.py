@@ -38,7 +38,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,9 +50,9 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from engine import free_port, wait_listening  # noqa: E402
+from servers import free_port, start_server, stop_servers, wait_listening  # noqa: E402
 from loadgen import Connection  # noqa: E402
-from overhead import IM_END_ID, SYSTEM, encode, load_tokenizer, reply_text, start  # noqa: E402
+from overhead import IM_END_ID, SYSTEM, encode, load_tokenizer, reply_text  # noqa: E402
 
 ACK_BOUND = 120.0  # seconds any single control call may take before the run gives up
 
@@ -514,14 +513,14 @@ def main() -> None:
     procs: dict[str, subprocess.Popen] = {}
     ports = {"engine": free_port(), "proxy": free_port()}
     try:
-        procs["engine"] = start([sys.executable, __file__, "--serve-engine", str(ports["engine"]),
+        procs["engine"] = start_server([sys.executable, __file__, "--serve-engine", str(ports["engine"]),
                                  "--token-rate", str(args.token_rate), "--script", str(tmp / "script.jsonl")],
                                 tmp / "engine.log")
         wait_listening(ports["engine"], procs["engine"], 120)
         url = f"http://127.0.0.1:{ports['engine']}"
         backend = [] if args.backend == "sglang_api" else [
             "--tool-call-parse-backend", args.backend, "--reasoning-parse-backend", args.backend]
-        procs["proxy"] = start([str(Path(sys.executable).parent / "dressage-proxy"), "--port", str(ports["proxy"]),
+        procs["proxy"] = start_server([str(Path(sys.executable).parent / "dressage-proxy"), "--port", str(ports["proxy"]),
                                 "--sglang-router-url", url,
                                 *([] if args.no_worker_urls else ["--sglang-worker-urls", url]),
                                 "--dressage-partial-rollout", *backend, *args.proxy_arg], tmp / "proxy.log")
@@ -550,19 +549,7 @@ def main() -> None:
                 print(f"warning: {name} exited with {proc.returncode} (log {tmp}/{name}.log)")
         report(args, rounds, len(reply_ids), len(prompt), load_before)
     finally:
-        for proc in procs.values():
-            proc.terminate()
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        if args.keep_logs:
-            print(f"\nlogs and script in {tmp}")
-        else:
-            for f in tmp.iterdir():
-                f.unlink()
-            tmp.rmdir()
+        stop_servers(procs, tmp, args.keep_logs)
 
 
 if __name__ == "__main__":

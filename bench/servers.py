@@ -1,0 +1,64 @@
+"""Server processes for the benchmarks: free ports, start, wait until listening, CPU time, teardown.
+
+Every benchmark runs its servers in their own processes (so their CPU can be read from /proc and the load
+generator does not share their event loop) and must leave nothing behind, whatever happens during the run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_server(argv: list[str], log: Path | None = None) -> subprocess.Popen:
+    """Start a server process; its stderr goes to ``log`` (or nowhere)."""
+    env = dict(os.environ, TRANSFORMERS_VERBOSITY="error")
+    stderr = log.open("w") if log is not None else subprocess.DEVNULL
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+
+
+def wait_listening(port: int, proc: subprocess.Popen, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"server on port {port} did not start")
+
+
+def stop_servers(procs: dict[str, subprocess.Popen], logs: Path | None = None, keep_logs: bool = False) -> None:
+    """Terminate every server (kill after 30 s), then remove the logs folder unless asked to keep it."""
+    for proc in procs.values():
+        proc.terminate()
+    for proc in procs.values():
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    if logs is None:
+        return
+    if keep_logs:
+        print(f"\nlogs and script in {logs}")
+    else:
+        for f in logs.iterdir():
+            f.unlink()
+        logs.rmdir()
