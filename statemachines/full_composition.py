@@ -7,6 +7,10 @@ gate.py``, ``generation.py``, ``session.py``): the world never reads a machine's
 keeps the records a controller keeps (the generation's token buffer and open upstream request, what it told the
 gate, where its step attaches in the session, the chains' owned steps).
 
+The generation side (records, effects carried out, moves, invariants) is ``generation_world``'s, shared with
+``generation_composition``; this module adds the real session side (``_Step``: prepare, commit, drop, finalize and
+export, as ``proxy/controllers/session.py`` drives them), the session's invariants, and abstractions 1-12 below.
+
 The world
 ---------
 - the gate (real) and its controller: ``AskGate`` is answered in the same step; ``AbortInFlight`` reaches every
@@ -63,7 +67,7 @@ Abstractions (the argument for each is in docs/model-checking.md)
 9. *Token stamps*: each accepted token's stamp is checked against the weights that made it when it is accepted;
    afterwards, with partial rollout, only the count is kept; at parse, a single-version buffer becomes a count.
 10. *Symmetry*: the generations are identical and nothing refers to one by position, so each world keeps its
-    generations sorted (``_order``; ``g1`` in a trace is the second in that order before the step).
+    generations sorted (``generation_world.order``; ``g1`` in a trace is the second in that order before the step).
 11. *Resumes load new weights* at ``BOUND`` (no machine compares versions across upstream requests and no request
     spans a resume, so a resume keeping the weights differs only in labels); ``SMALL_BOUND`` has both kinds.
 12. *No pause-wait timeout* at ``BOUND``: a timeout ends a waiter as a client leaving while waiting does (release the
@@ -73,7 +77,7 @@ Abstractions (the argument for each is in docs/model-checking.md)
 the count, not the verdict.
 
 A machine's ``send`` is a pure function of (table, snapshot, event), computed once per distinct triple (a memo in
-``_Config``): that changes the run time, not the states.
+``generation_world.Config``): that changes the run time, not the states.
 
 Invariants (architecture.md numbers in brackets); per-step facts are checked when they happen and recorded in
 ``World.broken``; the others in every reachable state:
@@ -106,37 +110,25 @@ import attrs
 
 from statemachines import chain as chain_sm
 from statemachines import generation as gen_sm
+from statemachines import generation_world as gw
 from statemachines import rollout_gate as gate_sm
 from statemachines import session as session_sm
-from statemachines.core import IllegalTransition, Machine, Snapshot, TableError
+from statemachines.core import Snapshot
 from statemachines.explorer import Composition, Invariant
-from statemachines.generation_composition import Client, GateRecord, Trainer, Upstream
 
-# The prompt length every generation is prepared with (only the routed-experts start position depends on it).
-PROMPT_TOKENS = 4
+# Re-exported: the records and the generation side's invariant names.
+from statemachines.generation_world import (  # noqa: F401
+    ACCEPTS, AT_MOST_ONCE, BUDGET, GATE_COUNTS, NO_LATE_TOKEN, NO_TOKEN_WHILE_PAUSED, NOT_AFTER_FINALIZE,
+    NOT_WHILE_PAUSING, NOTHING_IF_ENDED, PAUSE_RETURNS, PAUSED, PROMPT_TOKENS, REMAINING, SINGLE_VERSION, STAMPED,
+    SUCCESS_AFTER_COMMIT, UNMIXED, Client, GateRecord, GenWorld, Move, Trainer, Upstream,
+)
 
-# Invariant names; the per-step ones are recorded in World.broken under these names.
-PAUSED = "paused_means_no_generation_streaming"
-PAUSE_RETURNS = "pause_returns_after_every_stream_is_interrupted_or_finished"
-NOT_WHILE_PAUSING = "no_stream_admitted_while_pausing"
-NO_TOKEN_WHILE_PAUSED = "no_token_accepted_between_pause_acknowledgement_and_resume"
-NO_LATE_TOKEN = "no_token_accepted_after_its_abort_was_acknowledged"
-STAMPED = "every_token_stamped_with_the_version_that_generated_it"
-UNMIXED = "no_upstream_request_mixes_versions"
-SINGLE_VERSION = "without_partial_rollout_every_step_is_single_version"
-AT_MOST_ONCE = "each_generation_commits_at_most_once"
-NOTHING_IF_ENDED = "failed_cancelled_or_rejected_generations_commit_nothing"
-SUCCESS_AFTER_COMMIT = "success_answered_only_after_a_commit"
-NOT_AFTER_FINALIZE = "no_commit_after_finalize"
+# The session side's invariant names; the per-step ones are recorded in World.broken under these names.
 LATE_CHANGES_NOTHING = "late_generations_change_nothing"
 OWNED_ONCE = "every_committed_step_owned_by_exactly_one_chain"
 PATHS = "chains_are_token_paths"
 EXPORTED_ONCE = "every_committed_step_in_exactly_one_exported_segment"
-BUDGET = "budgets_never_go_negative"
-REMAINING = "continuation_never_requests_more_than_the_remaining_budget"
-GATE_COUNTS = "gate_counts_match_generations"
 SESSION_COUNTS = "session_counts_match_generations"
-ACCEPTS = "machines_accept_every_event"
 
 # The bounds CI proves (tests/statemachines/test_full_composition.py), as keyword arguments of
 # ``gate_session_generations``; partial rollout on and off for each.
@@ -144,9 +136,6 @@ BOUND = {"n": 3, "budget": 2, "pauses": 2}
 SMALL_BOUND = {"n": 2, "budget": 2, "pauses": 2, "same_weights_resumes": True, "timeouts": True}
 
 G = gen_sm.State
-# Machine states that hold an upstream request (the gate counts them in flight), and those the gate counts waiting.
-_HOLDING = (G.STREAMING, G.CONTINUING, G.ABORTING)
-_WAITING = (G.WAITING, G.INTERRUPTED)
 
 
 class Finalizer(enum.Enum):
@@ -176,6 +165,17 @@ class Attachment:
     base: int = 0
     at: int = 0
 
+    @property
+    def key(self) -> tuple:
+        """Its place in the symmetry order (``generation_world.order``)."""
+        return (self.mode.name, self.chain, self.base, self.at)
+
+    @property
+    def label(self) -> str:
+        """``new@c0``, ``tip@c0:1``, ``fork@s2`` or ``late``, for traces."""
+        return {Mode.NEW: f"new@c{self.chain}", Mode.TIP: f"tip@c{self.chain}:{self.at}",
+                Mode.FORK: f"fork@s{self.base}", Mode.LATE: "late"}[self.mode]
+
 
 @attrs.frozen
 class ChainRecord:
@@ -193,55 +193,6 @@ class StepRecord:
     """A committed step: the step it extends (0: none)."""
 
     base: int
-
-
-@attrs.frozen(cache_hash=True)
-class GenWorld:
-    """One generation: its machine and the records its controllers keep."""
-
-    machine: Snapshot
-    prepared: bool = False
-    client: Client = Client.WAITING
-    gate: GateRecord = GateRecord.NONE
-    upstream: Upstream | None = None
-    # The token buffer: the version stamp of every kept token, in order.
-    stamps: tuple[str | None, ...] = ()
-    # ParseOutput was carried out; ParseDone (or a parser failure) is pending. The finish kind it was given.
-    parsing: bool = False
-    finish: gen_sm.FinishKind | None = None
-    # (rid, weights) of the last aborted request, until the next request starts: one straggler may still come.
-    stale: tuple[str, str] | None = None
-    # Set while the session counts the generation (admitted, not committed or dropped).
-    attachment: Attachment | None = None
-    # The finalizer's state at each accepted commit of this generation.
-    commits: tuple[str, ...] = ()
-
-
-@attrs.define
-class _GenDraft:
-    """A mutable copy of a ``GenWorld`` while a step changes it (same fields; built and frozen once per step)."""
-
-    machine: Snapshot
-    prepared: bool
-    client: Client
-    gate: GateRecord
-    upstream: Upstream | None
-    stamps: tuple[str | None, ...]
-    parsing: bool
-    finish: gen_sm.FinishKind | None
-    stale: tuple[str, str] | None
-    attachment: Attachment | None
-    commits: tuple[str, ...]
-
-
-def _draft(g: GenWorld) -> _GenDraft:
-    return _GenDraft(g.machine, g.prepared, g.client, g.gate, g.upstream, g.stamps, g.parsing, g.finish, g.stale,
-                     g.attachment, g.commits)
-
-
-def _frozen(g: _GenDraft) -> GenWorld:
-    return GenWorld(g.machine, g.prepared, g.client, g.gate, g.upstream, g.stamps, g.parsing, g.finish, g.stale,
-                    g.attachment, g.commits)
 
 
 @attrs.frozen(cache_hash=True)
@@ -265,157 +216,43 @@ class World:
 
     def describe(self) -> str:
         """One line: gate, trainer, weights, session, chains, then each generation."""
-        gate = self.gate.data
         chains = " ".join(f"c{i}={c.machine.state.name}{list(c.steps)}" for i, c in enumerate(self.chains))
-        gens = " ".join(_describe_gen(i, g) for i, g in enumerate(self.gens))
-        text = (
-            f"gate={self.gate.state.name}(epoch={gate.epoch}, {gate.weight_version}, in_flight={gate.in_flight}, "
-            f"waiting={gate.waiting}) trainer={self.trainer.name} weights={self.weights} "
-            f"session={self.session.state.name}(steps={self.session.data.steps}, "
-            f"in_flight={self.session.data.in_flight}) finalizer={self.finalizer.name} {chains} {gens}"
+        return (
+            f"{gw.describe_head(self)} session={self.session.state.name}(steps={self.session.data.steps}, "
+            f"in_flight={self.session.data.in_flight}) finalizer={self.finalizer.name} {chains} "
+            f"{gw.describe_gens(self)}"
         )
-        return text + (f" BROKEN {self.broken[0]}: {self.broken[1]}" if self.broken else "")
 
 
-def _describe_gen(i: int, g: GenWorld) -> str:
-    """``g0=STREAMING(1/2, req 1) up=r1:1/2 stamps=v0 tip@c0 waiting``, compactly."""
-    data = g.machine.data
-    text = f"g{i}={g.machine.state.name}({data.tokens}/{data.budget}, req {data.requests})"
-    if g.upstream is not None:
-        up = g.upstream
-        text += f" up={up.rid}:{up.produced}/{up.limit}{'!' if up.aborting else ''}"
-    text += f" stamps={','.join(str(s) for s in g.stamps) or '-'}"
-    att = g.attachment
-    if att is not None:
-        text += {Mode.NEW: f" new@c{att.chain}", Mode.TIP: f" tip@c{att.chain}:{att.at}",
-                 Mode.FORK: f" fork@s{att.base}", Mode.LATE: " late"}[att.mode]
-    text += f" {g.client.name.lower()}"
-    return text + (f" commits={list(g.commits)}" if g.commits else "")
+@attrs.frozen(kw_only=True)
+class _Config(gw.Config):
+    """The bounds, this composition's modelling choices, and the machine classes (variants for planted bugs)."""
 
-
-class _Broken(Exception):
-    """A per-step violation: the step's world is recorded with ``broken`` set."""
-
-    def __init__(self, invariant: str, detail: str) -> None:
-        super().__init__(detail)
-        self.invariant = invariant
-        self.detail = detail
-
-
-@attrs.frozen
-class _Config:
-    """The composition's bounds and the machine classes (variants for planted bugs)."""
-
-    budget: int
-    pauses: int
-    partial_rollout: bool
-    clients_may_leave: bool
-    upstream_failures: bool
-    stragglers: bool
-    timeouts: bool
-    same_weights_resumes: bool
     splices: bool
-    # Abstractions 7, 8 and 9 (off only to show that they change the count, not the verdict).
-    data_reductions: bool
-    gate: type[gate_sm.RolloutGate]
     session: type[session_sm.SessionMachine]
     chain: type[chain_sm.ChainMachine]
-    generation: type[gen_sm.GenerationMachine]
-    # Memo of the machines' pure step: (class, snapshot, event) -> (snapshot, effects) or a refusal.
-    sent: dict[tuple[type, Snapshot, object], tuple[Snapshot, tuple] | str] = attrs.field(factory=dict, eq=False)
-    # Memo of each generation's sort key (generations recur in many worlds; their hash is cached).
-    orders: dict[GenWorld, tuple] = attrs.field(factory=dict, eq=False)
-
-    def send(self, cls: type[Machine], snapshot: Snapshot, event: object, who: str) -> tuple[Snapshot, tuple]:
-        """``cls.from_snapshot(snapshot).send(event)`` as a pure function, memoized; a refusal is ``_Broken``."""
-        key = (cls, snapshot, event)
-        found = self.sent.get(key)
-        if found is None:
-            try:
-                machine = cls.from_snapshot(snapshot)
-                effects = tuple(machine.send(event))
-                found = (machine.snapshot(), effects)
-            except (IllegalTransition, TableError) as error:
-                found = f"{type(error).__name__}: {error}"
-            self.sent[key] = found
-        if isinstance(found, str):
-            raise _Broken(ACCEPTS, f"{who}: {found}")
-        return found
-
-    def order(self, g: GenWorld) -> tuple:
-        """``_order(g)``, memoized."""
-        found = self.orders.get(g)
-        if found is None:
-            found = self.orders[g] = _order(g)
-        return found
 
 
-class _Step:
-    """One step of the world, as the controllers carry it out: mutable copies, written back by ``world()``."""
+class _Step(gw.GenerationStep):
+    """One step of the world; the session side is the real session and its chains, driven as ``Session`` does."""
 
     def __init__(self, world: World, config: _Config) -> None:
-        self.config = config
-        self.gate = world.gate
+        super().__init__(world, config)
         self.session = world.session
         self.chains = list(world.chains)
         self.steps = list(world.steps)
-        self.gens = list(world.gens)
-        self.touched: set[int] = set()
-        self.trainer = world.trainer
-        self.pauses_left = world.pauses_left
-        self.weights = world.weights
         self.finalizer = world.finalizer
         self.finalized_steps = world.finalized_steps
-        # The token being fed, as (rid, weights that generated it): what AcceptToken is checked against.
-        self.token: tuple[str | None, str] | None = None
 
     def world(self, broken: tuple[str, str] | None = None, *, symmetry: bool = True) -> World:
         """The next world: ended generations settled and, under symmetry, sorted (unless the step broke something)."""
-        gens = [_settle(_frozen(g)) if i in self.touched else g for i, g in enumerate(self.gens)]
-        if broken is None and symmetry:
-            gens.sort(key=self.config.order)
-        return World(self.gate, self.session, tuple(self.chains), tuple(self.steps), tuple(gens), self.trainer,
+        gens = self.settled_gens(broken is None and symmetry)
+        return World(self.gate, self.session, tuple(self.chains), tuple(self.steps), gens, self.trainer,
                      self.pauses_left, self.weights, self.finalizer, self.finalized_steps, broken)
 
-    def set(self, i: int, **changes: object) -> None:
-        """Change generation ``i``'s records (in a mutable draft, frozen again by ``world()``)."""
-        if i not in self.touched:
-            self.gens[i] = _draft(self.gens[i])
-            self.touched.add(i)
-        draft = self.gens[i]
-        for name, value in changes.items():
-            setattr(draft, name, value)
-
-    # -- the gate controller ------------------------------------------------------------------------------------
-
-    def gate_send(self, event: object) -> list:
-        """Feed the gate; carry out its broadcast effects; return its answers (Admit, Wait) to the caller."""
-        self.gate, effects = self.config.send(self.config.gate, self.gate, event, "gate")
-        answers = []
-        for effect in effects:
-            if isinstance(effect, (gate_sm.Admit, gate_sm.Wait)):
-                answers.append(effect)
-            elif isinstance(effect, gate_sm.AbortInFlight):
-                holding = [i for i, g in enumerate(self.gens) if g.gate is GateRecord.IN_FLIGHT]
-                if effect.count != len(holding):
-                    raise _Broken(ACCEPTS, f"{effect!r} but {len(holding)} generation(s) in flight")
-                for i in holding:
-                    self.feed(i, gen_sm.AbortRequested())
-            elif isinstance(effect, gate_sm.AdmitWaiters):
-                waiters = [i for i, g in enumerate(self.gens) if g.gate is GateRecord.WAITING]
-                if effect.count != len(waiters):
-                    raise _Broken(ACCEPTS, f"{effect!r} but {len(waiters)} generation(s) wait")
-                # The resume call returns; each waiter is in flight before any of them runs.
-                self.trainer = Trainer.TRAINING
-                for i in waiters:
-                    self.set(i, gate=GateRecord.IN_FLIGHT)
-                for i in waiters:
-                    self.feed(i, gen_sm.Resumed(effect.epoch, effect.weight_version))
-            elif isinstance(effect, (gate_sm.PauseAcknowledged, gate_sm.AlreadyPaused)):
-                # Every pending pause call returns.
-                self.trainer = Trainer.PAUSE_RETURNED
-            # AlreadyPausing, AlreadyRunning, ResumeRefused: the caller is answered; nothing else changes.
-        return answers
+    def reduced(self, snapshot: Snapshot) -> Snapshot:
+        """Abstractions 7 and 8 (with ``data_reductions``)."""
+        return _forget_dead_data(_forget_counters(snapshot)) if self.config.data_reductions else snapshot
 
     # -- the session controller ---------------------------------------------------------------------------------
 
@@ -426,7 +263,7 @@ class _Step:
     def chain_send(self, c: int, event: object) -> tuple:
         record = self.chains[c]
         if record.discarded:
-            raise _Broken(ACCEPTS, f"{type(event).__name__} for the discarded chain c{c}")
+            raise gw.Broken(ACCEPTS, f"{type(event).__name__} for the discarded chain c{c}")
         snapshot, effects = self.config.send(self.config.chain, record.machine, event, f"c{c}")
         self.chains[c] = attrs.evolve(record, machine=snapshot)
         if any(isinstance(e, chain_sm.DiscardChain) for e in effects):
@@ -450,7 +287,7 @@ class _Step:
                 return Attachment(Mode.FORK, -1, base, at)
             if isinstance(effect, chain_sm.StartNewSegment):
                 return Attachment(Mode.NEW, self.new_chain(0))
-        raise _Broken(ACCEPTS, f"c{c}: ExtensionRequested({at}) answered nothing")
+        raise gw.Broken(ACCEPTS, f"c{c}: ExtensionRequested({at}) answered nothing")
 
     def commit_step(self, i: int, attachment: Attachment, finish: gen_sm.FinishKind) -> None:
         """``Session.commit`` after AcceptCommit: the step becomes a chain's tip (a fork's, if the tip moved)."""
@@ -471,7 +308,7 @@ class _Step:
                 c = self.new_chain(attachment.base)
                 effects = self.chain_send(c, chain_sm.FirstStepCommitted(close))
         if not any(isinstance(e, chain_sm.TipAdvanced) for e in effects):
-            raise _Broken(ACCEPTS, f"g{i}: the commit's chain answered {list(effects)}")
+            raise gw.Broken(ACCEPTS, f"g{i}: the commit's chain answered {list(effects)}")
         record = self.chains[c]
         self.chains[c] = attrs.evolve(record, steps=record.steps + (step_id,))
 
@@ -479,7 +316,7 @@ class _Step:
         """``Session.drop``: the session counts the generation out; in ACTIVE its chain releases it."""
         attachment = self.gens[i].attachment
         if attachment is None:
-            raise _Broken(ACCEPTS, f"g{i}: dropped from the session but not admitted (or already out)")
+            raise gw.Broken(ACCEPTS, f"g{i}: dropped from the session but not admitted (or already out)")
         self.set(i, attachment=None)
         effects = self.session_send(session_sm.GenerationDropped())
         if any(isinstance(e, session_sm.ReleaseBranch) for e in effects) and attachment.mode in (Mode.NEW, Mode.TIP):
@@ -497,14 +334,14 @@ class _Step:
                     for chain_effect in self.chain_send(c, chain_sm.ExportRequested()):
                         if isinstance(chain_effect, chain_sm.ExportSegment):
                             if chain_effect.steps != len(self.chains[c].steps):
-                                raise _Broken(ACCEPTS, f"c{c}: {chain_effect!r} but it owns {self.chains[c].steps}")
+                                raise gw.Broken(ACCEPTS, f"c{c}: {chain_effect!r} but it owns {self.chains[c].steps}")
                             segments.append(self.chains[c].steps)
         committed = range(1, len(self.steps) + 1)
         if any(not segment for segment in segments) or any(
                 sum(k in segment for segment in segments) != 1 for k in committed):
-            raise _Broken(EXPORTED_ONCE, f"steps {list(committed)} exported as {segments}")
+            raise gw.Broken(EXPORTED_ONCE, f"steps {list(committed)} exported as {segments}")
         if self.session.data.steps != len(self.steps):
-            raise _Broken(ACCEPTS, f"the session counts {self.session.data.steps} steps, the trie {len(self.steps)}")
+            raise gw.Broken(ACCEPTS, f"the session counts {self.session.data.steps} steps, the trie {len(self.steps)}")
         self.finalized_steps = len(self.steps)
         # Frozen from now on: nothing reads the chains, the steps or the attachments again (abstraction 6).
         self.chains, self.steps = [], []
@@ -513,107 +350,12 @@ class _Step:
                 self.set(i, attachment=Attachment(Mode.LATE))
         return f"{len(segments)} segment(s), {len(committed)} step(s)"
 
-    # -- a generation controller --------------------------------------------------------------------------------
-
-    def feed(self, i: int, event: object) -> None:
-        """Feed generation ``i``'s machine and carry out its effects in order."""
-        snapshot, effects = self.config.send(self.config.generation, self.gens[i].machine, event, f"g{i}")
-        if self.config.data_reductions:
-            snapshot = _forget_dead_data(_forget_counters(snapshot))
-        self.set(i, machine=snapshot)
-        for effect in effects:
-            self.carry_out(i, effect)
-
-    def carry_out(self, i: int, effect: object) -> None:
-        """What generation ``i``'s controller does for one effect."""
-        g = self.gens[i]
-        config = self.config
-        if isinstance(effect, gen_sm.AskGate):
-            for answer in self.gate_send(gate_sm.GenerationWantsToStart()):
-                if isinstance(answer, gate_sm.Admit):
-                    self.set(i, gate=GateRecord.IN_FLIGHT)
-                    self.feed(i, gen_sm.GateAdmitted(answer.epoch, answer.weight_version))
-                else:
-                    self.set(i, gate=GateRecord.WAITING)
-                    self.feed(i, gen_sm.GateWait(answer.epoch))
-        elif isinstance(effect, gen_sm.StartUpstream):
-            kept, asked = effect.kept_tokens, effect.max_new_tokens
-            if kept != len(g.stamps) or not 1 <= asked <= config.budget - kept:
-                raise _Broken(REMAINING, f"g{i}: {effect!r} with {len(g.stamps)} kept of a budget of {config.budget}")
-            if g.upstream is not None:
-                raise _Broken(ACCEPTS, f"g{i}: {effect!r} while {g.upstream.rid} is open")
-            # The controller draws the rid and reports it before the request goes out; older stragglers are gone.
-            rid = f"r{effect.request}"  # r1, then r2 for every later request (abstraction 7)
-            self.set(i, upstream=Upstream(rid, asked), stale=None)
-            self.feed(i, gen_sm.UpstreamStarted(rid))
-        elif isinstance(effect, gen_sm.AbortUpstream):
-            if g.upstream is not None and g.upstream.rid == effect.rid:
-                self.set(i, upstream=attrs.evolve(g.upstream, aborting=True))
-        elif isinstance(effect, gen_sm.AcknowledgeAbortToGate):
-            self.set(i, gate=GateRecord.WAITING)
-            self.gate_send(gate_sm.GenerationAbortAcknowledged())
-        elif isinstance(effect, gen_sm.ReleaseGate):
-            self.set(i, gate=GateRecord.NONE)
-            self.gate_send(gate_sm.GenerationFinished())
-        elif isinstance(effect, gen_sm.CancelGateWait):
-            self.set(i, gate=GateRecord.NONE)
-            self.gate_send(gate_sm.WaiterCancelled())
-        elif isinstance(effect, gen_sm.AcceptToken):
-            self.accept(i, effect)
-        elif isinstance(effect, gen_sm.DiscardPartial):
-            if effect.tokens != len(g.stamps):
-                raise _Broken(ACCEPTS, f"g{i}: {effect!r} but {len(g.stamps)} tokens are kept")
-            self.set(i, stamps=())
-        elif isinstance(effect, gen_sm.ParseOutput):
-            if effect.tokens != len(g.stamps):
-                raise _Broken(ACCEPTS, f"g{i}: {effect!r} but {len(g.stamps)} tokens are kept")
-            # The step is done upstream: stragglers are no longer modelled (abstraction 4), and no token is added to
-            # the buffer, so a single-version buffer is only a count from now on (abstraction 9).
-            single = len(set(g.stamps)) <= 1 and config.data_reductions
-            stamps = ("*",) * len(g.stamps) if single else g.stamps
-            self.set(i, parsing=True, finish=effect.finish, stale=None, stamps=stamps)
-        elif isinstance(effect, gen_sm.Commit):
-            self.commit(i, effect)
-        elif isinstance(effect, gen_sm.Respond):
-            if not g.commits:
-                raise _Broken(SUCCESS_AFTER_COMMIT, f"g{i}: {effect!r} without a commit")
-            self.set(i, client=Client.ANSWERED)
-        elif isinstance(effect, gen_sm.RespondError):
-            self.set(i, client=Client.ANSWERED)
-        elif isinstance(effect, gen_sm.DropFromSession):
-            if g.commits:
-                raise _Broken(ACCEPTS, f"g{i}: dropped from the session after committing")
-            self.drop(i)
-        elif not isinstance(effect, gen_sm.DropToken):
-            # ReportFault, or anything new: the composition does not expect it.
-            raise _Broken(ACCEPTS, f"g{i}: unexpected effect {effect!r}")
-
-    def accept(self, i: int, effect: gen_sm.AcceptToken) -> None:
-        """Record an accepted token, checking when it came, where from and how it is stamped."""
-        g = self.gens[i]
-        rid, weights = self.token
-        if self.trainer is Trainer.PAUSE_RETURNED or self.gate.state is gate_sm.State.PAUSED:
-            raise _Broken(NO_TOKEN_WHILE_PAUSED, f"g{i}: token of {rid} accepted while paused")
-        if g.upstream is None or g.upstream.rid != rid:
-            raise _Broken(NO_LATE_TOKEN, f"g{i}: token of {rid} accepted but no request of that rid is open")
-        if effect.index != len(g.stamps):
-            raise _Broken(ACCEPTS, f"g{i}: {effect!r} but {len(g.stamps)} tokens are kept")
-        if effect.weight_version != weights:
-            raise _Broken(STAMPED, f"g{i}: token generated by {weights} stamped {effect.weight_version}")
-        if len(g.stamps) + 1 > self.config.budget:
-            raise _Broken(BUDGET, f"g{i}: token {effect.index} over the budget of {self.config.budget}")
-        # Checked above against the weights that made it; with partial rollout nothing reads a stamp again but the
-        # count (abstraction 9); without, the commit checks that the step is single-version.
-        reduced = self.config.partial_rollout and self.config.data_reductions
-        stamp = "*" if reduced else effect.weight_version
-        self.set(i, stamps=g.stamps + (stamp,))
-
     def commit(self, i: int, effect: gen_sm.Commit) -> None:
         """``SessionRegistry.commit``: the session accepts (the step joins a chain) or rejects; answer the machine."""
         g = self.gens[i]
         self.set(i, parsing=False)
         if effect.tokens != len(g.stamps) or g.attachment is None or g.finish is None:
-            raise _Broken(ACCEPTS, f"g{i}: {effect!r} with {len(g.stamps)} tokens kept, {g.attachment}, {g.finish}")
+            raise gw.Broken(ACCEPTS, f"g{i}: {effect!r} with {len(g.stamps)} tokens kept, {g.attachment}, {g.finish}")
         attachment = g.attachment
         self.set(i, attachment=None)
         for answer in self.session_send(session_sm.CommitRequested()):
@@ -623,47 +365,29 @@ class _Step:
             if isinstance(answer, session_sm.AcceptCommit):
                 # Checked against the trainer's own record, whatever the session machine says.
                 if self.finalizer is not Finalizer.WORKING:
-                    raise _Broken(NOT_AFTER_FINALIZE, f"g{i}: commit accepted after finalize ({self.finalizer.name})")
-                if not self.config.partial_rollout and len(set(g.stamps)) > 1:
-                    raise _Broken(SINGLE_VERSION, f"g{i}: commits versions {g.stamps} without partial rollout")
-                self.set(i, commits=g.commits + (self.finalizer.name,))
+                    raise gw.Broken(NOT_AFTER_FINALIZE, f"g{i}: commit accepted after finalize ({self.finalizer.name})")
+                self.record_commit(i, g, self.finalizer.name)
                 self.commit_step(i, attachment, g.finish)
                 self.feed(i, gen_sm.CommitAccepted())
                 return
-        raise _Broken(ACCEPTS, f"g{i}: the session answered the commit with nothing")
+        raise gw.Broken(ACCEPTS, f"g{i}: the session answered the commit with nothing")
 
 
 # ---- The moves -------------------------------------------------------------------------------------------------
-
-Move = Callable[[_Step], object]
-
-
-def _pause(run: _Step) -> None:
-    """The trainer pauses (one of its rounds)."""
-    run.trainer = Trainer.PAUSE_PENDING
-    run.pauses_left -= 1
-    run.gate_send(gate_sm.PauseRequested())
-
-
-def _resume(run: _Step, version: str | None) -> None:
-    """The trainer resumes: it loaded ``version`` while paused and announces it, or kept the weights (None)."""
-    if version is not None:
-        run.weights = version
-    run.gate_send(gate_sm.ResumeRequested(version))
 
 
 def _export_stored(run: _Step) -> None:
     """The store has the segments: the finalize call returns."""
     run.finalizer = Finalizer.FINALIZED
     if not any(isinstance(e, session_sm.Finalized) for e in run.session_send(session_sm.ExportCompleted())):
-        raise _Broken(ACCEPTS, "ExportCompleted answered without Finalized")
+        raise gw.Broken(ACCEPTS, "ExportCompleted answered without Finalized")
 
 
 def _finalize_again(run: _Step) -> None:
     """A repeated finalize: it waits for the export in progress, or returns the stored result."""
     effects = run.session_send(session_sm.FinalizeRequested())
     if not any(isinstance(e, (session_sm.AlreadyFinalizing, session_sm.AlreadyFinalized)) for e in effects):
-        raise _Broken(ACCEPTS, f"a repeated finalize answered {list(effects)}")
+        raise gw.Broken(ACCEPTS, f"a repeated finalize answered {list(effects)}")
 
 
 def _prepare(run: _Step, i: int, base: Callable[[_Step], int]) -> None:
@@ -688,102 +412,14 @@ def _splice(run: _Step) -> int:
     return next(c.steps[0] for c in run.chains if head in c.steps)
 
 
-def _token(run: _Step, i: int) -> None:
-    """SGLang generates one token with the weights loaded now."""
-    up = run.gens[i].upstream
-    version = up.version if up.version is not None else run.weights
-    if run.weights != version:
-        raise _Broken(UNMIXED, f"g{i}: {up.rid} started under {version} generates under {run.weights}")
-    run.set(i, upstream=attrs.evolve(up, produced=up.produced + 1, version=version))
-    run.token = (up.rid, run.weights)
-    run.feed(i, gen_sm.TokenReceived(up.rid, run.weights))
-
-
-def _end(run: _Step, i: int, finish: gen_sm.FinishKind) -> None:
-    """The request ends by itself (stop, or its max_new_tokens)."""
-    produced = run.gens[i].upstream.produced
-    run.set(i, upstream=None)
-    run.feed(i, gen_sm.UpstreamFinished(finish, produced))
-
-
-def _aborted(run: _Step, i: int) -> None:
-    """The aborted request ends with its abort finish; a straggler of it may still come later."""
-    up = run.gens[i].upstream
-    stale = (up.rid, up.version or run.weights) if run.config.stragglers else None
-    run.set(i, upstream=None, stale=stale)
-    run.feed(i, gen_sm.UpstreamAborted(up.produced))
-
-
-def _upstream_fails(run: _Step, i: int) -> None:
-    """The request fails (connection refused, 5xx, stream cut)."""
-    run.set(i, upstream=None)
-    run.feed(i, gen_sm.UpstreamFailed())
-
-
-def _foreign_abort(run: _Step, i: int) -> None:
-    """SGLang aborts the request on its own (someone paused or aborted it directly, not through the proxy)."""
-    produced = run.gens[i].upstream.produced
-    run.set(i, upstream=None)
-    run.feed(i, gen_sm.UpstreamAborted(produced))
-
-
-def _parsed(run: _Step, i: int) -> None:
-    run.set(i, parsing=False)
-    run.feed(i, gen_sm.ParseDone())
-
-
-def _parser_fails(run: _Step, i: int) -> None:
-    run.set(i, parsing=False)
-    run.feed(i, gen_sm.UpstreamFailed(502, "parser_unavailable"))
-
-
-def _client_gone(run: _Step, i: int) -> None:
-    """The client goes away: the controller's task is cancelled; its reader stops; nothing more is fed after."""
-    run.set(i, client=Client.GONE, upstream=None, parsing=False, stale=None)
-    run.feed(i, gen_sm.ClientDisconnected())
-
-
-def _straggler(run: _Step, i: int) -> None:
-    """A token of the last aborted request arrives late (generated before its abort, with its weights)."""
-    rid, version = run.gens[i].stale
-    run.token = (rid, version)
-    run.feed(i, gen_sm.TokenReceived(rid, version))
-
-
-def _generation_moves(i: int, g: GenWorld, world: World, config: _Config) -> list[tuple[str, Move]]:
-    """The moves of generation ``i``'s client, upstream, parser, from the controllers' records."""
-    moves: list[tuple[str, Move]] = []
-    if g.client is Client.WAITING and not g.prepared:
-        moves.append(("prepare (new conversation)", lambda run: _prepare(run, i, lambda _: 0)))
-        if world.steps:
-            moves.append(("prepare (next turn of the head)", lambda run: _prepare(run, i, _head)))
-            head = len(world.steps)
-            if config.splices and any(head in c.steps and c.steps.index(head) for c in world.chains):
-                moves.append(("prepare (splice below the head)", lambda run: _prepare(run, i, _splice)))
-    up = g.upstream
-    if up is not None:
-        if up.produced < up.limit:
-            moves.append(("token", lambda run: _token(run, i)))
-        if up.produced:
-            moves.append(("upstream stops", lambda run: _end(run, i, gen_sm.FinishKind.STOP)))
-        if up.produced == up.limit:
-            moves.append(("upstream hits max_new_tokens", lambda run: _end(run, i, gen_sm.FinishKind.LENGTH)))
-        if up.aborting:
-            moves.append(("upstream aborted", lambda run: _aborted(run, i)))
-        if config.upstream_failures:
-            moves.append(("upstream fails", lambda run: _upstream_fails(run, i)))
-            if not up.aborting:
-                moves.append(("upstream aborted outside the proxy", lambda run: _foreign_abort(run, i)))
-    if g.parsing:
-        moves.append(("parsed", lambda run: _parsed(run, i)))
-        if config.upstream_failures:
-            moves.append(("parser fails", lambda run: _parser_fails(run, i)))
-    if g.client is Client.WAITING and config.clients_may_leave:
-        moves.append(("client gone", lambda run: _client_gone(run, i)))
-    if g.gate is GateRecord.WAITING and config.timeouts:
-        moves.append(("pause wait times out", lambda run: run.feed(i, gen_sm.PauseWaitTimedOut())))
-    if g.stale is not None:
-        moves.append(("straggler token", lambda run: _straggler(run, i)))
+def _prepares(i: int, world: World, config: _Config) -> list[tuple[str, Move]]:
+    """Generation ``i``'s prepare moves: a new conversation, the next turn of the head, a splice below it."""
+    moves: list[tuple[str, Move]] = [("prepare (new conversation)", lambda run: _prepare(run, i, lambda _: 0))]
+    if world.steps:
+        moves.append(("prepare (next turn of the head)", lambda run: _prepare(run, i, _head)))
+        head = len(world.steps)
+        if config.splices and any(head in c.steps and c.steps.index(head) for c in world.chains):
+            moves.append(("prepare (splice below the head)", lambda run: _prepare(run, i, _splice)))
     return moves
 
 
@@ -808,63 +444,38 @@ def gate_session_generations(
 ) -> Composition:
     """The gate, the session with its chains, ``n`` generation machines of ``budget`` tokens, a trainer with
     ``pauses`` pause/resume rounds and a finalize (see the module docstring). Machine classes may be variants."""
-    config = _Config(budget, pauses, partial_rollout, clients_may_leave, upstream_failures, stragglers, timeouts,
-                     same_weights_resumes, splices, data_reductions, gate, session, chain, generation)
+    config = _Config(
+        budget=budget, pauses=pauses, partial_rollout=partial_rollout, clients_may_leave=clients_may_leave,
+        upstream_failures=upstream_failures, timeouts=timeouts, stragglers=stragglers,
+        same_weights_resumes=same_weights_resumes, versions_reported=True, data_reductions=data_reductions,
+        one_token_after_abort=False, stale_until_next_request=True, tokens_checked_against_pause=True, gate=gate,
+        generation=generation, splices=splices, session=session, chain=chain,
+    )
     start = GenWorld(generation.new(partial_rollout=partial_rollout).snapshot())
     initial = World(gate.new("v0").snapshot(), session.new().snapshot(), (), (), (start,) * n, Trainer.TRAINING,
                     pauses, "v0")
 
-    def step(world: World, move: Move) -> tuple[World, object]:
-        """Run one move in a fresh step; a per-step violation becomes the world's ``broken``."""
-        run = _Step(world, config)
-        try:
-            note = move(run)
-        except _Broken as broken:
-            # Keep what the step did up to the violation (machines included) for the trace.
-            return run.world((broken.invariant, broken.detail)), None
-        return run.world(symmetry=symmetry), note
-
     def successors(world: World) -> list[tuple[str, World]]:
-        """Every event enabled in ``world``, labelled for traces."""
+        """Every event enabled in ``world``, labelled for traces (a finalize with what it exported)."""
         if world.broken is not None:
             return []
-        moves: list[tuple[str, Move]] = []
-        trainer = world.trainer
-        if trainer is Trainer.TRAINING and world.pauses_left:
-            moves.append(("trainer: pause", _pause))
-        if trainer is not Trainer.TRAINING:
-            moves.append(("trainer: pause again", lambda run: run.gate_send(gate_sm.PauseRequested())))
-        if trainer is Trainer.PAUSE_RETURNED:
-            version = f"v{pauses - world.pauses_left}"
-            moves.append((f"trainer: resume {version}", lambda run: _resume(run, version)))
-            if same_weights_resumes:
-                moves.append(("trainer: resume (same weights)", lambda run: _resume(run, None)))
-        else:
-            # Too early (pause pending) or while running (a no-op): the same version, nothing may change.
-            repeat = gate_sm.ResumeRequested(world.gate.data.weight_version)
-            moves.append(("trainer: resume (repeat)", lambda run: run.gate_send(repeat)))
+        moves = gw.trainer_moves(world, config)
         if world.finalizer is Finalizer.WORKING:
             moves.append(("trainer: finalize", lambda run: run.finalize()))
         else:
             moves.append(("trainer: finalize again", _finalize_again))
         if world.finalizer is Finalizer.EXPORTING:
             moves.append(("trainer: export stored", _export_stored))
-        for i, g in enumerate(world.gens):
-            moves += [(f"g{i}: {label}", move) for label, move in _generation_moves(i, g, world, config)]
-        out = []
-        for label, move in moves:
-            target, note = step(world, move)
-            out.append((f"{label} ({note})" if note else label, target))
-        return out
+        moves += gw.generation_moves(world, config, lambda i: _prepares(i, world, config))
+        return gw.take(world, moves, lambda w: _Step(w, config), symmetry)
 
     def is_final(world: World) -> bool:
         """Every client answered or gone, no pause call left hanging, the session finalized."""
         return (world.trainer is Trainer.TRAINING and world.finalizer is Finalizer.FINALIZED
                 and all(g.client is not Client.WAITING for g in world.gens))
 
-    switches = [f"budget {budget}", f"{pauses} pause(s)", f"partial rollout {'on' if partial_rollout else 'off'}"]
-    name = f"RolloutGate + SessionMachine + ChainMachines x {n} GenerationMachine(s), " + ", ".join(switches)
-    return Composition(name, initial, successors, _invariants(), is_final, World.describe)
+    name = gw.composition_name("RolloutGate + SessionMachine + ChainMachines", n, config)
+    return Composition(name, initial, successors, _invariants(config), is_final, World.describe)
 
 
 def _forget_counters(snapshot: Snapshot) -> Snapshot:
@@ -889,54 +500,7 @@ def _forget_dead_data(snapshot: Snapshot) -> Snapshot:
     return snapshot if dead == data else Snapshot(snapshot.state, dead)
 
 
-def _settle(g: GenWorld) -> GenWorld:
-    """An ended generation, reduced to what the invariants still read: its final state and its commits."""
-    state = g.machine.state
-    if g.client is Client.WAITING or state not in gen_sm.ABSORBING:
-        return g
-    committed = state is G.RESPONDED
-    data = gen_sm.GenerationData(partial_rollout=g.machine.data.partial_rollout, committed=committed,
-                                 finish=gen_sm.FinishKind.STOP if committed else None)
-    return GenWorld(Snapshot(state, data), prepared=True, client=g.client, commits=g.commits,
-                    attachment=g.attachment)
-
-
-# The position of each machine state in its enum, for ordering generations.
-_STATE_ORDER = {state: index for index, state in enumerate(G)}
-
-
-def _order(g: GenWorld) -> tuple:
-    """A total order on generations for the symmetry reduction: every field, None as the smallest value.
-
-    Generations not yet prepared come last, so that in a trace the ones that started keep the low indices.
-    """
-    data, up, att = g.machine.data, g.upstream, g.attachment
-    upstream = () if up is None else (up.rid, up.limit, up.produced, up.version or "", up.aborting)
-    attachment = () if att is None else (att.mode.name, att.chain, att.base, att.at)
-    return (
-        not g.prepared, _STATE_ORDER[g.machine.state], data.tokens, data.request_tokens, data.requests,
-        -1 if data.epoch is None else data.epoch, data.weight_version or "", data.request_version or "",
-        data.rid or "", data.finish.value if data.finish else "", data.committed, data.budget, data.prompt_tokens,
-        data.partial_rollout, g.client.name, g.gate.name, upstream, tuple(s or "" for s in g.stamps), g.parsing,
-        g.finish.value if g.finish else "", g.stale or (), attachment, g.commits,
-    )
-
-
 # ---- The invariants --------------------------------------------------------------------------------------------
-
-
-def _holding(world: World) -> bool:
-    """Does any generation stream, abort, or hold an open upstream request?"""
-    return any(g.machine.state in _HOLDING or g.upstream is not None for g in world.gens)
-
-
-def _gate_counts_match(world: World) -> bool:
-    """The gate's counts, the gate controller's records and the machines' states agree."""
-    gate = world.gate.data
-    records = [g.gate for g in world.gens]
-    states = [g.machine.state for g in world.gens]
-    return gate.in_flight == records.count(GateRecord.IN_FLIGHT) == sum(s in _HOLDING for s in states) and (
-        gate.waiting == records.count(GateRecord.WAITING) == sum(s in _WAITING for s in states))
 
 
 def _session_counts_match(world: World) -> bool:
@@ -960,39 +524,16 @@ def _chains_are_paths(world: World) -> bool:
     return True
 
 
-def _not_broken(name: str) -> Invariant:
-    """An invariant checked when its fact happens, recorded in ``World.broken``."""
-    return Invariant(name, lambda w: w.broken is None or w.broken[0] != name)
-
-
-def _invariants() -> tuple[Invariant, ...]:
-    """Every invariant, in the order they are checked (the first broken one is reported)."""
-    ended = (G.FAILED, G.CANCELLED, G.REJECTED)
-    return (
-        _not_broken(ACCEPTS),
-        Invariant(PAUSED, lambda w: w.gate.state is not gate_sm.State.PAUSED or not _holding(w)),
-        Invariant(PAUSE_RETURNS, lambda w: w.trainer is not Trainer.PAUSE_RETURNED or not _holding(w)),
-        Invariant(NOT_WHILE_PAUSING, lambda w: w.gate.state is gate_sm.State.RUNNING or not any(
-            g.machine.state in (G.STREAMING, G.CONTINUING) for g in w.gens)),
-        _not_broken(NO_TOKEN_WHILE_PAUSED),
-        _not_broken(NO_LATE_TOKEN),
-        _not_broken(STAMPED),
-        _not_broken(UNMIXED),
-        _not_broken(SINGLE_VERSION),
-        Invariant(AT_MOST_ONCE, lambda w: all(len(g.commits) <= 1 for g in w.gens)),
-        Invariant(NOTHING_IF_ENDED, lambda w: not any(g.machine.state in ended and g.commits for g in w.gens)),
-        _not_broken(SUCCESS_AFTER_COMMIT),
-        _not_broken(NOT_AFTER_FINALIZE),
+def _invariants(config: _Config) -> tuple[Invariant, ...]:
+    """The generations' invariants (``generation_world.invariants``) with the session's: 5, 6 and its counts."""
+    session = (
+        gw.not_broken(NOT_AFTER_FINALIZE),
         Invariant(LATE_CHANGES_NOTHING, lambda w: w.finalized_steps in (None, w.session.data.steps)),
         Invariant(OWNED_ONCE, _owned_once),
         Invariant(PATHS, _chains_are_paths),
-        _not_broken(EXPORTED_ONCE),
-        Invariant(BUDGET, lambda w: (w.broken is None or w.broken[0] != BUDGET) and all(
-            0 <= len(g.stamps) <= g.machine.data.budget and g.machine.data.remaining >= 0 for g in w.gens)),
-        _not_broken(REMAINING),
-        Invariant(GATE_COUNTS, _gate_counts_match),
-        Invariant(SESSION_COUNTS, _session_counts_match),
+        gw.not_broken(EXPORTED_ONCE),
     )
+    return gw.invariants(config, session, counts=(Invariant(SESSION_COUNTS, _session_counts_match),))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1016,17 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     for bound in bounds:
         for partial in (True, False):
             system = gate_session_generations(**bound, partial_rollout=partial)
-            found = system.explore()
             extras = [name for name in ("same_weights_resumes", "timeouts") if bound.get(name)]
-            print(
-                f"{system.name}{''.join(', ' + e.replace('_', ' ') for e in extras)}: {found.states} states, "
-                f"{found.transitions} transitions, depth {found.depth}, "
-                f"{'complete' if found.complete else 'bounded'}, "
-                f"{'no violation' if found.violation is None else 'VIOLATION'}"
-            )
-            if found.violation is not None:
-                failed = True
-                print(found.violation.format(system.describe))
+            failed = gw.report(system, "".join(", " + e.replace("_", " ") for e in extras)) or failed
     return 1 if failed else 0
 
 

@@ -1,0 +1,714 @@
+"""The generation side of the compositions: what a generation's controllers keep and do, written once for
+``generation_composition`` (an abstract session) and ``full_composition`` (the real session and chains).
+
+Theory of operation
+-------------------
+Both compositions run the real RolloutGate and real GenerationMachines, feed one event per step and carry out the
+effects exactly as ``proxy/controllers/gate.py`` and ``generation.py`` do: the world never reads a machine's state
+to decide what to do, it only keeps the records a controller keeps. They differ in the session side only (who
+admits a generation, how a ``Commit`` is answered, what ``DropFromSession`` releases) and in a few modelling
+choices. What they share lives here:
+
+- the records: ``GenWorld`` (a generation's machine and its controllers' records: token buffer, gate record, open
+  upstream request, pending parse, last aborted request, where it attaches in the session, its commits) and the
+  ``Trainer``, ``Client``, ``GateRecord`` and ``Upstream`` records;
+- ``GenerationStep``, one step of a world: mutable drafts of the generations, the gate and the generation machines
+  fed through their pure ``send`` (memoized in ``Config``), and their effects carried out: ``AskGate`` answered in
+  the same step (``GateAdmitted`` / ``GateWait``), ``AbortInFlight`` reaching every in-flight generation as
+  ``AbortRequested`` and ``AdmitWaiters`` every waiter as ``Resumed``, ``StartUpstream`` reported at once as
+  ``UpstreamStarted``, tokens accepted (and checked), the parse, the answers. A composition subclasses it for its
+  session side: ``commit`` answers a ``Commit`` (``record_commit`` then ``CommitAccepted``, or ``CommitRejected``),
+  ``drop`` carries out ``DropFromSession``, ``world`` builds its ``World``;
+- the moves: the trainer's pause and resume (``trainer_moves``), and each generation's SGLang request, parser,
+  client, pause-wait timer and stragglers (``generation_moves``; the composition adds its prepare moves);
+- the invariant names and the invariants about generations (``invariants``: the composition inserts its
+  session's own), the dead-record reduction (``settle``) and the symmetry reduction's order (``order``).
+
+Modelling choices, fixed by each composition in its ``Config`` (generation composition / full composition):
+
+- ``one_token_after_abort``: after an abort SGLang delivers at most one more token (the decode step in flight),
+  or any number up to the request's limit (an over-approximation);
+- ``stale_until_next_request``: a straggler of the last aborted request may come for good (and is dropped by its
+  rid while a later request streams), or only until the next request starts, the output is parsed or the client
+  leaves (the window where no request is open);
+- ``tokens_checked_against_pause``: no token may be accepted between the pause acknowledgement and the resume;
+- ``versions_reported``: SGLang reports the weights of each token (or not: the announced version stamps it);
+- ``data_reductions``: token stamps are a count where nothing reads more (and the composition may reduce more).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from statemachines import generation as gen_sm
+from statemachines import rollout_gate as gate_sm
+from statemachines.core import IllegalTransition, Machine, Snapshot, TableError
+from statemachines.explorer import Composition, Invariant
+
+# The prompt length every generation is prepared with (only the routed-experts start position depends on it).
+PROMPT_TOKENS = 4
+
+# Invariant names (architecture.md numbers in brackets); the per-step ones are recorded in World.broken.
+PAUSED = "paused_means_no_generation_streaming"  # [1]
+PAUSE_RETURNS = "pause_returns_after_every_stream_is_interrupted_or_finished"  # [2]
+NOT_WHILE_PAUSING = "no_stream_admitted_while_pausing"  # [2]
+NO_TOKEN_WHILE_PAUSED = "no_token_accepted_between_pause_acknowledgement_and_resume"  # [2]
+NO_LATE_TOKEN = "no_token_accepted_after_its_abort_was_acknowledged"  # [2]
+STAMPED = "every_token_stamped_with_the_version_that_generated_it"  # [3]
+UNMIXED = "no_upstream_request_mixes_versions"  # [3]
+SINGLE_VERSION = "without_partial_rollout_every_step_is_single_version"  # [3]
+AT_MOST_ONCE = "each_generation_commits_at_most_once"  # [4]
+NOTHING_IF_ENDED = "failed_cancelled_or_rejected_generations_commit_nothing"  # [4]
+SUCCESS_AFTER_COMMIT = "success_answered_only_after_a_commit"  # [4]
+NOT_AFTER_FINALIZE = "no_commit_after_finalize"  # [5]
+BUDGET = "budgets_never_go_negative"  # [7]
+REMAINING = "continuation_never_requests_more_than_the_remaining_budget"  # [7]
+GATE_COUNTS = "gate_counts_match_generations"
+ACCEPTS = "machines_accept_every_event"
+
+G = gen_sm.State
+# Machine states that hold an upstream request (the gate counts them in flight), and those the gate counts waiting.
+HOLDING = (G.STREAMING, G.CONTINUING, G.ABORTING)
+WAITING = (G.WAITING, G.INTERRUPTED)
+
+
+class Trainer(enum.Enum):
+    """The trainer's side of pause and resume."""
+
+    TRAINING = "no pause call in progress"
+    PAUSE_PENDING = "its pause call waits for PauseAcknowledged"
+    PAUSE_RETURNED = "its pause call returned: it loads new weights, then resumes"
+
+
+class Client(enum.Enum):
+    """A generation's client, as the HTTP layer sees it."""
+
+    WAITING = "its request is open"
+    ANSWERED = "it got its answer (success or error)"
+    GONE = "it went away before its answer"
+
+
+class GateRecord(enum.Enum):
+    """What the gate controller knows of a generation (from the effects it carried out)."""
+
+    NONE = "not counted by the gate"
+    IN_FLIGHT = "admitted; counted in flight"
+    WAITING = "parked; counted waiting"
+
+
+@attrs.frozen
+class Upstream:
+    """An abstract SGLang request: its rid, its max_new_tokens, what it produced, whether it is being aborted."""
+
+    rid: str
+    limit: int
+    produced: int = 0
+    # The weights its first token was generated with (None before any token).
+    version: str | None = None
+    aborting: bool = False
+    # Whether it already delivered the one token in flight after its abort (with ``one_token_after_abort``).
+    straggled: bool = False
+
+
+@attrs.frozen(cache_hash=True)
+class GenWorld:
+    """One generation: its machine and the records its controllers keep."""
+
+    machine: Snapshot
+    prepared: bool = False
+    client: Client = Client.WAITING
+    gate: GateRecord = GateRecord.NONE
+    upstream: Upstream | None = None
+    # The token buffer: the version stamp of every kept token, in order ("*": a stamp nothing reads any more).
+    stamps: tuple[str | None, ...] = ()
+    # ParseOutput was carried out; ParseDone (or a parser failure) is pending. The finish kind it was given.
+    parsing: bool = False
+    finish: gen_sm.FinishKind | None = None
+    # (rid, weights) of its last aborted request: it may still deliver one straggler token.
+    stale: tuple[str, str] | None = None
+    # Where its step attaches in the session, while the session counts it (the session side's record, hashable,
+    # with a ``key`` tuple for the symmetry order and a ``label`` for traces); None with the abstract session.
+    attachment: Any = None
+    # What the session side records at each accepted commit of this generation (its state then).
+    commits: tuple[str, ...] = ()
+
+
+@attrs.define
+class _GenDraft:
+    """A mutable copy of a ``GenWorld`` while a step changes it (same fields; built and frozen once per step)."""
+
+    machine: Snapshot
+    prepared: bool
+    client: Client
+    gate: GateRecord
+    upstream: Upstream | None
+    stamps: tuple[str | None, ...]
+    parsing: bool
+    finish: gen_sm.FinishKind | None
+    stale: tuple[str, str] | None
+    attachment: Any
+    commits: tuple[str, ...]
+
+
+def _draft(g: GenWorld) -> _GenDraft:
+    return _GenDraft(g.machine, g.prepared, g.client, g.gate, g.upstream, g.stamps, g.parsing, g.finish, g.stale,
+                     g.attachment, g.commits)
+
+
+def _frozen(g: _GenDraft) -> GenWorld:
+    return GenWorld(g.machine, g.prepared, g.client, g.gate, g.upstream, g.stamps, g.parsing, g.finish, g.stale,
+                    g.attachment, g.commits)
+
+
+def describe_head(world: Any) -> str:
+    """``gate=RUNNING(epoch=0, v0, in_flight=1, waiting=0) trainer=TRAINING weights=v0``: a world's common part."""
+    gate = world.gate.data
+    return (f"gate={world.gate.state.name}(epoch={gate.epoch}, {gate.weight_version}, in_flight={gate.in_flight}, "
+            f"waiting={gate.waiting}) trainer={world.trainer.name} weights={world.weights}")
+
+
+def describe_gens(world: Any) -> str:
+    """Each generation, compactly (``describe_gen``), then the per-step violation if any."""
+    text = " ".join(describe_gen(i, g) for i, g in enumerate(world.gens))
+    return text + (f" BROKEN {world.broken[0]}: {world.broken[1]}" if world.broken else "")
+
+
+def describe_gen(i: int, g: GenWorld) -> str:
+    """``g0=STREAMING(1/2, req 1) up=r1:1/2 stamps=v0 tip@c0:1 waiting``, compactly."""
+    data = g.machine.data
+    text = f"g{i}={g.machine.state.name}({data.tokens}/{data.budget}, req {data.requests})"
+    if g.upstream is not None:
+        up = g.upstream
+        text += f" up={up.rid}:{up.produced}/{up.limit}{'!' if up.aborting else ''}"
+    text += f" stamps={','.join(str(s) for s in g.stamps) or '-'}"
+    if g.attachment is not None:
+        text += f" {g.attachment.label}"
+    text += f" {g.client.name.lower()}"
+    return text + (f" commits={list(g.commits)}" if g.commits else "")
+
+
+class Broken(Exception):
+    """A per-step violation: the step's world is recorded with ``broken`` set."""
+
+    def __init__(self, invariant: str, detail: str) -> None:
+        super().__init__(detail)
+        self.invariant = invariant
+        self.detail = detail
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    """The bounds, the modelling choices (module docstring) and the machine classes (variants for planted bugs);
+    a composition subclasses it for its session side."""
+
+    budget: int
+    pauses: int
+    partial_rollout: bool
+    clients_may_leave: bool
+    upstream_failures: bool
+    timeouts: bool
+    stragglers: bool
+    same_weights_resumes: bool
+    versions_reported: bool
+    data_reductions: bool
+    one_token_after_abort: bool
+    stale_until_next_request: bool
+    tokens_checked_against_pause: bool
+    gate: type[gate_sm.RolloutGate]
+    generation: type[gen_sm.GenerationMachine]
+    # Memo of the machines' pure step: (class, snapshot, event) -> (snapshot, effects) or a refusal.
+    sent: dict[tuple[type, Snapshot, object], tuple[Snapshot, tuple] | str] = attrs.field(factory=dict, eq=False)
+    # Memo of each generation's sort key (generations recur in many worlds; their hash is cached).
+    orders: dict[GenWorld, tuple] = attrs.field(factory=dict, eq=False)
+
+    def send(self, cls: type[Machine], snapshot: Snapshot, event: object, who: str) -> tuple[Snapshot, tuple]:
+        """``cls.from_snapshot(snapshot).send(event)`` as a pure function, memoized; a refusal is ``Broken``.
+
+        A machine's ``send`` is a pure function of (table, snapshot, event): the memo changes the run time, not
+        the states."""
+        key = (cls, snapshot, event)
+        found = self.sent.get(key)
+        if found is None:
+            try:
+                machine = cls.from_snapshot(snapshot)
+                effects = tuple(machine.send(event))
+                found = (machine.snapshot(), effects)
+            except (IllegalTransition, TableError) as error:
+                found = f"{type(error).__name__}: {error}"
+            self.sent[key] = found
+        if isinstance(found, str):
+            raise Broken(ACCEPTS, f"{who}: {found}")
+        return found
+
+    def order(self, g: GenWorld) -> tuple:
+        """``order(g)``, memoized."""
+        found = self.orders.get(g)
+        if found is None:
+            found = self.orders[g] = order(g)
+        return found
+
+
+class GenerationStep:
+    """One step of a world, as the controllers carry it out: mutable copies, written back by ``world()``.
+
+    The world must have ``gate``, ``gens``, ``trainer``, ``pauses_left`` and ``weights``; a subclass copies the
+    rest, builds the next world in ``world`` (with ``settled_gens``) and answers the session side's effects.
+    """
+
+    def __init__(self, world: Any, config: Config) -> None:
+        self.config = config
+        self.gate = world.gate
+        self.gens: list[GenWorld | _GenDraft] = list(world.gens)
+        self.touched: set[int] = set()
+        self.trainer = world.trainer
+        self.pauses_left = world.pauses_left
+        self.weights = world.weights
+        # The token being fed, as (rid, weights that generated it): what AcceptToken is checked against.
+        self.token: tuple[str | None, str] | None = None
+
+    def world(self, broken: tuple[str, str] | None = None, *, symmetry: bool = True) -> Any:
+        """The next world (with ``broken`` when the step broke an invariant)."""
+        raise NotImplementedError
+
+    def settled_gens(self, sort: bool) -> tuple[GenWorld, ...]:
+        """The generations, frozen again: the ended ones settled and, with ``sort``, in the symmetry order."""
+        gens = [settle(_frozen(g)) if i in self.touched else g for i, g in enumerate(self.gens)]
+        if sort:
+            gens.sort(key=self.config.order)
+        return tuple(gens)
+
+    def set(self, i: int, **changes: object) -> None:
+        """Change generation ``i``'s records (in a mutable draft, frozen again by ``world()``)."""
+        if i not in self.touched:
+            self.gens[i] = _draft(self.gens[i])
+            self.touched.add(i)
+        draft = self.gens[i]
+        for name, value in changes.items():
+            setattr(draft, name, value)
+
+    # -- the gate controller ------------------------------------------------------------------------------------
+
+    def gate_send(self, event: object) -> list:
+        """Feed the gate; carry out its broadcast effects; return its answers (Admit, Wait) to the caller."""
+        self.gate, effects = self.config.send(self.config.gate, self.gate, event, "gate")
+        answers = []
+        for effect in effects:
+            if isinstance(effect, (gate_sm.Admit, gate_sm.Wait)):
+                answers.append(effect)
+            elif isinstance(effect, gate_sm.AbortInFlight):
+                holding = [i for i, g in enumerate(self.gens) if g.gate is GateRecord.IN_FLIGHT]
+                if effect.count != len(holding):
+                    raise Broken(ACCEPTS, f"{effect!r} but {len(holding)} generation(s) in flight")
+                for i in holding:
+                    self.feed(i, gen_sm.AbortRequested())
+            elif isinstance(effect, gate_sm.AdmitWaiters):
+                waiters = [i for i, g in enumerate(self.gens) if g.gate is GateRecord.WAITING]
+                if effect.count != len(waiters):
+                    raise Broken(ACCEPTS, f"{effect!r} but {len(waiters)} generation(s) wait")
+                # The resume call returns; each waiter is in flight before any of them runs.
+                self.trainer = Trainer.TRAINING
+                for i in waiters:
+                    self.set(i, gate=GateRecord.IN_FLIGHT)
+                for i in waiters:
+                    self.feed(i, gen_sm.Resumed(effect.epoch, effect.weight_version))
+            elif isinstance(effect, (gate_sm.PauseAcknowledged, gate_sm.AlreadyPaused)):
+                # Every pending pause call returns.
+                self.trainer = Trainer.PAUSE_RETURNED
+            # AlreadyPausing, AlreadyRunning, ResumeRefused: the caller is answered; nothing else changes.
+        return answers
+
+    # -- the session side (a composition's) ---------------------------------------------------------------------
+
+    def commit(self, i: int, effect: gen_sm.Commit) -> None:
+        """Answer generation ``i``'s ``Commit``: ``record_commit`` then ``CommitAccepted``, or ``CommitRejected``."""
+        raise NotImplementedError
+
+    def drop(self, i: int) -> None:
+        """``DropFromSession`` (it never committed): the session counts it out. Nothing to do by default."""
+
+    def record_commit(self, i: int, g: GenWorld | _GenDraft, recorded: str) -> None:
+        """The session accepted generation ``i``'s commit (``g``: its records before the commit)."""
+        if not self.config.partial_rollout and len(set(g.stamps)) > 1:
+            raise Broken(SINGLE_VERSION, f"g{i}: commits versions {g.stamps} without partial rollout")
+        self.set(i, commits=g.commits + (recorded,))
+
+    # -- a generation controller --------------------------------------------------------------------------------
+
+    def reduced(self, snapshot: Snapshot) -> Snapshot:
+        """A generation's snapshot as the world keeps it (a composition may make dead data canonical)."""
+        return snapshot
+
+    def feed(self, i: int, event: object) -> None:
+        """Feed generation ``i``'s machine and carry out its effects in order."""
+        snapshot, effects = self.config.send(self.config.generation, self.gens[i].machine, event, f"g{i}")
+        self.set(i, machine=self.reduced(snapshot))
+        for effect in effects:
+            self.carry_out(i, effect)
+
+    def carry_out(self, i: int, effect: object) -> None:
+        """What generation ``i``'s controller does for one effect."""
+        g = self.gens[i]
+        config = self.config
+        if isinstance(effect, gen_sm.AskGate):
+            for answer in self.gate_send(gate_sm.GenerationWantsToStart()):
+                if isinstance(answer, gate_sm.Admit):
+                    self.set(i, gate=GateRecord.IN_FLIGHT)
+                    self.feed(i, gen_sm.GateAdmitted(answer.epoch, answer.weight_version))
+                else:
+                    self.set(i, gate=GateRecord.WAITING)
+                    self.feed(i, gen_sm.GateWait(answer.epoch))
+        elif isinstance(effect, gen_sm.StartUpstream):
+            kept, asked = effect.kept_tokens, effect.max_new_tokens
+            if kept != len(g.stamps) or not 1 <= asked <= config.budget - kept:
+                raise Broken(REMAINING, f"g{i}: {effect!r} with {len(g.stamps)} kept of a budget of {config.budget}")
+            if g.upstream is not None:
+                raise Broken(ACCEPTS, f"g{i}: {effect!r} while {g.upstream.rid} is open")
+            # The controller draws the rid and reports it before the request goes out.
+            rid = f"r{effect.request}"
+            self.set(i, upstream=Upstream(rid, asked), stale=None if config.stale_until_next_request else g.stale)
+            self.feed(i, gen_sm.UpstreamStarted(rid))
+        elif isinstance(effect, gen_sm.AbortUpstream):
+            if g.upstream is not None and g.upstream.rid == effect.rid:
+                self.set(i, upstream=attrs.evolve(g.upstream, aborting=True))
+        elif isinstance(effect, gen_sm.AcknowledgeAbortToGate):
+            self.set(i, gate=GateRecord.WAITING)
+            self.gate_send(gate_sm.GenerationAbortAcknowledged())
+        elif isinstance(effect, gen_sm.ReleaseGate):
+            self.set(i, gate=GateRecord.NONE)
+            self.gate_send(gate_sm.GenerationFinished())
+        elif isinstance(effect, gen_sm.CancelGateWait):
+            self.set(i, gate=GateRecord.NONE)
+            self.gate_send(gate_sm.WaiterCancelled())
+        elif isinstance(effect, gen_sm.AcceptToken):
+            self.accept(i, effect)
+        elif isinstance(effect, gen_sm.DiscardPartial):
+            if effect.tokens != len(g.stamps):
+                raise Broken(ACCEPTS, f"g{i}: {effect!r} but {len(g.stamps)} tokens are kept")
+            self.set(i, stamps=())
+        elif isinstance(effect, gen_sm.ParseOutput):
+            if effect.tokens != len(g.stamps):
+                raise Broken(ACCEPTS, f"g{i}: {effect!r} but {len(g.stamps)} tokens are kept")
+            # The step is done upstream and no token joins the buffer any more: with the data reductions a
+            # single-version buffer is only a count from now on.
+            single = len(set(g.stamps)) <= 1 and config.data_reductions
+            stamps = ("*",) * len(g.stamps) if single else g.stamps
+            stale = None if config.stale_until_next_request else g.stale
+            self.set(i, parsing=True, finish=effect.finish, stale=stale, stamps=stamps)
+        elif isinstance(effect, gen_sm.Commit):
+            self.commit(i, effect)
+        elif isinstance(effect, gen_sm.Respond):
+            if not g.commits:
+                raise Broken(SUCCESS_AFTER_COMMIT, f"g{i}: {effect!r} without a commit")
+            self.set(i, client=Client.ANSWERED)
+        elif isinstance(effect, gen_sm.RespondError):
+            self.set(i, client=Client.ANSWERED)
+        elif isinstance(effect, gen_sm.DropFromSession):
+            if g.commits:
+                raise Broken(ACCEPTS, f"g{i}: dropped from the session after committing")
+            self.drop(i)
+        elif not isinstance(effect, gen_sm.DropToken):
+            # ReportFault, or anything new: the composition does not expect it.
+            raise Broken(ACCEPTS, f"g{i}: unexpected effect {effect!r}")
+
+    def accept(self, i: int, effect: gen_sm.AcceptToken) -> None:
+        """Record an accepted token, checking when it came, where from and how it is stamped."""
+        g = self.gens[i]
+        config = self.config
+        rid, weights = self.token
+        if config.tokens_checked_against_pause and (
+                self.trainer is Trainer.PAUSE_RETURNED or self.gate.state is gate_sm.State.PAUSED):
+            raise Broken(NO_TOKEN_WHILE_PAUSED, f"g{i}: token of {rid} accepted while paused")
+        if g.upstream is None or g.upstream.rid != rid:
+            raise Broken(NO_LATE_TOKEN, f"g{i}: token of {rid} accepted but no request of that rid is open")
+        if effect.index != len(g.stamps):
+            raise Broken(ACCEPTS, f"g{i}: {effect!r} but {len(g.stamps)} tokens are kept")
+        if effect.weight_version != weights:
+            raise Broken(STAMPED, f"g{i}: token generated by {weights} stamped {effect.weight_version}")
+        if len(g.stamps) + 1 > config.budget:
+            raise Broken(BUDGET, f"g{i}: token {effect.index} over the budget of {config.budget}")
+        # Checked above against the weights that made it; with partial rollout nothing reads a stamp again but the
+        # count; without, the commit checks that the step is single-version.
+        stamp = "*" if config.partial_rollout and config.data_reductions else effect.weight_version
+        self.set(i, stamps=g.stamps + (stamp,))
+
+
+def settle(g: GenWorld) -> GenWorld:
+    """An ended generation, reduced to what the invariants still read: its final state, its commits (and its
+    session record).
+
+    Once its client is answered or gone and its machine absorbs, nothing is ever fed to it again (it has no move),
+    so the rest of its record (token counts, epoch, versions, stamps) only tells apart worlds that behave the same
+    from here on. Its machine data is replaced by the same minimal record for every ended generation. Called for
+    the generations a step changed, so each generation is settled in the step it ends.
+    """
+    state = g.machine.state
+    if g.client is Client.WAITING or state not in gen_sm.ABSORBING:
+        return g
+    committed = state is G.RESPONDED
+    data = gen_sm.GenerationData(partial_rollout=g.machine.data.partial_rollout, committed=committed,
+                                 finish=gen_sm.FinishKind.STOP if committed else None)
+    return GenWorld(Snapshot(state, data), prepared=True, client=g.client, commits=g.commits,
+                    attachment=g.attachment)
+
+
+# The position of each machine state in its enum, for ordering generations.
+_STATE_ORDER = {state: index for index, state in enumerate(G)}
+
+
+def order(g: GenWorld) -> tuple:
+    """A total order on generations for the symmetry reduction: every field, None as the smallest value.
+
+    The generations of a world are identical (same budget, same partial rollout setting, all start in RECEIVED)
+    and nothing refers to one by its position, so a world keeps them sorted: one representative per multiset.
+    Generations not yet prepared come last, so that in a trace the ones that started keep the low indices.
+    """
+    data, up, att = g.machine.data, g.upstream, g.attachment
+    upstream = () if up is None else (up.rid, up.limit, up.produced, up.version or "", up.aborting, up.straggled)
+    return (
+        not g.prepared, _STATE_ORDER[g.machine.state], data.tokens, data.request_tokens, data.requests,
+        -1 if data.epoch is None else data.epoch, data.weight_version or "", data.request_version or "",
+        data.rid or "", data.finish.value if data.finish else "", data.committed, data.budget, data.prompt_tokens,
+        data.partial_rollout, g.client.name, g.gate.name, upstream, tuple(s or "" for s in g.stamps), g.parsing,
+        g.finish.value if g.finish else "", g.stale or (), () if att is None else att.key, g.commits,
+    )
+
+
+# ---- The moves -------------------------------------------------------------------------------------------------
+
+Move = Callable[[GenerationStep], object]
+
+
+def take(world: Any, moves: Sequence[tuple[str, Move]], new_step: Callable[[Any], GenerationStep],
+         symmetry: bool) -> list[tuple[str, Any]]:
+    """Run each move in a fresh step of ``world``: (label, next world); a move's note joins its label, a per-step
+    violation becomes the next world's ``broken`` (what the step did up to it is kept for the trace)."""
+    out = []
+    for label, move in moves:
+        run = new_step(world)
+        try:
+            note = move(run)
+        except Broken as broken:
+            out.append((label, run.world((broken.invariant, broken.detail))))
+            continue
+        out.append((f"{label} ({note})" if note else label, run.world(symmetry=symmetry)))
+    return out
+
+
+def trainer_moves(world: Any, config: Config) -> list[tuple[str, Move]]:
+    """The trainer's pause (bounded rounds) and resume after its pause returned (round k announces ``vk``; with
+    ``same_weights_resumes`` it may also keep the weights), and its repeats (idempotent or refused)."""
+    moves: list[tuple[str, Move]] = []
+    trainer = world.trainer
+    if trainer is Trainer.TRAINING and world.pauses_left:
+        moves.append(("trainer: pause", _pause))
+    if trainer is not Trainer.TRAINING:
+        moves.append(("trainer: pause again", lambda run: run.gate_send(gate_sm.PauseRequested())))
+    if trainer is Trainer.PAUSE_RETURNED:
+        version = f"v{config.pauses - world.pauses_left}"
+        moves.append((f"trainer: resume {version}", lambda run: _resume(run, version)))
+        if config.same_weights_resumes:
+            moves.append(("trainer: resume (same weights)", lambda run: _resume(run, None)))
+    else:
+        # Too early (pause pending) or while running (a no-op): the same version, nothing may change.
+        repeat = gate_sm.ResumeRequested(world.gate.data.weight_version)
+        moves.append(("trainer: resume (repeat)", lambda run: run.gate_send(repeat)))
+    return moves
+
+
+def _pause(run: GenerationStep) -> None:
+    """The trainer pauses (one of its rounds)."""
+    run.trainer = Trainer.PAUSE_PENDING
+    run.pauses_left -= 1
+    run.gate_send(gate_sm.PauseRequested())
+
+
+def _resume(run: GenerationStep, version: str | None) -> None:
+    """The trainer resumes: it loaded ``version`` while paused and announces it, or kept the weights (None)."""
+    if version is not None:
+        run.weights = version
+    run.gate_send(gate_sm.ResumeRequested(version))
+
+
+def generation_moves(world: Any, config: Config,
+                     prepares: Callable[[int], list[tuple[str, Move]]]) -> list[tuple[str, Move]]:
+    """Every generation's moves, labelled ``g<i>: ...``: its prepare moves (``prepares(i)``, the session side's)
+    until it is prepared, then those of its upstream request, parser, client, pause-wait timer and stragglers."""
+    moves: list[tuple[str, Move]] = []
+    for i, g in enumerate(world.gens):
+        own = prepares(i) if g.client is Client.WAITING and not g.prepared else []
+        moves += [(f"g{i}: {label}", move) for label, move in own + _moves_of(i, g, config)]
+    return moves
+
+
+def _moves_of(i: int, g: GenWorld, config: Config) -> list[tuple[str, Move]]:
+    """The moves of generation ``i``'s upstream, parser, client, timer and stragglers, from its records."""
+    moves: list[tuple[str, Move]] = []
+    up = g.upstream
+    if up is not None:
+        if up.produced < up.limit and not (up.aborting and up.straggled):
+            moves.append(("token", lambda run: _token(run, i)))
+        if up.produced:
+            moves.append(("upstream stops", lambda run: _end(run, i, gen_sm.FinishKind.STOP)))
+        if up.produced == up.limit:
+            moves.append(("upstream hits max_new_tokens", lambda run: _end(run, i, gen_sm.FinishKind.LENGTH)))
+        if up.aborting:
+            moves.append(("upstream aborted", lambda run: _aborted(run, i)))
+        if config.upstream_failures:
+            moves.append(("upstream fails", lambda run: _upstream_fails(run, i)))
+            if not up.aborting:
+                moves.append(("upstream aborted outside the proxy", lambda run: _foreign_abort(run, i)))
+    if g.parsing:
+        moves.append(("parsed", lambda run: _parsed(run, i)))
+        if config.upstream_failures:
+            moves.append(("parser fails", lambda run: _parser_fails(run, i)))
+    if g.client is Client.WAITING and config.clients_may_leave:
+        moves.append(("client gone", lambda run: _client_gone(run, i)))
+    if g.gate is GateRecord.WAITING and config.timeouts:
+        moves.append(("pause wait times out", lambda run: run.feed(i, gen_sm.PauseWaitTimedOut())))
+    if g.stale is not None and config.stragglers:
+        moves.append(("straggler token", lambda run: _straggler(run, i)))
+    return moves
+
+
+def _token(run: GenerationStep, i: int) -> None:
+    """SGLang generates one token with the weights loaded now."""
+    up = run.gens[i].upstream
+    version = up.version if up.version is not None else run.weights
+    if run.weights != version:
+        raise Broken(UNMIXED, f"g{i}: {up.rid} started under {version} generates under {run.weights}")
+    straggled = up.aborting and run.config.one_token_after_abort
+    run.set(i, upstream=attrs.evolve(up, produced=up.produced + 1, version=version, straggled=straggled))
+    run.token = (up.rid, run.weights)
+    run.feed(i, gen_sm.TokenReceived(up.rid, run.weights if run.config.versions_reported else None))
+
+
+def _end(run: GenerationStep, i: int, finish: gen_sm.FinishKind) -> None:
+    """The request ends by itself (stop, or its max_new_tokens)."""
+    produced = run.gens[i].upstream.produced
+    run.set(i, upstream=None)
+    run.feed(i, gen_sm.UpstreamFinished(finish, produced))
+
+
+def _aborted(run: GenerationStep, i: int) -> None:
+    """The aborted request ends with its abort finish; a straggler of it may still come later."""
+    up = run.gens[i].upstream
+    # Only recorded when stragglers are modelled (a record nobody reads would only multiply the states).
+    stale = (up.rid, up.version or run.weights) if run.config.stragglers else None
+    run.set(i, upstream=None, stale=stale)
+    run.feed(i, gen_sm.UpstreamAborted(up.produced))
+
+
+def _upstream_fails(run: GenerationStep, i: int) -> None:
+    """The request fails (connection refused, 5xx, stream cut)."""
+    run.set(i, upstream=None)
+    run.feed(i, gen_sm.UpstreamFailed())
+
+
+def _foreign_abort(run: GenerationStep, i: int) -> None:
+    """SGLang aborts the request on its own (someone paused or aborted it directly, not through the proxy)."""
+    produced = run.gens[i].upstream.produced
+    run.set(i, upstream=None)
+    run.feed(i, gen_sm.UpstreamAborted(produced))
+
+
+def _parsed(run: GenerationStep, i: int) -> None:
+    """The parser is done (its ``Commit`` follows in the same step)."""
+    run.set(i, parsing=False)
+    run.feed(i, gen_sm.ParseDone())
+
+
+def _parser_fails(run: GenerationStep, i: int) -> None:
+    """The parser endpoint fails."""
+    run.set(i, parsing=False)
+    run.feed(i, gen_sm.UpstreamFailed(502, "parser_unavailable"))
+
+
+def _client_gone(run: GenerationStep, i: int) -> None:
+    """The client goes away: the controller's task is cancelled; its reader stops; nothing more is fed after."""
+    stale = None if run.config.stale_until_next_request else run.gens[i].stale
+    run.set(i, client=Client.GONE, upstream=None, parsing=False, stale=stale)
+    run.feed(i, gen_sm.ClientDisconnected())
+
+
+def _straggler(run: GenerationStep, i: int) -> None:
+    """A token of the last aborted request arrives late (generated before its abort, with its weights)."""
+    rid, version = run.gens[i].stale
+    run.token = (rid, version)
+    run.feed(i, gen_sm.TokenReceived(rid, version if run.config.versions_reported else None))
+
+
+# ---- The invariants --------------------------------------------------------------------------------------------
+
+
+def _holding(world: Any) -> bool:
+    """Does any generation stream, abort, or hold an open upstream request?"""
+    return any(g.machine.state in HOLDING or g.upstream is not None for g in world.gens)
+
+
+def _gate_counts_match(world: Any) -> bool:
+    """The gate's counts, the gate controller's records and the machines' states agree."""
+    gate = world.gate.data
+    records = [g.gate for g in world.gens]
+    states = [g.machine.state for g in world.gens]
+    return gate.in_flight == records.count(GateRecord.IN_FLIGHT) == sum(s in HOLDING for s in states) and (
+        gate.waiting == records.count(GateRecord.WAITING) == sum(s in WAITING for s in states))
+
+
+def not_broken(name: str) -> Invariant:
+    """An invariant checked when its fact happens, recorded in ``World.broken``."""
+    return Invariant(name, lambda w: w.broken is None or w.broken[0] != name)
+
+
+def invariants(config: Config, session: Sequence[Invariant], counts: Sequence[Invariant] = ()) -> tuple:
+    """Every invariant, in the order they are checked (the first broken one is reported): the generations' and the
+    gate's, with the session side's ``session`` ones (invariants 5-6) before the budgets and its ``counts`` last."""
+    ended = (G.FAILED, G.CANCELLED, G.REJECTED)
+    paused = (not_broken(NO_TOKEN_WHILE_PAUSED),) if config.tokens_checked_against_pause else ()
+    return (
+        not_broken(ACCEPTS),
+        Invariant(PAUSED, lambda w: w.gate.state is not gate_sm.State.PAUSED or not _holding(w)),
+        Invariant(PAUSE_RETURNS, lambda w: w.trainer is not Trainer.PAUSE_RETURNED or not _holding(w)),
+        Invariant(NOT_WHILE_PAUSING, lambda w: w.gate.state is gate_sm.State.RUNNING or not any(
+            g.machine.state in (G.STREAMING, G.CONTINUING) for g in w.gens)),
+        *paused,
+        not_broken(NO_LATE_TOKEN),
+        not_broken(STAMPED),
+        not_broken(UNMIXED),
+        not_broken(SINGLE_VERSION),
+        Invariant(AT_MOST_ONCE, lambda w: all(len(g.commits) <= 1 for g in w.gens)),
+        Invariant(NOTHING_IF_ENDED, lambda w: not any(g.machine.state in ended and g.commits for g in w.gens)),
+        not_broken(SUCCESS_AFTER_COMMIT),
+        *session,
+        Invariant(BUDGET, lambda w: (w.broken is None or w.broken[0] != BUDGET) and all(
+            0 <= len(g.stamps) <= g.machine.data.budget and g.machine.data.remaining >= 0 for g in w.gens)),
+        not_broken(REMAINING),
+        Invariant(GATE_COUNTS, _gate_counts_match),
+        *counts,
+    )
+
+
+# ---- The command line ------------------------------------------------------------------------------------------
+
+
+def composition_name(machines: str, n: int, config: Config) -> str:
+    """``<machines> x 3 GenerationMachine(s), budget 2, 2 pause(s), partial rollout on``."""
+    partial = "on" if config.partial_rollout else "off"
+    return f"{machines} x {n} GenerationMachine(s), budget {config.budget}, {config.pauses} pause(s), " \
+           f"partial rollout {partial}"
+
+
+def report(system: Composition, extras: str = "") -> bool:
+    """Explore ``system`` and print its counts (and the trace of a violation); True when an invariant broke."""
+    found = system.explore()
+    print(
+        f"{system.name}{extras}: {found.states} states, {found.transitions} transitions, depth {found.depth}, "
+        f"{'complete' if found.complete else 'bounded'}, "
+        f"{'no violation' if found.violation is None else 'VIOLATION'}"
+    )
+    if found.violation is not None:
+        print(found.violation.format(system.describe))
+    return found.violation is not None
