@@ -38,6 +38,7 @@ Modelling choices, fixed by each composition in its ``Config`` (generation compo
 
 from __future__ import annotations
 
+import abc
 import enum
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -252,7 +253,7 @@ class Config:
         return found
 
 
-class GenerationStep:
+class GenerationStep(abc.ABC):
     """One step of a world, as the controllers carry it out: mutable copies, written back by ``world()``.
 
     The world must have ``gate``, ``gens``, ``trainer``, ``pauses_left`` and ``weights``; a subclass copies the
@@ -270,9 +271,9 @@ class GenerationStep:
         # The token being fed, as (rid, weights that generated it): what AcceptToken is checked against.
         self.token: tuple[str | None, str] | None = None
 
+    @abc.abstractmethod
     def world(self, broken: tuple[str, str] | None = None, *, symmetry: bool = True) -> Any:
-        """The next world (with ``broken`` when the step broke an invariant)."""
-        raise NotImplementedError
+        """The next world (with ``broken`` when the step broke an invariant); each composition builds its own."""
 
     def settled_gens(self, sort: bool) -> tuple[GenWorld, ...]:
         """The generations, frozen again: the ended ones settled and, with ``sort``, in the symmetry order."""
@@ -323,9 +324,10 @@ class GenerationStep:
 
     # -- the session side (a composition's) ---------------------------------------------------------------------
 
+    @abc.abstractmethod
     def commit(self, i: int, effect: gen_sm.Commit) -> None:
-        """Answer generation ``i``'s ``Commit``: ``record_commit`` then ``CommitAccepted``, or ``CommitRejected``."""
-        raise NotImplementedError
+        """Answer generation ``i``'s ``Commit``: ``record_commit`` then ``CommitAccepted``, or ``CommitRejected``
+        (the composition's session side decides)."""
 
     def drop(self, i: int) -> None:
         """``DropFromSession`` (it never committed): the session counts it out. Nothing to do by default."""
