@@ -16,6 +16,7 @@ from werkzeug.exceptions import HTTPException
 
 from proxy.api import ApiError
 from proxy.controllers.errors import SessionError
+from proxy.controllers.upstream_reader import failure_event
 from proxy.routes import chat, info, rollout, rollout_control
 from proxy.serving import harden_app
 from proxy.services import ProxyServices
@@ -49,7 +50,9 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
 
     @app.errorhandler(UpstreamError)
     async def _upstream_error(error: UpstreamError) -> Response:
-        return error_response(ApiError.upstream_unavailable(f"upstream SGLang error: {error}"))
+        # The same status and code as a failed generation: one table (proxy/controllers/upstream_reader.py).
+        failure = failure_event(error)
+        return error_response(ApiError(failure.status, failure.code, failure.message, type="upstream_error"))
 
     @app.errorhandler(SessionError)
     async def _session_error(error: SessionError) -> Response:

@@ -28,6 +28,7 @@ from proxy.api.render import (
     Usage,
     dumps,
     render_completion,
+    report_json,
     sse_error,
     sse_event,
     sse_events,
@@ -37,6 +38,6 @@ from proxy.api.rollout_requests import FinalizeRequest, ResumeRequest, Trajector
 __all__ = [
     "ERROR_TABLE", "SSE_DONE", "ApiError", "AssistantTurn", "ChatCompletionRequest", "ChunkFormat", "CompletionMeta",
     "Delta", "ErrorCode", "FinalizeRequest", "FinishReason", "ResumeRequest", "TokenExtras", "TokenLogprob",
-    "ToolCall", "ToolCallDelta", "ToolChoice", "TopLogprob", "TrajectoryReadRequest", "Usage", "dumps",
+    "ToolCall", "ToolCallDelta", "ToolChoice", "TopLogprob", "TrajectoryReadRequest", "Usage", "dumps", "report_json",
     "parse_json_body", "render_completion", "sse_error", "sse_event", "sse_events",
 ]

@@ -313,6 +313,12 @@ class Delta:
 # -- non-streaming -----------------------------------------------------------------------------------------------------
 
 
+def report_json(report: Any) -> Any:
+    """An attrs report (statistics, a debug view) as a JSON-ready dict. Enums by name: the machines' enum values
+    are one-line descriptions, their names the stable identifiers the API documents (``RUNNING``, ``ACTIVE``)."""
+    return attrs.asdict(report, value_serializer=lambda _i, _a, v: v.name if isinstance(v, enum.Enum) else v)
+
+
 def render_completion(
     meta: CompletionMeta,
     turn: AssistantTurn,

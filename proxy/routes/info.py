@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
-import attrs
 
 import trio
 from quart import jsonify
 from quart_trio import QuartTrio
 
+from proxy.api import report_json
 from proxy.services import ProxyServices
 from proxy.upstream.errors import UpstreamError
 
@@ -38,9 +37,9 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
             {
                 "status": "ok" if upstream_state["reachable"] else "degraded",
                 "upstream": upstream_state,
-                "gate": _as_json(gate),
-                "sessions": _as_json(sessions),
-                "store": _as_json(store),
+                "gate": report_json(gate),
+                "sessions": report_json(sessions),
+                "store": report_json(store),
                 "config": services.config.summary(),
             }
         )
@@ -49,8 +48,3 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     async def models():
         cards = await upstream.models()
         return jsonify({"object": "list", "data": [dict(card.raw) for card in cards]})
-
-
-def _as_json(stats: Any) -> Any:
-    """attrs statistics objects -> plain dicts; enums by name (the machines' enum values are descriptions)."""
-    return attrs.asdict(stats, value_serializer=lambda _i, _a, v: v.name if isinstance(v, enum.Enum) else v)

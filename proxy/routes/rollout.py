@@ -28,13 +28,11 @@ session error the app translates), rendered by ``proxy.app`` in the OpenAI error
 
 from __future__ import annotations
 
-from typing import Any
 
-import attrs
 from quart import jsonify, request
 from quart_trio import QuartTrio
 
-from proxy.api import ApiError, FinalizeRequest, TrajectoryReadRequest, parse_json_body
+from proxy.api import ApiError, FinalizeRequest, TrajectoryReadRequest, parse_json_body, report_json
 from proxy.api.fields import identifier
 from proxy.services import ProxyServices
 
@@ -79,9 +77,4 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         view = sessions.debug_view(session_id)
         if view is None:
             raise ApiError.not_found(f"unknown session {session_id!r}", "session_id")
-        return jsonify(_as_json(view))
-
-
-def _as_json(value: Any) -> Any:
-    """An attrs report as a JSON-ready dict (enums by value)."""
-    return attrs.asdict(value, value_serializer=lambda _i, _a, v: getattr(v, "value", v))
+        return jsonify(report_json(view))
