@@ -27,6 +27,8 @@ class ProxyHandle:
     url: str
     #: the in-process engine when no router URL was given, else None
     engine: EngineHandle | None
+    #: the running proxy's components (tests and embedding programs reach the sessions and the gate here)
+    services: ProxyServices
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +71,7 @@ async def run_proxy(
             app = create_proxy_app(services)
             url = await nursery.start(serve_app, app, config.host, config.port)
             say(f"listening on {url} (upstream {router_url})")
-            task_status.started(ProxyHandle(url=url, engine=engine_handle))
+            task_status.started(ProxyHandle(url=url, engine=engine_handle, services=services))
             await trio.sleep_forever()
 
 

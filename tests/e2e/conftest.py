@@ -10,7 +10,7 @@ import attrs
 import pytest
 import trio
 
-from proxy.cli import ProxyHandle, run_proxy
+from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
 from proxy.upstream.engine import EngineConfig, serve_engine
 from tests.e2e.harness import Proxy
@@ -41,7 +41,7 @@ def start_proxy(nursery: trio.Nursery, qwen3_path: Path, qwen3_5_path: Path) -> 
         else:
             engine_handle = await nursery.start(serve_engine, attrs.evolve(engine_config, port=0))
             routed = attrs.evolve(proxy_config, sglang_router_url=engine_handle.url)
-            handle = ProxyHandle((await nursery.start(run_proxy, routed)).url, engine_handle)
+            handle = attrs.evolve(await nursery.start(run_proxy, routed), engine=engine_handle)
         return Proxy(handle, path, model)
 
     return start

@@ -22,11 +22,9 @@ import attrs
 import httpx
 import trio
 
-from proxy.app import create_proxy_app
+from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
-from proxy.serving import serve_app
 from proxy.services import ProxyServices
-from proxy.upstream.client import SGLangClient
 from proxy.upstream.engine import EngineConfig, EngineHandle, serve_engine
 
 #: a scripted answer of 16 plain words (a few dozen tokens), long enough to pause in the middle of
@@ -97,11 +95,9 @@ async def serve_pause_stack(
             port=0, tokenizer_path=tokenizer_path, sglang_router_url=handle.url, sglang_worker_urls=worker_urls,
             **config,
         )
-        async with SGLangClient(handle.url, worker_urls) as upstream:
-            services = ProxyServices.build(proxy_config, upstream)
-            url = await nursery.start(serve_app, create_proxy_app(services), "127.0.0.1", 0)
-            task_status.started(PauseStack(url, services, handle))
-            await trio.sleep_forever()
+        proxy = await nursery.start(run_proxy, proxy_config)
+        task_status.started(PauseStack(proxy.url, proxy.services, handle))
+        await trio.sleep_forever()
 
 
 async def generated_at_least(engine: Any, count: int, *, requests: int = 1) -> None:

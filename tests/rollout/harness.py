@@ -18,12 +18,10 @@ from typing import Any
 import attrs
 import trio
 
-from proxy.app import create_proxy_app
+from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
-from proxy.serving import serve_app
 from proxy.services import ProxyServices
-from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineConfig, EngineHandle, serve_engine
+from proxy.upstream.engine import EngineConfig, EngineHandle
 
 TOOLS = [
     {"type": "function", "function": {"name": "add", "description": "Add two numbers", "parameters": {
@@ -51,16 +49,12 @@ async def serve_stack(
 ) -> None:
     """Engine + proxy until cancelled; ``task_status.started(Stack)``."""
     async with trio.open_nursery() as nursery:
-        engine = await nursery.start(serve_engine, EngineConfig(tokenizer_path=tokenizer_path, port=0))
-        proxy_config = ProxyConfig(
-            port=0, tokenizer_path=tokenizer_path, sglang_router_url=engine.url, sglang_worker_urls=(engine.url,),
-            **(config or {}),
+        handle = await nursery.start(
+            run_proxy, ProxyConfig(port=0, tokenizer_path=tokenizer_path, **(config or {})),
+            EngineConfig(tokenizer_path=tokenizer_path),
         )
-        async with SGLangClient.single_server(engine.url) as upstream:
-            services = ProxyServices.build(proxy_config, upstream)
-            url = await nursery.start(serve_app, create_proxy_app(services), "127.0.0.1", 0)
-            task_status.started(Stack(url, services, engine))
-            await trio.sleep_forever()
+        task_status.started(Stack(handle.url, handle.services, handle.engine))
+        await trio.sleep_forever()
 
 
 async def record_turn(
