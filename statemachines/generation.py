@@ -12,13 +12,15 @@ SGLang (possibly interrupted by pauses and continued several times), parse, comm
 - Every upstream request is started by a ``StartUpstream`` effect carrying the epoch and version of the admission,
   the number of generated tokens to append to the context (``kept_tokens``) and ``max_new_tokens`` = the remaining
   budget. The controller draws a fresh rid and reports it (``UpstreamStarted``) before the request goes out.
-- Tokens (``TokenReceived(rid, weight_version)``) are accepted (``AcceptToken(index, version)``) only in STREAMING,
+- Tokens (``TokensReceived(rid, weight_version, count)``: the tokens of one upstream read, so a busy stream costs
+  one step per read rather than per token) are accepted (``AcceptTokens(index, version, count)``) only in STREAMING,
   CONTINUING and ABORTING, and only from the current request's rid. Each token is stamped with its request's
   version: the first token fixes it (SGLang's reported version, else the version announced at admission); a later
   token reporting another version means the weights changed under a running request, which fails the generation
-  rather than mixing versions within one request (architecture invariant 3). A token that is not from the current
-  request (a straggler of an aborted or finished one) is dropped (``DropToken``), never recorded, in every state
-  that has had an upstream request: that is a race of the reader task, not a bug.
+  rather than mixing versions within one request (architecture invariant 3). Tokens that are not from the current
+  request (stragglers of an aborted or finished one) are dropped (``DropTokens``), never recorded, in every state
+  that has had an upstream request: that is a race of the reader task, not a bug. A read is a token boundary like
+  any other: the tokens of one event are all accepted or all dropped.
 - Pause: the gate's ``AbortInFlight`` reaches every in-flight generation as ``AbortRequested``: ABORTING, and
   ``AbortUpstream(rid)``. Tokens already in flight are still accepted until the request ends: ``UpstreamAborted``
   (its abort finish, or our cancel closed it) is the acknowledgement: INTERRUPTED, ``AcknowledgeAbortToGate``.
@@ -150,11 +152,12 @@ class UpstreamStarted:
 
 
 @attrs.frozen
-class TokenReceived:
-    """One generated token arrived from the upstream request ``rid``, with the version SGLang reported (or None)."""
+class TokensReceived:
+    """``count`` tokens of one upstream read from request ``rid``, all of the version SGLang reported (or None)."""
 
     rid: str | None
     weight_version: str | None
+    count: int = attrs.field(default=1, validator=attrs.validators.ge(1))
 
 
 @attrs.frozen
@@ -227,7 +230,7 @@ EVENTS = (
     GateWait,
     Resumed,
     UpstreamStarted,
-    TokenReceived,
+    TokensReceived,
     UpstreamFinished,
     UpstreamAborted,
     UpstreamFailed,
@@ -286,19 +289,21 @@ class CancelGateWait:
 
 
 @attrs.frozen
-class AcceptToken:
-    """Record generated token number ``index`` (0-based in the step) stamped with ``weight_version``; stream it."""
+class AcceptTokens:
+    """Record the ``count`` incoming tokens as step tokens ``index``.. (0-based), stamped ``weight_version``; stream."""
 
     index: int
     weight_version: str | None
+    count: int = 1
 
 
 @attrs.frozen
-class DropToken:
-    """Drop a token that is not from the current upstream request (a straggler): never record or stream it."""
+class DropTokens:
+    """Drop ``count`` tokens not from the current upstream request (stragglers): never record or stream them."""
 
     rid: str | None
     reason: str
+    count: int = 1
 
 
 @attrs.frozen
@@ -519,26 +524,30 @@ def _started(state: State, gen: GenerationData, event: UpstreamStarted) -> Goto:
     return Goto(state, named, [AbortUpstream(event.rid)] if state is State.ABORTING else [])
 
 
-def _token(state: State, gen: GenerationData, event: TokenReceived) -> Goto:
-    """A token while a request is open: accept it from the current request, stamped; drop any other."""
+def _token(state: State, gen: GenerationData, event: TokensReceived) -> Goto:
+    """Tokens while a request is open: accept them from the current request, stamped; drop any others."""
     if event.rid is None or event.rid != gen.rid:
-        return Goto(state, gen, [DropToken(event.rid, "not from the current upstream request")])
-    if not gen.remaining:
-        raise Refused(f"the budget of {gen.budget} tokens is used up; upstream sent more than max_new_tokens")
+        return Goto(state, gen, [DropTokens(event.rid, "not from the current upstream request", event.count)])
+    if event.count > gen.remaining:
+        raise Refused(
+            f"{event.count} more tokens exceed the budget of {gen.budget} ({gen.tokens} generated); "
+            "upstream sent more than max_new_tokens"
+        )
     version = gen.weight_version if event.weight_version is None else event.weight_version
     if gen.request_tokens and version != gen.request_version:
         # The weights changed under a running request (not through the proxy's pause): never mix versions.
         message = f"weight version changed from {gen.request_version} to {version} within one upstream request"
         return Goto(State.FAILED, gen, [*_release(state, gen), RespondError(502, "weight_version_changed", message)])
     accepted = attrs.evolve(
-        gen, tokens=gen.tokens + 1, request_tokens=gen.request_tokens + 1, request_version=version,
+        gen, tokens=gen.tokens + event.count, request_tokens=gen.request_tokens + event.count,
+        request_version=version,
     )
-    return Goto(state, accepted, [AcceptToken(gen.tokens, version)])
+    return Goto(state, accepted, [AcceptTokens(gen.tokens, version, event.count)])
 
 
-def _straggler(state: State, gen: GenerationData, event: TokenReceived) -> Goto:
-    """A token when no request is open (or after the end): a straggler, dropped."""
-    return Goto(state, gen, [DropToken(event.rid, "no upstream request is open")])
+def _straggler(state: State, gen: GenerationData, event: TokensReceived) -> Goto:
+    """Tokens when no request is open (or after the end): stragglers, dropped."""
+    return Goto(state, gen, [DropTokens(event.rid, "no upstream request is open", event.count)])
 
 
 def _abort(state: State, gen: GenerationData, event: AbortRequested) -> Goto:
@@ -665,9 +674,9 @@ TABLE = TransitionTable.build(
         for row in (
             on(state, UpstreamStarted, _started, Branch(state, when="rid not set")),
             on(
-                state, TokenReceived, _token,
-                Branch(state, [AcceptToken], when="current rid, tokens < budget, same version"),
-                Branch(state, [DropToken], when="another rid"),
+                state, TokensReceived, _token,
+                Branch(state, [AcceptTokens], when="current rid, within budget, same version"),
+                Branch(state, [DropTokens], when="another rid"),
                 _failing(state, when="version changed within the request"),
             ),
             on(state, AbortRequested, _abort, Branch(S.ABORTING, [AbortUpstream])),
@@ -682,9 +691,9 @@ TABLE = TransitionTable.build(
         # ABORTING: in-flight tokens still count; the request's end is the acknowledgement (or it finished anyway).
         on(S.ABORTING, UpstreamStarted, _started, Branch(S.ABORTING, [AbortUpstream], when="rid not set")),
         on(
-            S.ABORTING, TokenReceived, _token,
-            Branch(S.ABORTING, [AcceptToken], when="current rid, tokens < budget, same version"),
-            Branch(S.ABORTING, [DropToken], when="another rid"),
+            S.ABORTING, TokensReceived, _token,
+            Branch(S.ABORTING, [AcceptTokens], when="current rid, within budget, same version"),
+            Branch(S.ABORTING, [DropTokens], when="another rid"),
             _failing(S.ABORTING, when="version changed within the request"),
         ),
         on(S.ABORTING, AbortRequested, _abort_again, Branch(S.ABORTING)),
@@ -712,7 +721,7 @@ TABLE = TransitionTable.build(
         on(S.COMMITTING, ClientDisconnected, _ignore, Branch(S.COMMITTING, when="the commit lands or is rejected")),
     ]
     # Stragglers of an ended request are dropped wherever no request is open.
-    + [on(state, TokenReceived, _straggler, Branch(state, [DropToken])) for state in _NO_REQUEST_OPEN]
+    + [on(state, TokensReceived, _straggler, Branch(state, [DropTokens])) for state in _NO_REQUEST_OPEN]
     # The absorbing states: a late disconnect changes nothing.
     + [on(state, ClientDisconnected, _ignore, Branch(state)) for state in ABSORBING]
     # Fail closed: every live state releases what it holds; the absorbing ones only report.
@@ -751,9 +760,9 @@ class GenerationMachine(Machine):
 
 __all__ = [
     "State", "FinishKind", "Prepared", "PrepareFailed", "GateAdmitted", "GateWait", "Resumed", "UpstreamStarted",
-    "TokenReceived", "UpstreamFinished", "UpstreamAborted", "UpstreamFailed", "AbortRequested", "PauseWaitTimedOut",
+    "TokensReceived", "UpstreamFinished", "UpstreamAborted", "UpstreamFailed", "AbortRequested", "PauseWaitTimedOut",
     "ParseDone", "CommitAccepted", "CommitRejected", "ClientDisconnected", "InternalError", "EVENTS", "AskGate",
-    "StartUpstream", "AbortUpstream", "AcknowledgeAbortToGate", "ReleaseGate", "CancelGateWait", "AcceptToken",
-    "DropToken", "DiscardPartial", "ParseOutput", "Commit", "Respond", "RespondError", "DropFromSession",
+    "StartUpstream", "AbortUpstream", "AcknowledgeAbortToGate", "ReleaseGate", "CancelGateWait", "AcceptTokens",
+    "DropTokens", "DiscardPartial", "ParseOutput", "Commit", "Respond", "RespondError", "DropFromSession",
     "ReportFault", "GenerationData", "GenerationStatistics", "ABSORBING", "LIVE", "TABLE", "GenerationMachine",
 ]

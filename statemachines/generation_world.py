@@ -268,7 +268,7 @@ class GenerationStep(abc.ABC):
         self.trainer = world.trainer
         self.pauses_left = world.pauses_left
         self.weights = world.weights
-        # The token being fed, as (rid, weights that generated it): what AcceptToken is checked against.
+        # The token being fed, as (rid, weights that generated it): what AcceptTokens is checked against.
         self.token: tuple[str | None, str] | None = None
 
     @abc.abstractmethod
@@ -385,7 +385,7 @@ class GenerationStep(abc.ABC):
         elif isinstance(effect, gen_sm.CancelGateWait):
             self.set(i, gate=GateRecord.NONE)
             self.gate_send(gate_sm.WaiterCancelled())
-        elif isinstance(effect, gen_sm.AcceptToken):
+        elif isinstance(effect, gen_sm.AcceptTokens):
             self.accept(i, effect)
         elif isinstance(effect, gen_sm.DiscardPartial):
             if effect.tokens != len(g.stamps):
@@ -412,11 +412,11 @@ class GenerationStep(abc.ABC):
             if g.commits:
                 raise Broken(ACCEPTS, f"g{i}: dropped from the session after committing")
             self.drop(i)
-        elif not isinstance(effect, gen_sm.DropToken):
+        elif not isinstance(effect, gen_sm.DropTokens):
             # ReportFault, or anything new: the composition does not expect it.
             raise Broken(ACCEPTS, f"g{i}: unexpected effect {effect!r}")
 
-    def accept(self, i: int, effect: gen_sm.AcceptToken) -> None:
+    def accept(self, i: int, effect: gen_sm.AcceptTokens) -> None:
         """Record an accepted token, checking when it came, where from and how it is stamped."""
         g = self.gens[i]
         config = self.config
@@ -585,7 +585,7 @@ def _token(run: GenerationStep, i: int) -> None:
     straggled = up.aborting and run.config.one_token_after_abort
     run.set(i, upstream=attrs.evolve(up, produced=up.produced + 1, version=version, straggled=straggled))
     run.token = (up.rid, run.weights)
-    run.feed(i, gen_sm.TokenReceived(up.rid, run.weights if run.config.versions_reported else None))
+    run.feed(i, gen_sm.TokensReceived(up.rid, run.weights if run.config.versions_reported else None))
 
 
 def _end(run: GenerationStep, i: int, finish: gen_sm.FinishKind) -> None:
@@ -640,7 +640,7 @@ def _straggler(run: GenerationStep, i: int) -> None:
     """A token of the last aborted request arrives late (generated before its abort, with its weights)."""
     rid, version = run.gens[i].stale
     run.token = (rid, version)
-    run.feed(i, gen_sm.TokenReceived(rid, version if run.config.versions_reported else None))
+    run.feed(i, gen_sm.TokensReceived(rid, version if run.config.versions_reported else None))
 
 
 # ---- The invariants --------------------------------------------------------------------------------------------

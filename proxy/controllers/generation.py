@@ -30,10 +30,11 @@ still lands (it is shielded; the machine ignores a disconnect while COMMITTING).
 
 Streaming: the response opens (status 200, the role chunk) with the first generated token, so every failure before
 it is a plain HTTP error with its status; a failure after it is an SSE error event, then ``[DONE]``. Tokens flow
-through :class:`~proxy.controllers.text_decoder.TextDecoder` and the streaming message parser; each accepted token
-becomes one output item holding all the SSE events it produced. Without partial rollout, a generation interrupted by
-a pause restarts from scratch after resume; if its client already received tokens, those cannot be taken back: the
-stream ends with a ``generation_restarted`` SSE error (the client retries; nothing was committed).
+through :class:`~proxy.controllers.text_decoder.TextDecoder` and the streaming message parser; the accepted tokens of
+one upstream read become one output item holding all the SSE events they produced. Without partial rollout, a
+generation interrupted by a pause restarts from scratch after resume; if its client already received tokens, those
+cannot be taken back: the stream ends with a ``generation_restarted`` SSE error (the client retries; nothing was
+committed).
 
 Pauses (``docs/partial-rollout.md`` has the protocol): the gate's ``abort_requested()`` feeds ``AbortRequested``;
 its ``AbortUpstream`` cancels the request's scope at once and aborts the rid on the workers in the background, so the
@@ -54,7 +55,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import attrs
@@ -86,7 +87,7 @@ from statemachines import rollout_gate as gate_sm
 from statemachines.generation import (
     AbortRequested,
     AbortUpstream,
-    AcceptToken,
+    AcceptTokens,
     AcknowledgeAbortToGate,
     AskGate,
     CancelGateWait,
@@ -96,7 +97,7 @@ from statemachines.generation import (
     CommitRejected,
     DiscardPartial,
     DropFromSession,
-    DropToken,
+    DropTokens,
     FinishKind,
     GateAdmitted,
     GateWait,
@@ -114,7 +115,7 @@ from statemachines.generation import (
     RespondError,
     Resumed,
     StartUpstream,
-    TokenReceived,
+    TokensReceived,
     UpstreamAborted,
     UpstreamFailed,
     UpstreamStarted,
@@ -257,7 +258,8 @@ class Generation:
     _rid: str | None = attrs.field(default=None, init=False)
     _request_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     _request_accepted: int = attrs.field(default=0, init=False)
-    _incoming: Token | None = attrs.field(default=None, init=False)
+    # The tokens of the read being fed to the machine (AcceptTokens records them).
+    _incoming: Sequence[Token] | None = attrs.field(default=None, init=False)
     # Set when the current request's reader has returned (a graceful pause abort waits on it).
     _request_done: trio.Event = attrs.field(factory=trio.Event, init=False)
     # The epoch and announced version of the current request's admission (the step's stamp without partial rollout).
@@ -422,9 +424,9 @@ class Generation:
                 else:
                     self._wait_began = trio.current_time()
                     self._apply(self._send(GateWait(answer.epoch)))
-            elif isinstance(effect, AcceptToken):
+            elif isinstance(effect, AcceptTokens):
                 self._accept(effect)
-            elif isinstance(effect, DropToken):
+            elif isinstance(effect, DropTokens):
                 self.controller._counts["dropped_tokens"] += 1
             elif isinstance(effect, AbortUpstream):
                 self._cut(effect.rid)
@@ -559,7 +561,7 @@ class Generation:
                 self._apply(self._send(UpstreamStarted(rid)))
                 outcome = await read_request(
                     self.controller.upstream, input_ids, params, rid=rid, routing_key=request.session_id,
-                    on_token=self._on_token, on_finished=finished.append,
+                    on_tokens=self._on_tokens, on_finished=finished.append,
                     return_routed_experts=config.use_rollout_routing_replay,
                     routed_experts_start_len=routed_start,
                     stream=self._streams_upstream,
@@ -598,15 +600,24 @@ class Generation:
         self.routed.append(chunk)
         self._rows_end = end
 
-    async def _on_token(self, token: Token) -> None:
-        """One token of the current request: to the machine (AcceptToken records and renders it), then out."""
-        if not self._may_feed():
-            return
-        self._incoming = token
-        try:
-            self._apply(self._send(TokenReceived(self._rid, token.weight_version)))
-        finally:
-            self._incoming = None
+    async def _on_tokens(self, tokens: Sequence[Token]) -> None:
+        """The tokens of one upstream read: to the machine (AcceptTokens records and renders them), then out.
+
+        One event per read, not per token (the machine's step is a large part of the per-token cost); a read whose
+        tokens report different weight versions is fed as one event per run of equal versions, so the machine
+        still sees every version change."""
+        start = 0
+        while start < len(tokens) and self._may_feed():
+            version = tokens[start].weight_version
+            end = start + 1
+            while end < len(tokens) and tokens[end].weight_version == version:
+                end += 1
+            self._incoming = tokens[start:end]
+            try:
+                self._apply(self._send(TokensReceived(self._rid, version, end - start)))
+            finally:
+                self._incoming = None
+            start = end
         await self._output.flush()
 
     def _cut(self, rid: str | None) -> None:
@@ -676,20 +687,24 @@ class Generation:
             except UpstreamError as exc:
                 log.debug("generation %s: abort of %s failed: %s", self.completion_id, rid, exc)
 
-    def _accept(self, effect: AcceptToken) -> None:
-        """Record generated token number ``effect.index``, stamped; stream what it makes certain."""
-        token = self._incoming
-        if token is None or effect.index != len(self.ids):
-            raise RuntimeError(f"AcceptToken({effect.index}) without the matching incoming token")
-        self.ids.append(token.token_id)
-        self.logprobs.append(token.logprob)
-        self.versions.append(effect.weight_version)
-        self._request_accepted += 1
-        text = self._decoder.feed(token.token_id)
+    def _accept(self, effect: AcceptTokens) -> None:
+        """Record generated tokens ``effect.index``.. (the incoming read), stamped; stream what they make certain."""
+        tokens = self._incoming
+        if tokens is None or effect.index != len(self.ids) or effect.count != len(tokens):
+            raise RuntimeError(f"{effect} without the matching incoming tokens")
+        feed = self._decoder.feed
+        pieces = []
+        for token in tokens:
+            self.ids.append(token.token_id)
+            self.logprobs.append(token.logprob)
+            pieces.append(feed(token.token_id))
+        self.versions.extend([effect.weight_version] * effect.count)
+        self._request_accepted += effect.count
         if self._stream is None:
             return
+        text = "".join(pieces)
         deltas = self._stream.feed(text) if text else []
-        events = self._render.token_events(token, effect.weight_version, deltas, self.prompt_ids)
+        events = self._render.token_events(tokens, effect.weight_version, deltas, self.prompt_ids)
         if events:
             self._output.emit(events)
 

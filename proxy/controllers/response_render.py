@@ -57,10 +57,12 @@ class ResponseRenderer:
 
     # -- streaming -----------------------------------------------------------------------------------------------
 
-    def token_events(self, token: Token, version: str | None, deltas: Sequence[Any], prompt_ids: Sequence[int]) -> bytes:
-        """The SSE events one accepted token produces (the opening chunk with the first token)."""
+    def token_events(
+        self, tokens: Sequence[Token], version: str | None, deltas: Sequence[Any], prompt_ids: Sequence[int]
+    ) -> bytes:
+        """The SSE events the accepted tokens of one read produce (the opening chunk with the first token)."""
         if self.format.logprobs or self.format.token_extras:
-            self._unattached.append((token, version))
+            self._unattached.extend((token, version) for token in tokens)
         chunks = self._open(prompt_ids)
         chunks.extend(self._delta_chunks(deltas))
         return sse_events(chunks) if chunks else b""

@@ -55,15 +55,15 @@ async def read_request(
     *,
     rid: str,
     routing_key: str,
-    on_token: Callable[[Token], Awaitable[None]],
+    on_tokens: Callable[[Sequence[Token]], Awaitable[None]],
     on_finished: Callable[[Finished], None] | None = None,
     return_routed_experts: bool = False,
     routed_experts_start_len: int | None = None,
     stream: bool = True,
 ) -> ReadOutcome:
-    """Stream one ``/generate`` request; ``on_token`` is awaited for every token, in order, and ``on_finished``
-    called with the final event as soon as it arrives (before the stream is read to its end, during which a
-    cancellation may still come: the caller then knows the request had finished anyway).
+    """Stream one ``/generate`` request; ``on_tokens`` is awaited with the tokens of every read, in order, and
+    ``on_finished`` called with the final event as soon as it arrives (before the stream is read to its end, during
+    which a cancellation may still come: the caller then knows the request had finished anyway).
 
     Returns the final event or the ``UpstreamError`` (tokens received before it were handed out already). Leaving
     early (a cancellation) closes the stream at once, which SGLang (and the embedded engine) treat as an abort.
@@ -71,7 +71,7 @@ async def read_request(
     finished: Finished | None = None
     if not stream:
         return await _read_whole(
-            upstream, input_ids, sampling_params, rid=rid, routing_key=routing_key, on_token=on_token,
+            upstream, input_ids, sampling_params, rid=rid, routing_key=routing_key, on_tokens=on_tokens,
             on_finished=on_finished, return_routed_experts=return_routed_experts,
             routed_experts_start_len=routed_experts_start_len,
         )
@@ -83,7 +83,7 @@ async def read_request(
         ) as events:
             async for event in events:
                 if isinstance(event, Token):
-                    await on_token(event)
+                    await on_tokens((event,))
                 else:
                     finished = event
                     if on_finished is not None:
@@ -103,13 +103,13 @@ async def _read_whole(
     *,
     rid: str,
     routing_key: str,
-    on_token: Callable[[Token], Awaitable[None]],
+    on_tokens: Callable[[Sequence[Token]], Awaitable[None]],
     on_finished: Callable[[Finished], None] | None,
     return_routed_experts: bool,
     routed_experts_start_len: int | None,
 ) -> ReadOutcome:
     """A non-streaming ``/generate``: its tokens are handed out in order once the answer arrives (an abort of the
-    rid makes SGLang answer at once with the tokens generated so far), then the final event."""
+    rid makes SGLang answer at once with the tokens generated so far), as one read, then the final event."""
     try:
         finished = await upstream.generate(
             input_ids, sampling_params, rid=rid, routing_key=routing_key,
@@ -118,10 +118,14 @@ async def _read_whole(
         )
     except UpstreamError as exc:
         return ReadOutcome(failure=exc)
-    for index, (token_id, logprob, version) in enumerate(
-        zip(finished.output_ids, finished.output_logprobs, finished.weight_versions, strict=True)
-    ):
-        await on_token(Token(index, token_id, logprob, version))
+    tokens = [
+        Token(index, token_id, logprob, version)
+        for index, (token_id, logprob, version) in enumerate(
+            zip(finished.output_ids, finished.output_logprobs, finished.weight_versions, strict=True)
+        )
+    ]
+    if tokens:
+        await on_tokens(tokens)
     if on_finished is not None:
         on_finished(finished)
     return ReadOutcome(finished=finished)

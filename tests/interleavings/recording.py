@@ -11,7 +11,7 @@ Why the gate state at the token event is the honest witness of "no token is rece
 and the next resume": the gate is PAUSED exactly from the ``PauseAcknowledged`` effect (the moment the pause call is
 released) to the next effective resume, and nothing else makes it PAUSED. The recorder reads it synchronously in the
 reader's ``async for`` step, with no checkpoint between the event leaving the stream and the controller feeding it to
-its machine (``TokenReceived``, which accepts and records it): so a token recorded while PAUSED is a token the proxy
+its machine (``TokensReceived``, which accepts and records it): so a token recorded while PAUSED is a token the proxy
 took from upstream inside that window, and one taken there would be recorded as such. Mock-clock timestamps would be
 weaker (many steps share one instant).
 

@@ -90,9 +90,9 @@ def test_full_composition_ci_bound_is_three_generations_two_rounds_budget_two():
 # step that started the request; stragglers are not modelled once the output is parsed.
 UNDRIVEN_GENERATION = (
     {(state, gm.InternalError) for state in S}
-    | {(state, event) for state in gm.ABSORBING for event in (gm.TokenReceived, gm.ClientDisconnected)}
-    | {(S.COMMITTING, gm.TokenReceived), (S.COMMITTING, gm.ClientDisconnected)}
-    | {(S.ABORTING, gm.AbortRequested), (S.ABORTING, gm.UpstreamStarted), (S.PARSING, gm.TokenReceived)}
+    | {(state, event) for state in gm.ABSORBING for event in (gm.TokensReceived, gm.ClientDisconnected)}
+    | {(S.COMMITTING, gm.TokensReceived), (S.COMMITTING, gm.ClientDisconnected)}
+    | {(S.ABORTING, gm.AbortRequested), (S.ABORTING, gm.UpstreamStarted), (S.PARSING, gm.TokensReceived)}
 )
 # The session rows of a generation's life and of finalize; the others (abort, drain, a failed export, TITO failures)
 # are session_with_generations' (test_session_composition.py).
@@ -141,8 +141,8 @@ class LateTokenGeneration(gm.GenerationMachine):
     """INTERRUPTED takes tokens as STREAMING does: a straggler of the aborted request is recorded."""
 
     table = gm.TABLE.overriding(
-        on(S.INTERRUPTED, gm.TokenReceived, gm._token,
-           Branch(S.INTERRUPTED, [gm.AcceptToken]), Branch(S.INTERRUPTED, [gm.DropToken]),
+        on(S.INTERRUPTED, gm.TokensReceived, gm._token,
+           Branch(S.INTERRUPTED, [gm.AcceptTokens]), Branch(S.INTERRUPTED, [gm.DropTokens]),
            Branch(S.FAILED, [gm.CancelGateWait, gm.DropFromSession, gm.RespondError])),
     )
 

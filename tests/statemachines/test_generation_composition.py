@@ -68,8 +68,8 @@ def test_generation_composition_symmetry_reduction_changes_the_count_not_the_ver
 # started the request).
 UNDRIVEN = (
     {(state, gm.InternalError) for state in S}
-    | {(state, event) for state in gm.ABSORBING for event in (gm.TokenReceived, gm.ClientDisconnected)}
-    | {(S.COMMITTING, gm.TokenReceived), (S.COMMITTING, gm.ClientDisconnected)}
+    | {(state, event) for state in gm.ABSORBING for event in (gm.TokensReceived, gm.ClientDisconnected)}
+    | {(S.COMMITTING, gm.TokensReceived), (S.COMMITTING, gm.ClientDisconnected)}
     | {(S.ABORTING, gm.AbortRequested), (S.ABORTING, gm.UpstreamStarted)}
 )
 
@@ -90,7 +90,7 @@ def test_generation_composition_drives_every_other_row_of_the_table():
         assert result.violation is None
     assert sent == set(gm.TABLE.rows) - UNDRIVEN
     # Every branch kind that matters shows up: continuation, restart, length without a request, stragglers.
-    assert {gm.StartUpstream, gm.DiscardPartial, gm.DropToken, gm.AcknowledgeAbortToGate, gm.CancelGateWait} <= effects
+    assert {gm.StartUpstream, gm.DiscardPartial, gm.DropTokens, gm.AcknowledgeAbortToGate, gm.CancelGateWait} <= effects
 
 
 # ---- Planted bug 1: a token accepted after the pause acknowledgement ----------------------------------------------
@@ -100,8 +100,8 @@ class LateTokenGeneration(gm.GenerationMachine):
     """INTERRUPTED takes tokens like STREAMING: a straggler of the aborted request is recorded."""
 
     table = gm.TABLE.overriding(
-        on(S.INTERRUPTED, gm.TokenReceived, gm._token,
-           Branch(S.INTERRUPTED, [gm.AcceptToken]), Branch(S.INTERRUPTED, [gm.DropToken]),
+        on(S.INTERRUPTED, gm.TokensReceived, gm._token,
+           Branch(S.INTERRUPTED, [gm.AcceptTokens]), Branch(S.INTERRUPTED, [gm.DropTokens]),
            Branch(S.FAILED, [gm.CancelGateWait, gm.DropFromSession, gm.RespondError])),
     )
 

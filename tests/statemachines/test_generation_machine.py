@@ -18,7 +18,7 @@ from statemachines.generation import (
     TABLE,
     AbortRequested,
     AbortUpstream,
-    AcceptToken,
+    AcceptTokens,
     AcknowledgeAbortToGate,
     AskGate,
     CancelGateWait,
@@ -28,7 +28,7 @@ from statemachines.generation import (
     CommitRejected,
     DiscardPartial,
     DropFromSession,
-    DropToken,
+    DropTokens,
     FinishKind,
     GateAdmitted,
     GateWait,
@@ -48,7 +48,7 @@ from statemachines.generation import (
     Resumed,
     StartUpstream,
     State,
-    TokenReceived,
+    TokensReceived,
     UpstreamAborted,
     UpstreamFailed,
     UpstreamFinished,
@@ -66,7 +66,7 @@ SAMPLE = {
     GateWait: GateWait(2),
     Resumed: Resumed(3, "v3"),
     UpstreamStarted: UpstreamStarted("r9"),
-    TokenReceived: TokenReceived("r1", "v2"),
+    TokensReceived: TokensReceived("r1", "v2"),
     UpstreamFinished: UpstreamFinished(STOP, 1),
     UpstreamAborted: UpstreamAborted(1),
     UpstreamFailed: UpstreamFailed(502, "upstream_unavailable", "connection refused"),
@@ -100,8 +100,8 @@ BUG = ReportFault("bug")
 TIMEOUT_503 = RespondError(503, "paused_timeout", "generation is paused for a weight update; retry later")
 UPSTREAM_502 = RespondError(502, "upstream_unavailable", "connection refused")
 ABORTED_502 = RespondError(502, "upstream_aborted", "the upstream request was aborted outside the proxy's pause")
-STALE = DropToken("r1", "not from the current upstream request")
-AFTER = DropToken("r1", "no upstream request is open")
+STALE = DropTokens("r1", "not from the current upstream request")
+AFTER = DropTokens("r1", "no upstream request is open")
 # What a generation holds, per state, released when it ends without committing.
 HELD_R1 = [AbortUpstream("r1"), ReleaseGate(), DropFromSession()]
 HELD_R2 = [AbortUpstream("r2"), ReleaseGate(), DropFromSession()]
@@ -129,8 +129,8 @@ EXPECTED = {
     (S.WAITING, PauseWaitTimedOut): (S.FAILED, BASE, [*HELD_WAIT, TIMEOUT_503]),
     (S.WAITING, ClientDisconnected): (S.CANCELLED, BASE, HELD_WAIT),
     (S.WAITING, InternalError): (S.FAILED, BASE, [*HELD_WAIT, ERROR_500, BUG]),
-    (S.STREAMING, TokenReceived): (
-        S.STREAMING, attrs.evolve(RUNNING, tokens=2, request_tokens=2), [AcceptToken(1, "v2")],
+    (S.STREAMING, TokensReceived): (
+        S.STREAMING, attrs.evolve(RUNNING, tokens=2, request_tokens=2), [AcceptTokens(1, "v2")],
     ),
     (S.STREAMING, AbortRequested): (S.ABORTING, RUNNING, [AbortUpstream("r1")]),
     (S.STREAMING, UpstreamFinished): (S.PARSING, DONE, [ReleaseGate(), ParseOutput(STOP, 1)]),
@@ -138,7 +138,7 @@ EXPECTED = {
     (S.STREAMING, UpstreamFailed): (S.FAILED, RUNNING, [*HELD_R1, UPSTREAM_502]),
     (S.STREAMING, ClientDisconnected): (S.CANCELLED, RUNNING, HELD_R1),
     (S.STREAMING, InternalError): (S.FAILED, RUNNING, [*HELD_R1, ERROR_500, BUG]),
-    (S.CONTINUING, TokenReceived): (S.CONTINUING, CONTINUED, [STALE]),
+    (S.CONTINUING, TokensReceived): (S.CONTINUING, CONTINUED, [STALE]),
     (S.CONTINUING, AbortRequested): (S.ABORTING, CONTINUED, [AbortUpstream("r2")]),
     (S.CONTINUING, UpstreamFinished): (
         S.PARSING, attrs.evolve(CONTINUED, finish=STOP), [ReleaseGate(), ParseOutput(STOP, 2)],
@@ -147,8 +147,8 @@ EXPECTED = {
     (S.CONTINUING, UpstreamFailed): (S.FAILED, CONTINUED, [*HELD_R2, UPSTREAM_502]),
     (S.CONTINUING, ClientDisconnected): (S.CANCELLED, CONTINUED, HELD_R2),
     (S.CONTINUING, InternalError): (S.FAILED, CONTINUED, [*HELD_R2, ERROR_500, BUG]),
-    (S.ABORTING, TokenReceived): (
-        S.ABORTING, attrs.evolve(RUNNING, tokens=2, request_tokens=2), [AcceptToken(1, "v2")],
+    (S.ABORTING, TokensReceived): (
+        S.ABORTING, attrs.evolve(RUNNING, tokens=2, request_tokens=2), [AcceptTokens(1, "v2")],
     ),
     (S.ABORTING, AbortRequested): (S.ABORTING, RUNNING, []),
     (S.ABORTING, UpstreamAborted): (S.INTERRUPTED, RUNNING, [AcknowledgeAbortToGate()]),
@@ -162,12 +162,12 @@ EXPECTED = {
                      rid=None),
         [StartUpstream(2, 3, "v3", kept_tokens=1, max_new_tokens=2, routed_experts_start_len=4)],
     ),
-    (S.INTERRUPTED, TokenReceived): (S.INTERRUPTED, RUNNING, [AFTER]),
+    (S.INTERRUPTED, TokensReceived): (S.INTERRUPTED, RUNNING, [AFTER]),
     (S.INTERRUPTED, PauseWaitTimedOut): (S.FAILED, RUNNING, [*HELD_WAIT, TIMEOUT_503]),
     (S.INTERRUPTED, ClientDisconnected): (S.CANCELLED, RUNNING, HELD_WAIT),
     (S.INTERRUPTED, InternalError): (S.FAILED, RUNNING, [*HELD_WAIT, ERROR_500, BUG]),
     (S.PARSING, ParseDone): (S.COMMITTING, DONE, [Commit(tokens=1, requests=1)]),
-    (S.PARSING, TokenReceived): (S.PARSING, DONE, [AFTER]),
+    (S.PARSING, TokensReceived): (S.PARSING, DONE, [AFTER]),
     (S.PARSING, UpstreamFailed): (S.FAILED, DONE, [DropFromSession(), UPSTREAM_502]),
     (S.PARSING, ClientDisconnected): (S.CANCELLED, DONE, [DropFromSession()]),
     (S.PARSING, InternalError): (S.FAILED, DONE, [DropFromSession(), ERROR_500, BUG]),
@@ -175,13 +175,13 @@ EXPECTED = {
     (S.COMMITTING, CommitRejected): (
         S.REJECTED, DONE, [RespondError(400, "session_finalized", "the session was finalized")],
     ),
-    (S.COMMITTING, TokenReceived): (S.COMMITTING, DONE, [AFTER]),
+    (S.COMMITTING, TokensReceived): (S.COMMITTING, DONE, [AFTER]),
     (S.COMMITTING, ClientDisconnected): (S.COMMITTING, DONE, []),
     (S.COMMITTING, InternalError): (S.FAILED, DONE, [ERROR_500, BUG]),
 }
 # The absorbing states: stragglers dropped, a late disconnect ignored, a late bug reported; they never move.
 for _state in ABSORBING:
-    EXPECTED[(_state, TokenReceived)] = (_state, START[_state], [AFTER])
+    EXPECTED[(_state, TokensReceived)] = (_state, START[_state], [AFTER])
     EXPECTED[(_state, ClientDisconnected)] = (_state, START[_state], [])
     EXPECTED[(_state, InternalError)] = (_state, START[_state], [BUG])
 # Declared rows whose guard refuses the sample: the current request already has its rid.
@@ -276,29 +276,29 @@ def test_generation_abort_before_the_rid_is_known_cancels_the_scope_only():
 @pytest.mark.parametrize("state", [S.STREAMING, S.ABORTING], ids=lambda s: s.name)
 def test_generation_token_of_another_rid_or_before_the_rid_is_dropped(state):
     gen = machine_in(state)
-    assert gen.send(TokenReceived("r0", "v2")) == [DropToken("r0", "not from the current upstream request")]
-    assert gen.send(TokenReceived(None, "v2")) == [DropToken(None, "not from the current upstream request")]
+    assert gen.send(TokensReceived("r0", "v2")) == [DropTokens("r0", "not from the current upstream request")]
+    assert gen.send(TokensReceived(None, "v2")) == [DropTokens(None, "not from the current upstream request")]
     assert gen.snapshot() == Snapshot(state, RUNNING)
 
 
 def test_generation_token_without_a_reported_version_is_stamped_with_the_admission_version():
     gen = machine_in(S.STREAMING, attrs.evolve(RUNNING, tokens=0, request_tokens=0, request_version=None))
-    assert gen.send(TokenReceived("r1", None)) == [AcceptToken(0, "v2")]
-    assert gen.send(TokenReceived("r1", None)) == [AcceptToken(1, "v2")]
+    assert gen.send(TokensReceived("r1", None)) == [AcceptTokens(0, "v2")]
+    assert gen.send(TokensReceived("r1", None)) == [AcceptTokens(1, "v2")]
 
 
 def test_generation_first_token_fixes_the_request_version_to_what_sglang_reports():
     # The gate announced v2 but SGLang reports v2b: the reported version wins (spec section 7), for the request.
     gen = machine_in(S.STREAMING, attrs.evolve(RUNNING, tokens=0, request_tokens=0, request_version=None))
-    assert gen.send(TokenReceived("r1", "v2b")) == [AcceptToken(0, "v2b")]
-    assert gen.send(TokenReceived("r1", "v2b")) == [AcceptToken(1, "v2b")]
+    assert gen.send(TokensReceived("r1", "v2b")) == [AcceptTokens(0, "v2b")]
+    assert gen.send(TokensReceived("r1", "v2b")) == [AcceptTokens(1, "v2b")]
     assert gen.snapshot().data.request_version == "v2b"
 
 
 @pytest.mark.parametrize("state", [S.STREAMING, S.ABORTING], ids=lambda s: s.name)
 def test_generation_token_of_another_version_within_one_request_fails_instead_of_mixing(state):
     gen = machine_in(state)
-    effects = gen.send(TokenReceived("r1", "v3"))
+    effects = gen.send(TokensReceived("r1", "v3"))
     message = "weight version changed from v2 to v3 within one upstream request"
     held = HELD_R1 if state is S.STREAMING else HELD_ABORTING
     assert effects == [*held, RespondError(502, "weight_version_changed", message)]
@@ -309,9 +309,37 @@ def test_generation_token_beyond_the_budget_is_refused():
     # The budget is 3 and 3 tokens are kept: upstream sent more than max_new_tokens.
     gen = machine_in(S.STREAMING, attrs.evolve(RUNNING, tokens=3, request_tokens=3))
     before = gen.snapshot()
-    with pytest.raises(IllegalTransition, match="budget of 3 tokens is used up"):
-        gen.send(TokenReceived("r1", "v2"))
+    with pytest.raises(IllegalTransition, match="1 more tokens exceed the budget of 3"):
+        gen.send(TokensReceived("r1", "v2"))
     assert gen.snapshot() == before
+
+
+@pytest.mark.parametrize("state", [S.STREAMING, S.ABORTING], ids=lambda s: s.name)
+def test_generation_tokens_of_one_read_are_accepted_together_up_to_the_budget(state):
+    # The budget is 3 and 1 token is kept: a read of 2 fills it exactly, one index range, one step.
+    gen = machine_in(state, RUNNING)
+    assert gen.send(TokensReceived("r1", None, 2)) == [AcceptTokens(1, "v2", 2)]
+    assert gen.snapshot() == Snapshot(state, attrs.evolve(RUNNING, tokens=3, request_tokens=3))
+
+
+def test_generation_a_read_beyond_the_budget_is_refused_whole():
+    # Not "accept what fits": a read over max_new_tokens is an upstream bug; nothing of it is recorded.
+    gen = machine_in(S.STREAMING, RUNNING)
+    before = gen.snapshot()
+    with pytest.raises(IllegalTransition, match="3 more tokens exceed the budget of 3"):
+        gen.send(TokensReceived("r1", "v2", 3))
+    assert gen.snapshot() == before
+
+
+def test_generation_a_read_of_stragglers_is_dropped_whole():
+    gen = machine_in(S.STREAMING, RUNNING)
+    assert gen.send(TokensReceived("r0", "v2", 5)) == [DropTokens("r0", "not from the current upstream request", 5)]
+    assert gen.snapshot() == Snapshot(S.STREAMING, RUNNING)
+
+
+def test_generation_a_read_has_at_least_one_token():
+    with pytest.raises(ValueError):
+        TokensReceived("r1", "v2", 0)
 
 
 @pytest.mark.parametrize("event", [UpstreamFinished(STOP, 2), UpstreamAborted(0)], ids=repr)
@@ -398,20 +426,20 @@ def test_generation_two_pauses_with_partial_rollout_stamp_each_request_with_its_
     assert gen.send(Prepared(10, 4)) == [AskGate()]
     assert gen.send(GateAdmitted(0, "v0")) == [StartUpstream(1, 0, "v0", 0, 4, 0)]
     gen.send(UpstreamStarted("a"))
-    assert gen.send(TokenReceived("a", "v0")) == [AcceptToken(0, "v0")]
+    assert gen.send(TokensReceived("a", "v0")) == [AcceptTokens(0, "v0")]
     assert gen.send(AbortRequested()) == [AbortUpstream("a")]
-    assert gen.send(TokenReceived("a", "v0")) == [AcceptToken(1, "v0")]
+    assert gen.send(TokensReceived("a", "v0")) == [AcceptTokens(1, "v0")]
     assert gen.send(UpstreamAborted(2)) == [AcknowledgeAbortToGate()]
-    assert gen.send(TokenReceived("a", "v0")) == [DropToken("a", "no upstream request is open")]
+    assert gen.send(TokensReceived("a", "v0")) == [DropTokens("a", "no upstream request is open")]
     assert gen.send(Resumed(1, "v1")) == [StartUpstream(2, 1, "v1", 2, 2, 11)]
     gen.send(UpstreamStarted("b"))
     assert gen.send(AbortRequested()) == [AbortUpstream("b")]
     assert gen.send(UpstreamAborted(0)) == [AcknowledgeAbortToGate()]
     assert gen.send(Resumed(2, "v2")) == [StartUpstream(3, 2, "v2", 2, 2, 11)]
     gen.send(UpstreamStarted("c"))
-    assert gen.send(TokenReceived("a", "v0")) == [DropToken("a", "not from the current upstream request")]
-    assert gen.send(TokenReceived("c", "v2")) == [AcceptToken(2, "v2")]
-    assert gen.send(TokenReceived("c", "v2")) == [AcceptToken(3, "v2")]
+    assert gen.send(TokensReceived("a", "v0")) == [DropTokens("a", "not from the current upstream request")]
+    assert gen.send(TokensReceived("c", "v2")) == [AcceptTokens(2, "v2")]
+    assert gen.send(TokensReceived("c", "v2")) == [AcceptTokens(3, "v2")]
     assert gen.send(UpstreamFinished(LENGTH, 2)) == [ReleaseGate(), ParseOutput(LENGTH, 4)]
     assert gen.send(ParseDone()) == [Commit(tokens=4, requests=3)]
     assert gen.send(CommitAccepted()) == [Respond(LENGTH, 4)]

@@ -26,20 +26,20 @@ ACCEPTS = {
     "RECEIVED": {g.Prepared, g.PrepareFailed, g.ClientDisconnected},
     "PREPARED": {g.GateAdmitted, g.GateWait},
     "WAITING": {g.Resumed, g.PauseWaitTimedOut, g.ClientDisconnected},
-    "STREAMING": {g.UpstreamStarted, g.TokenReceived, g.AbortRequested, g.UpstreamFinished, g.UpstreamAborted,
+    "STREAMING": {g.UpstreamStarted, g.TokensReceived, g.AbortRequested, g.UpstreamFinished, g.UpstreamAborted,
                   g.UpstreamFailed, g.ClientDisconnected},
-    "ABORTING": {g.UpstreamStarted, g.TokenReceived, g.AbortRequested, g.UpstreamFinished, g.UpstreamAborted,
+    "ABORTING": {g.UpstreamStarted, g.TokensReceived, g.AbortRequested, g.UpstreamFinished, g.UpstreamAborted,
                  g.UpstreamFailed, g.ClientDisconnected},
-    "INTERRUPTED": {g.Resumed, g.PauseWaitTimedOut, g.ClientDisconnected, g.TokenReceived},
-    "PARSING": {g.ParseDone, g.UpstreamFailed, g.ClientDisconnected, g.TokenReceived},
-    "COMMITTING": {g.CommitAccepted, g.CommitRejected, g.ClientDisconnected, g.TokenReceived},
-    **{state: {g.TokenReceived, g.ClientDisconnected} for state in ENDED},
+    "INTERRUPTED": {g.Resumed, g.PauseWaitTimedOut, g.ClientDisconnected, g.TokensReceived},
+    "PARSING": {g.ParseDone, g.UpstreamFailed, g.ClientDisconnected, g.TokensReceived},
+    "COMMITTING": {g.CommitAccepted, g.CommitRejected, g.ClientDisconnected, g.TokensReceived},
+    **{state: {g.TokensReceived, g.ClientDisconnected} for state in ENDED},
 }
 ACCEPTS["CONTINUING"] = ACCEPTS["STREAMING"]
 # One instance of every event type (arguments chosen so that a legal one would be accepted or dropped harmlessly).
 ANY_EVENT = [
     g.Prepared(4, 2), g.PrepareFailed(400, "x"), g.GateAdmitted(9, "v9"), g.GateWait(9), g.Resumed(9, "v9"),
-    g.UpstreamStarted("z"), g.TokenReceived("z", "v9"), g.UpstreamFinished(g.FinishKind.STOP, 99),
+    g.UpstreamStarted("z"), g.TokensReceived("z", "v9"), g.UpstreamFinished(g.FinishKind.STOP, 99),
     g.UpstreamAborted(99), g.UpstreamFailed(), g.AbortRequested(), g.PauseWaitTimedOut(), g.ParseDone(),
     g.CommitAccepted(), g.CommitRejected("late"), g.ClientDisconnected(),
 ]
@@ -86,7 +86,7 @@ class GenerationVersusModel(RuleBasedStateMachine):
         self.model: GenerationModel | None = None
         self.absorbed: str | None = None
         self.commit_effects = 0
-        # The states in which the machine emitted AcceptToken, over the whole run.
+        # The states in which the machine emitted AcceptTokens, over the whole run.
         self.accepted_in: set[str] = set()
 
     def send(self, event, expected: list) -> None:
@@ -95,7 +95,7 @@ class GenerationVersusModel(RuleBasedStateMachine):
         effects = self.gen.send(event)
         assert effects == expected, (state_before, event)
         # Where tokens were accepted (checked by the invariant tokens_only_while_a_request_is_open).
-        if any(isinstance(e, g.AcceptToken) for e in effects):
+        if any(isinstance(e, g.AcceptTokens) for e in effects):
             self.accepted_in.add(state_before)
         self.commit_effects += sum(isinstance(e, g.Commit) for e in effects)
 
@@ -179,19 +179,29 @@ class GenerationVersusModel(RuleBasedStateMachine):
 
     @precondition(lambda self: self.is_(*UPSTREAM) and self.model.rid is not None
                   and self.model.tokens < self.model.budget)
-    @rule(version=VERSIONS)
-    def token(self, version):
+    @rule(version=VERSIONS, count=st.integers(1, 3))
+    def token(self, version, count):
+        """The tokens of one upstream read (several when they arrived together), within the budget."""
         m = self.model
+        count = min(count, m.budget - m.tokens)
         stamp = m.version if version is None else version
         if m.request_tokens and stamp != m.request_version:
             # Another version within one request: fail rather than mix.
             message = f"weight version changed from {m.request_version} to {stamp} within one upstream request"
             error = g.RespondError(502, "weight_version_changed", message)
-            self.end("FAILED", g.TokenReceived(m.rid, version), [error])
+            self.end("FAILED", g.TokensReceived(m.rid, version, count), [error])
             return
         index = m.tokens
-        m.tokens, m.request_tokens, m.request_version = m.tokens + 1, m.request_tokens + 1, stamp
-        self.send(g.TokenReceived(m.rid, version), [g.AcceptToken(index, stamp)])
+        m.tokens, m.request_tokens, m.request_version = m.tokens + count, m.request_tokens + count, stamp
+        self.send(g.TokensReceived(m.rid, version, count), [g.AcceptTokens(index, stamp, count)])
+
+    @precondition(lambda self: self.is_(*UPSTREAM) and self.model.rid is not None
+                  and self.model.tokens < self.model.budget)
+    @rule(version=VERSIONS, extra=st.integers(1, 3))
+    def read_over_budget(self, version, extra):
+        """A read carrying more than the remaining budget is refused whole: nothing of it is recorded."""
+        m = self.model
+        self.send_illegal(g.TokensReceived(m.rid, version, m.budget - m.tokens + extra))
 
     @precondition(lambda self: self.is_("STREAMING", "CONTINUING"))
     @rule()
@@ -266,12 +276,12 @@ class GenerationVersusModel(RuleBasedStateMachine):
             choices["abort again"] = lambda data: self.send(g.AbortRequested(), [])
         if m.state in UPSTREAM:
             choices["token of another request"] = lambda data: self.send(
-                g.TokenReceived("r0", "v0"), [g.DropToken("r0", "not from the current upstream request")])
+                g.TokensReceived("r0", "v0"), [g.DropTokens("r0", "not from the current upstream request")])
             choices["request end with a wrong count"] = lambda data: self.send_illegal(
                 g.UpstreamFinished(g.FinishKind.STOP, m.request_tokens + 1))
             if m.rid is not None and m.tokens == m.budget:
                 choices["token over the budget"] = lambda data: self.send_illegal(
-                    g.TokenReceived(m.rid, m.request_version))
+                    g.TokensReceived(m.rid, m.request_version))
         elif m.requests:
             choices["straggler"] = self.straggler
         name = data.draw(st.sampled_from(list(choices)), label="unusual")
@@ -287,7 +297,7 @@ class GenerationVersusModel(RuleBasedStateMachine):
     def straggler(self, data):
         # A token of an ended request, when no request is open: dropped, never recorded.
         rid = data.draw(st.sampled_from([f"r{k}" for k in range(1, self.model.requests + 1)]), label="rid")
-        self.send(g.TokenReceived(rid, "v0"), [g.DropToken(rid, "no upstream request is open")])
+        self.send(g.TokensReceived(rid, "v0"), [g.DropTokens(rid, "no upstream request is open")])
 
     def illegal_event_raises(self, data):
         event = data.draw(st.sampled_from([e for e in ANY_EVENT if type(e) not in ACCEPTS[self.model.state]]))
