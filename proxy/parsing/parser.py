@@ -25,9 +25,11 @@ non-streamed one agree:
   of a request without tools, are decided locally (never a call) without asking SGLang.
 * Reasoning: ``parse_final`` lets the reasoning backend split the whole text (``<think>`` is prepended when the
   prompt left reasoning open, since ``/separate_reasoning`` cannot know); a differing local split adds
-  ``parser_mismatch``. A stream must route each delta to reasoning or content as it arrives, before SGLang could
-  be asked, so **streaming always splits reasoning locally**; for well-formed outputs the two agree (tested
-  against the SGLang stand-in).
+  ``parser_mismatch``. A text with neither ``<think>`` nor ``</think>``, not open at the start, is not sent: SGLang's
+  detector (reasoning not forced) answers it as all normal text, whatever the text (one round trip less per step).
+  A stream must route each delta to reasoning or content as it arrives, before SGLang could be asked, so
+  **streaming always splits reasoning locally**; for well-formed outputs the two agree (tested against the SGLang
+  stand-in).
 * Streaming with an SGLang tool-call backend: deltas are routed locally, and the blocks are decided by the
   backend at ``finish()``; the first block and everything after it is emitted then (see ``streaming.py``).
 """
@@ -41,7 +43,7 @@ from typing import Any, Literal, Protocol
 import attrs
 import trio
 
-from proxy.parsing.formats import THINK_START, MessageFormat, ToolSpecs
+from proxy.parsing.formats import THINK_END, THINK_START, MessageFormat, ToolSpecs
 from proxy.parsing.local import (
     BlockSegment,
     ReasoningSplit,
@@ -240,7 +242,9 @@ class MessageParser:
             return ReasoningSplit(None, text)
         opened = fmt.opens_in_reasoning(open_at_start)
         local = split_reasoning(text, open_at_start=opened)
-        if self.config.reasoning_backend == "local":
+        if self.config.reasoning_backend == "local" or not (opened or THINK_START in text or THINK_END in text):
+            # Without a marker and not open at the start, SGLang's answer is fixed (sglang-protocol.md §5.2: no
+            # forced reasoning, so everything is normal text): no round trip for what cannot differ.
             return local
         client = self.client
         assert client is not None and self.config.reasoning_type is not None

@@ -159,7 +159,8 @@ def message_key(message: Any, *, ignore_cch: bool = False) -> MessageKey:
     name = message.get("name")
     call_id = message.get("tool_call_id")
     calls = message.get("tool_calls") or ()
-    if type(calls) is not list and (isinstance(calls, (str, bytes)) or not isinstance(calls, Sequence)):
+    # The common types first: the Sequence ABC check is slow.
+    if type(calls) not in (list, tuple) and (isinstance(calls, (str, bytes)) or not isinstance(calls, Sequence)):
         calls = (calls,)
     return MessageKey(
         role=role,

@@ -178,6 +178,25 @@ async def test_reasoning_left_open_by_the_prompt_is_sent_to_sglang_with_its_thin
     assert (message.reasoning_content, message.content, message.flags) == ("Plan.", "Done.", frozenset())
 
 
+@pytest.mark.parametrize("backend", ["sglang_api", "hybrid"])
+async def test_text_without_reasoning_markers_is_not_sent_to_separate_reasoning(backend: str) -> None:
+    # Not open at the start and no marker: SGLang's answer cannot differ from "all normal text".
+    fake = FakeSGLang(calls_of(), lambda text: ReasoningParse("wrong", "wrong"))
+    parser = MessageParser(ParserConfig(tool_call_backend="local", reasoning_backend=backend), fake)  # type: ignore
+    message = await parser.parse_final("Just the answer.", TOOLS, **IDS)
+    assert fake.requests == [] and parser.statistics().backend_calls == 0
+    assert (message.reasoning_content, message.content, message.flags) == (None, "Just the answer.", frozenset())
+
+
+@pytest.mark.parametrize("text", ["Plan.</think>Done.", "Done.<think>", "<think>Plan."])
+async def test_any_reasoning_marker_sends_the_text_to_separate_reasoning(text: str) -> None:
+    fake = FakeSGLang(calls_of(), lambda text: ReasoningParse("from sglang", "Done."))
+    parser = MessageParser(ParserConfig(tool_call_backend="local", reasoning_backend="sglang_api"), fake)
+    message = await parser.parse_final(text, TOOLS, **IDS)
+    assert fake.requests == [("separate_reasoning", text)]
+    assert message.reasoning_content == "from sglang"
+
+
 async def test_local_backend_needs_no_client_and_counts_messages() -> None:
     parser = MessageParser(LOCAL)
     assert await parse_both_ways(parser) == expected_local()

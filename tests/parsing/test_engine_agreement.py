@@ -79,3 +79,15 @@ async def test_local_parsers_agree_with_the_sglang_stand_in_on_well_formed_outpu
             await stream.finish()
             assert stream.message == expected
         assert remote.statistics().mismatches == 0
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(texts=st.lists(st.text(min_size=0, max_size=40).filter(lambda t: "<think>" not in t and "</think>" not in t),
+                      min_size=1, max_size=10))
+async def test_the_stand_in_answers_marker_free_text_as_all_normal_text(texts: list[str]) -> None:
+    """Why the ``sglang_api`` reasoning backend skips marker-free text that was not open at the start: SGLang's
+    ``qwen3`` detector (reasoning not forced) returns such a text unchanged as normal text, with no reasoning."""
+    async with sglang_stand_in() as client:
+        for text in texts:
+            reply = await client.separate_reasoning(text, "qwen3")
+            assert (reply.reasoning_text, reply.text) == ("", text)
