@@ -1,26 +1,39 @@
-"""The HTTP library behind the SGLang client: the only module that imports it or catches its exceptions.
+"""The HTTP/1.1 client behind the SGLang client: trio sockets + h11, and nothing else.
 
-The library is ``httpx2`` (an API-compatible maintained fork of httpx, stack-notes.md pitfall 5), chosen by
-benchmark (``bench/overhead.py``): under 64 concurrent generations httpx 0.28.1's connection pool scanned every
-pooled connection (a ``select()`` each) on every request, about half of the proxy's CPU, and httpx2 halved the
-proxy's CPU per request. It is imported under the name ``httpx`` so the rest of this module (and the tests that
-import ``httpx`` from here) read the same; nothing else in the project names the upstream library.
+This is the only module of the package that touches sockets or h11, and :func:`translate` below is the only
+place where their exceptions (and our timeouts) become :mod:`proxy.upstream.errors` classes.
 
-Settings (stack-notes.md pitfalls 3-5): no read timeout (a prefill, a token gap or a request blocked behind a
-pause can last minutes), pool limits well above the expected concurrency, keep-alive for every pooled
-connection. Callers read streams to their end after ``[DONE]`` so connections return to the pool.
+Why not httpx/httpx2. py-spy on ``bench/overhead.py`` put httpx2's layers (client -> auth -> redirects ->
+transport -> pool -> httpcore connection, six nested async generators per response body, Request/Response
+models, an ``is_readable`` scan) at 20-25 % of the proxy's CPU per request. The proxy needs far less: one kind
+of server (SGLang's uvicorn, or the embedded engine's hypercorn), plain HTTP/1.1, JSON request bodies, and
+responses that are either a Content-Length JSON body or a chunked SSE stream. So this module is that and only
+that: a keep-alive pool of TCP connections, h11 for the protocol (the parser hypercorn itself uses), explicit
+timeouts, and one error translation. ``bench/upstream_client.py`` measures it against httpx2.
+
+What it deliberately does not do: https (refused when the client is built), proxies, redirects, cookies,
+compression, HTTP/2, ``Expect: 100-continue``.
+
+Cost notes (measured on the 2-core bench machine): building and serializing a request with h11 costs ~16 us,
+pre-formatting the bytes by hand ~1 us, but h11's state machine has to see the request to parse the response
+(framing, keep-alive), and feeding it a hand-made request needs h11 internals; ~15 us is about 1 % of the
+per-request budget, so requests go through h11's public API. A whole h11 request/response cycle is ~40 us.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
-from types import TracebackType
-from typing import Any
+import json
+import math
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
-import httpx2 as httpx
+import attrs
+import h11
+import trio
 
 from proxy.upstream.errors import (
-    TimeoutPhase,
     UpstreamError,
     UpstreamProtocolError,
     UpstreamStreamCut,
@@ -29,107 +42,544 @@ from proxy.upstream.errors import (
 )
 from proxy.upstream.events import Partial
 
-__all__ = ["HTTPErrorTranslator", "close_response", "httpx", "make_async_client", "make_timeout"]
+__all__ = ["HTTPClient", "PoolStatistics", "Response", "StreamResponse", "translate"]
+
+Phase = Literal["pool", "connect", "write", "read"]
+
+#: Bytes asked of the kernel per receive. SSE chunks are small; a routed-experts final chunk can be megabytes.
+RECEIVE_SIZE = 65536
+
+#: What a socket exchange can raise besides cancellation: socket errors (trio raises OSError on its raw sockets,
+#: Broken/ClosedResourceError when a socket is closed under a waiting task), our own timeouts (``fail_after``),
+#: and h11's protocol errors. Everything else (``trio.Cancelled`` above all) passes through untouched.
+IO_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, h11.ProtocolError)
 
 
-def make_async_client(
-    *,
-    max_connections: int,
-    connect_timeout: float | None,
-    write_timeout: float | None,
-    pool_timeout: float | None,
-    keepalive_expiry: float | None,
-) -> httpx.AsyncClient:
-    """An ``AsyncClient`` for SGLang: read timeout None, ``max_connections`` pooled and kept alive."""
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(connect=connect_timeout, read=None, write=write_timeout, pool=pool_timeout),
-        limits=httpx.Limits(
-            max_connections=max_connections,
-            max_keepalive_connections=max_connections,
-            keepalive_expiry=keepalive_expiry,
-        ),
-        # SGLang and the gateway are plain HTTP/1.1 services; no proxies from the environment.
-        trust_env=False,
-        follow_redirects=False,
-    )
+def translate(
+    exc: BaseException, *, url: str, phase: Phase, partial: Partial | None = None, eof: bool = False
+) -> UpstreamError:
+    """The one place where a socket, h11 or timeout error becomes an :class:`UpstreamError`.
+
+    ``phase`` is where it happened: waiting for a pool slot, connecting, sending the request, or reading the
+    response (head or body). ``partial`` is given only while a stream's body is being read: a connection lost
+    there is an :class:`UpstreamStreamCut`; lost anywhere before (or during a non-streaming body) it is
+    :class:`UpstreamUnavailable`. ``eof`` says the peer had closed the connection: h11 then reports the
+    incomplete message as a protocol error, but it is a lost connection, not a malformed one.
+    """
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc.__cause__, BaseExceptionGroup):  # trio.open_tcp_stream: "all attempts ... failed"
+        detail += f" ({'; '.join(str(e) for e in exc.__cause__.exceptions)})"
+    if isinstance(exc, trio.TooSlowError):
+        return UpstreamTimeout(f"SGLang {phase} timeout", phase=phase, url=url, partial=partial)
+    if isinstance(exc, h11.ProtocolError) and not eof:
+        return UpstreamProtocolError(f"HTTP protocol error ({detail})", url=url, partial=partial)
+    if phase == "connect":
+        return UpstreamUnavailable(f"cannot connect to SGLang ({detail})", url=url)
+    if partial is not None:
+        return UpstreamStreamCut(f"SGLang stream cut ({detail})", url=url, partial=partial)
+    return UpstreamUnavailable(f"connection to SGLang lost ({detail})", url=url)
 
 
-def make_timeout(
-    *, connect: float | None, read: float | None, write: float | None, pool: float | None
-) -> httpx.Timeout:
-    """A per-request timeout (control calls may have a read timeout; generation requests never do)."""
-    return httpx.Timeout(connect=connect, read=read, write=write, pool=pool)
+def _is_connection_loss(exc: BaseException, eof: bool) -> bool:
+    """A dead connection (reset, broken pipe, EOF mid-message), as opposed to a timeout or a malformed reply."""
+    if isinstance(exc, (OSError, trio.BrokenResourceError)):
+        return True
+    return eof and isinstance(exc, h11.RemoteProtocolError)
 
 
-class HTTPErrorTranslator:
-    """Context manager turning httpx exceptions into :class:`UpstreamError` subclasses: the only such place.
+@attrs.frozen
+class PoolStatistics:
+    """``HTTPClient.statistics()`` (and ``SGLangClient.pool_statistics()``): sockets now, and counters."""
 
-    ``partial`` is set for the body of a stream (after the response headers): a connection lost there is an
-    :class:`UpstreamStreamCut` carrying ``partial()``; before the headers it is :class:`UpstreamUnavailable`.
-    Only ``httpx.HTTPError`` is caught; ``trio.Cancelled`` and every other exception pass through unchanged.
-    Reusable and cheap, so a stream enters it once per read.
+    idle_connections: int  # open, in the pool, ready for reuse
+    active_connections: int  # open, serving a request or a stream
+    connections_opened: int  # TCP connections made since the start
+    connections_reused: int  # requests sent on a pooled connection
+    stale_discarded: int  # pooled connections found closed (or readable) by the peer when about to be reused
+    retries: int  # requests resent on a fresh connection after a stale keep-alive race
+
+    @property
+    def open_connections(self) -> int:
+        return self.idle_connections + self.active_connections
+
+
+class Response:
+    """A complete response (non-streaming requests)."""
+
+    __slots__ = ("status", "headers", "content")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], content: bytes) -> None:
+        self.status = status
+        self.headers = headers  # h11's: lowercase names, bytes
+        self.content = content
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (case-insensitive), or None."""
+        key = name.lower().encode("ascii")
+        for header, value in self.headers:
+            if header == key:
+                return value.decode("latin-1")
+        return None
+
+
+class _Target:
+    """A parsed URL: where to connect and what to put in the request line. Cached per URL string."""
+
+    __slots__ = ("key", "host", "port", "path", "host_header")
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http":
+            raise ValueError(f"the upstream HTTP client speaks plain http:// only (no TLS), got {url!r}")
+        if not parts.hostname:
+            raise ValueError(f"URL without a host: {url!r}")
+        self.host = parts.hostname
+        self.port = parts.port or 80
+        self.key = (self.host, self.port)
+        path = parts.path or "/"
+        self.path = (path + "?" + parts.query if parts.query else path).encode("ascii")
+        self.host_header = parts.netloc.rpartition("@")[2].encode("ascii")
+
+
+class _Connection:
+    """One TCP connection and its h11 state machine. Raises raw socket/h11/timeout errors (see IO_ERRORS)."""
+
+    __slots__ = ("sock", "h11", "key", "idle_since", "eof", "got_bytes", "closed")
+
+    def __init__(self, sock: trio.socket.SocketType, key: tuple[str, int]) -> None:
+        self.sock = sock
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.key = key
+        self.idle_since = 0.0
+        self.eof = False  # the peer closed its side
+        self.got_bytes = False  # any response byte received during the current exchange
+        self.closed = False
+
+    def close(self) -> None:
+        """Close the socket now. Synchronous (a local syscall), so no cancellation can skip it; a task blocked on
+        this socket wakes up with ClosedResourceError."""
+        if not self.closed:
+            self.closed = True
+            self.sock.close()
+
+    async def send_all(self, data: bytes, timeout: float | None) -> None:
+        if timeout is None:
+            await self._send_all(data)
+        else:
+            with trio.fail_after(timeout):
+                await self._send_all(data)
+
+    async def _send_all(self, data: bytes) -> None:
+        sent = await self.sock.send(data)
+        if sent < len(data):  # only bodies larger than the socket buffer
+            with memoryview(data) as view:
+                while sent < len(data):
+                    sent += await self.sock.send(view[sent:])
+
+    async def receive(self, timeout: float | None) -> None:
+        """One receive into h11 (an empty read tells h11 the peer closed). ``timeout`` bounds this receive."""
+        if timeout is None:
+            data = await self.sock.recv(RECEIVE_SIZE)
+        else:
+            with trio.fail_after(timeout):
+                data = await self.sock.recv(RECEIVE_SIZE)
+        if data:
+            self.got_bytes = True
+        else:
+            self.eof = True
+        self.h11.receive_data(data)
+
+    async def next_event(self, timeout: float | None) -> Any:
+        h = self.h11
+        while True:
+            event = h.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            await self.receive(timeout)
+
+
+class HTTPClient:
+    """A pool of keep-alive HTTP/1.1 connections keyed by (host, port).
+
+    - ``max_connections`` requests (a stream counts until it is closed) run at once; waiting for a slot is
+      bounded by ``pool_timeout``. Open sockets (idle + active) also stay within ``max_connections``: opening one
+      when the bound is reached closes the oldest idle connection of another host.
+    - Idle connections are kept ``keepalive_expiry`` seconds (trio's clock), newest reused first. Only the
+      connection about to be reused is checked: readable means the peer closed it (or sent bytes nobody asked
+      for), so it is closed and the next one tried.
+    - A stale keep-alive race (the server closes an idle connection just as it is reused: sending fails, or the
+      connection ends before any response byte) is retried once, on a new connection. Only then: the request
+      cannot have been answered, and a server closing an idle connection has not read it. A timeout or a
+      malformed response is never retried, nor is anything on a new connection.
+    - Timeouts: connect, write and pool per client; read per request (generation requests have none).
+    - A connection returns to the pool only after its response was read to the end and h11 says both sides
+      can start a new cycle (no ``Connection: close``, no trailing bytes); any other end closes it.
     """
 
-    __slots__ = ("url", "partial")
-
-    def __init__(self, url: str, *, partial: Callable[[], Partial] | None = None) -> None:
-        self.url = url
-        self.partial = partial
-
-    def __enter__(self) -> HTTPErrorTranslator:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    def __init__(
+        self,
+        *,
+        max_connections: int,
+        connect_timeout: float | None,
+        write_timeout: float | None,
+        pool_timeout: float | None,
+        keepalive_expiry: float | None,
     ) -> None:
-        if exc is None or not isinstance(exc, httpx.HTTPError):
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        self._max_connections = max_connections
+        self._slots = trio.Semaphore(max_connections)
+        self._connect_timeout = math.inf if connect_timeout is None else connect_timeout
+        self._pool_timeout = math.inf if pool_timeout is None else pool_timeout
+        self._write_timeout = write_timeout
+        self._keepalive_expiry = keepalive_expiry
+        self._idle: dict[tuple[str, int], deque[_Connection]] = {}
+        self._active: set[_Connection] = set()
+        self._targets: dict[str, _Target] = {}
+        self._closed = False
+        self._opened = self._reused = self._stale = self._retries = 0
+
+    @staticmethod
+    def check_url(url: str) -> None:
+        """Raise ValueError unless the client can talk to ``url`` (``http://host[:port]``)."""
+        _Target(url)
+
+    def statistics(self) -> PoolStatistics:
+        return PoolStatistics(
+            idle_connections=sum(len(idle) for idle in self._idle.values()),
+            active_connections=len(self._active),
+            connections_opened=self._opened,
+            connections_reused=self._reused,
+            stale_discarded=self._stale,
+            retries=self._retries,
+        )
+
+    def close(self) -> None:
+        """Close every connection, idle or active (a stream being read then fails as cut). Synchronous."""
+        self._closed = True
+        for idle in self._idle.values():
+            while idle:
+                idle.pop().close()
+        for conn in list(self._active):
+            conn.close()
+        self._active.clear()
+
+    # -- requests ------------------------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        read_timeout: float | None = None,
+    ) -> Response:
+        """Send ``body`` (a JSON value; None for no body) and read the whole response.
+
+        ``read_timeout`` bounds each receive, not the whole response. Network, protocol and timeout failures
+        raise UpstreamError subclasses; the status is not checked (the caller's business). Besides those:
+        ``trio.Cancelled``, ValueError for a bad URL or a body that is not JSON (NaN), RuntimeError once closed."""
+        target = self._target(url)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        await self._acquire(url)
+        try:
+            conn, head = await self._start(target, method, body, headers, read_timeout, url)
+            pieces: list[bytearray] = []
+            try:
+                while True:
+                    event = await conn.next_event(read_timeout)
+                    kind = type(event)
+                    if kind is h11.Data:
+                        pieces.append(event.data)
+                    elif kind is h11.EndOfMessage:
+                        break
+                    else:
+                        raise h11.RemoteProtocolError(f"unexpected {event!r} in a response body")
+            except IO_ERRORS as exc:
+                self._discard(conn)
+                raise translate(exc, url=url, phase="read", eof=conn.eof) from exc
+            except BaseException:
+                self._discard(conn)
+                raise
+            self._finish(conn)
+        finally:
+            self._slots.release()
+        return Response(head.status_code, head.headers, b"".join(pieces))
+
+    async def stream(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        partial: Callable[[], Partial] | None = None,
+    ) -> StreamResponse:
+        """Send the request and return once the response head has arrived; the body is read with
+        :meth:`StreamResponse.receive`. No read timeout. The caller must :meth:`StreamResponse.close` it (it holds
+        a pool slot). ``partial`` gives the tokens so far, for the errors raised while the body is read."""
+        target = self._target(url)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        await self._acquire(url)
+        try:
+            conn, head = await self._start(target, method, body, headers, None, url)
+        except BaseException:
+            self._slots.release()
+            raise
+        return StreamResponse(self, conn, head, url, partial)
+
+    # -- plumbing ------------------------------------------------------------------------------------------
+
+    def _target(self, url: str) -> _Target:
+        target = self._targets.get(url)
+        if target is None:
+            if len(self._targets) >= 4096:  # URLs are a handful of base URLs x paths; never let it grow unbounded
+                self._targets.clear()
+            target = self._targets[url] = _Target(url)
+        return target
+
+    async def _acquire(self, url: str) -> None:
+        if self._closed:
+            raise RuntimeError("the upstream HTTP client has been closed")
+        try:
+            self._slots.acquire_nowait()  # the common case: no scope, no scheduling
             return
-        raise self.translate(exc) from exc
+        except trio.WouldBlock:
+            pass
+        try:
+            with trio.fail_after(self._pool_timeout):
+                await self._slots.acquire()
+        except trio.TooSlowError as exc:
+            raise translate(exc, url=url, phase="pool") from exc
 
-    def translate(self, exc: httpx.HTTPError) -> UpstreamError:
-        url = self.url
-        partial = self.partial() if self.partial is not None else None
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if isinstance(exc, httpx.TimeoutException):
-            phase: TimeoutPhase = (
-                "connect"
-                if isinstance(exc, httpx.ConnectTimeout)
-                else "write"
-                if isinstance(exc, httpx.WriteTimeout)
-                else "pool"
-                if isinstance(exc, httpx.PoolTimeout)
-                else "read"
-            )
-            return UpstreamTimeout(f"SGLang {phase} timeout ({detail})", phase=phase, url=url, partial=partial)
-        if isinstance(exc, httpx.ConnectError):
-            return UpstreamUnavailable(f"cannot connect to SGLang ({detail})", url=url)
-        if isinstance(exc, (httpx.DecodingError, httpx.LocalProtocolError)):
-            return UpstreamProtocolError(f"HTTP protocol error ({detail})", url=url, partial=partial)
-        if isinstance(exc, (httpx.ReadError, httpx.WriteError, httpx.CloseError, httpx.RemoteProtocolError)):
-            if partial is not None:
-                return UpstreamStreamCut(f"SGLang stream cut ({detail})", url=url, partial=partial)
-            return UpstreamUnavailable(f"connection to SGLang lost ({detail})", url=url)
-        return UpstreamUnavailable(f"SGLang request failed ({detail})", url=url, partial=partial)
+    async def _start(
+        self,
+        target: _Target,
+        method: str,
+        body: Any,
+        headers: Mapping[str, str] | None,
+        read_timeout: float | None,
+        url: str,
+    ) -> tuple[_Connection, h11.Response]:
+        """Send the request and read the response head, with the stale-connection retry. The connection is in
+        ``_active`` on return; on an exception it is closed."""
+        fields = [(b"host", target.host_header)]
+        payload = None
+        if body is not None:
+            payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+            fields.append((b"content-type", b"application/json"))
+            fields.append((b"content-length", b"%d" % len(payload)))
+        elif method != "GET":
+            fields.append((b"content-length", b"0"))
+        if headers:
+            fields.extend((name.lower().encode("ascii"), value.encode("ascii")) for name, value in headers.items())
+        try:
+            request = h11.Request(method=method.encode("ascii"), target=target.path, headers=fields)
+        except h11.LocalProtocolError as exc:  # e.g. a header value with a newline
+            raise translate(exc, url=url, phase="write") from exc
+        data = None if payload is None else h11.Data(data=payload)
+        end = h11.EndOfMessage()
+
+        conn = self._take_idle(target.key)
+        may_retry = conn is not None
+        if conn is None:
+            conn = await self._connect(target, url)
+        while True:
+            self._active.add(conn)
+            phase: Phase = "write"
+            try:
+                h = conn.h11
+                out = h.send(request)
+                if data is not None:
+                    out += h.send(data)
+                out += h.send(end)
+                await conn.send_all(out, self._write_timeout)
+                phase = "read"
+                while True:
+                    event = await conn.next_event(read_timeout)
+                    if type(event) is h11.Response:
+                        return conn, event
+                    if type(event) is not h11.InformationalResponse:  # 1xx: wait for the real one
+                        raise h11.RemoteProtocolError(f"unexpected {event!r} before the response")
+            except IO_ERRORS as exc:
+                self._discard(conn)
+                if may_retry and not conn.got_bytes and not self._closed and _is_connection_loss(exc, conn.eof):
+                    may_retry = False
+                    self._retries += 1
+                    conn = await self._connect(target, url)
+                    continue
+                raise translate(exc, url=url, phase=phase, eof=conn.eof) from exc
+            except BaseException:
+                self._discard(conn)
+                raise
+
+    def _take_idle(self, key: tuple[str, int]) -> _Connection | None:
+        idle = self._idle.get(key)
+        if not idle:
+            return None
+        expiry = self._keepalive_expiry
+        now = trio.current_time()
+        while idle:
+            conn = idle.pop()  # the newest: least likely to have been closed by the server
+            if expiry is not None and now - conn.idle_since > expiry:
+                conn.close()  # expired, and every older one with it
+                while idle:
+                    idle.popleft().close()
+                return None
+            # One poll() on this connection only. Readable while idle means EOF (the server's keep-alive timeout;
+            # uvicorn's and hypercorn's is 5 s) or junk: either way unusable.
+            if conn.sock.is_readable():
+                conn.close()
+                self._stale += 1
+                continue
+            conn.got_bytes = False
+            self._reused += 1
+            return conn
+        return None
+
+    async def _connect(self, target: _Target, url: str) -> _Connection:
+        self._make_room()
+        try:
+            with trio.fail_after(self._connect_timeout):
+                stream = await trio.open_tcp_stream(target.host, target.port)  # sets TCP_NODELAY
+        except (OSError, trio.TooSlowError) as exc:
+            raise translate(exc, url=url, phase="connect") from exc
+        self._opened += 1
+        # The raw trio socket, not the SocketStream wrapper: one layer less per send and receive.
+        return _Connection(stream.socket, target.key)
+
+    def _make_room(self) -> None:
+        """Before opening a socket: close idle connections (oldest first) while the open count is at the bound."""
+        excess = len(self._active) + sum(len(idle) for idle in self._idle.values()) - self._max_connections + 1
+        while excess > 0:
+            queues = [idle for idle in self._idle.values() if idle]
+            if not queues:
+                return
+            min(queues, key=lambda idle: idle[0].idle_since).popleft().close()
+            excess -= 1
+
+    def _finish(self, conn: _Connection) -> None:
+        """A response was read to its end: back to the pool if h11 allows another cycle, else close."""
+        self._active.discard(conn)
+        h = conn.h11
+        if conn.closed or self._closed or conn.eof or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
+            conn.close()  # includes Connection: close (h11 then says MUST_CLOSE)
+            return
+        h.start_next_cycle()
+        if h.trailing_data[0]:  # bytes after the response that nobody asked for
+            conn.close()
+            return
+        conn.idle_since = now = trio.current_time()
+        idle = self._idle.get(conn.key)
+        if idle is None:
+            idle = self._idle[conn.key] = deque()
+        expiry = self._keepalive_expiry
+        if expiry is not None:  # drop the expired ones while we are here (oldest on the left)
+            while idle and now - idle[0].idle_since > expiry:
+                idle.popleft().close()
+        idle.append(conn)
+
+    def _discard(self, conn: _Connection) -> None:
+        self._active.discard(conn)
+        conn.close()
 
 
-async def close_response(response: Any, chunks: AsyncGenerator[bytes, None] | None) -> None:
-    """Close a streamed response now (the server sees the disconnect) and unwind its body iterator.
+class StreamResponse:
+    """A response whose body is read piece by piece (``/generate`` with ``stream: true``).
 
-    httpx's body iterator is a chain of six nested async generators, and closing the outer one leaves the inner
-    ones suspended until garbage collection, where trio warns about each of them (encode/httpx#3686). Once the
-    response is closed, one more step of the iterator fails at once (the socket is gone) and that exception
-    finishes every generator of the chain. Errors are irrelevant here: the response is being thrown away.
-    Call it inside a shielded scope; nothing here waits on the network.
+    It holds a pool slot and its connection until :meth:`close`. Closing after the end of the body returns the
+    connection to the pool; closing before closes the socket at once, so the server sees the disconnect (SGLang
+    aborts disconnected requests).
     """
-    try:
-        await response.aclose()
-    finally:
-        if chunks is not None:
-            for _ in range(10_000):  # bounded: only chunks h11 already buffered can come back
-                try:
-                    await chunks.__anext__()
-                except StopAsyncIteration:
+
+    __slots__ = ("status", "headers", "url", "_pool", "_conn", "_partial", "_done", "_closed", "_failure")
+
+    def __init__(
+        self,
+        pool: HTTPClient,
+        conn: _Connection,
+        head: h11.Response,
+        url: str,
+        partial: Callable[[], Partial] | None,
+    ) -> None:
+        self.status: int = head.status_code
+        self.headers: list[tuple[bytes, bytes]] = head.headers
+        self.url = url
+        self._pool = pool
+        self._conn = conn
+        self._partial = partial
+        self._done = False  # EndOfMessage seen
+        self._closed = False
+        self._failure: BaseException | None = None  # an I/O error still to be raised (see receive)
+
+    @property
+    def complete(self) -> bool:
+        """The whole body has been read."""
+        return self._done
+
+    async def receive(self) -> bytes | None:
+        """The body bytes of the next receive (every h11 piece already parsed, joined), or None at the end.
+
+        Raises UpstreamStreamCut / UpstreamProtocolError (with ``partial``) and trio.Cancelled; after an error
+        the connection is closed. No read timeout: token gaps, long prefills and pauses can last minutes."""
+        if self._failure is not None:
+            raise self._fail(self._failure)
+        if self._done or self._closed:
+            return None
+        conn = self._conn
+        h = conn.h11
+        pieces: list[bytearray] = []
+        try:
+            while True:
+                event = h.next_event()
+                kind = type(event)
+                if kind is h11.Data:
+                    pieces.append(event.data)
+                elif event is h11.NEED_DATA:
+                    if pieces:
+                        break
+                    await conn.receive(None)
+                elif kind is h11.EndOfMessage:
+                    self._done = True
                     break
-                except Exception:  # httpx.ReadError "socket was already closed", or similar
-                    break
-            await chunks.aclose()
+                else:
+                    raise h11.RemoteProtocolError(f"unexpected {event!r} in a response body")
+        except IO_ERRORS as exc:
+            self.close()  # broken: close it now, whatever comes next
+            if not pieces:
+                raise self._fail(exc) from exc
+            # Bad framing right after good pieces of the same receive: hand those out first (they hold tokens
+            # the caller must see, and that the error's ``partial`` then includes); the next call raises.
+            self._failure = exc
+        if not pieces:
+            return None
+        return b"".join(pieces)
+
+    def _fail(self, exc: BaseException) -> UpstreamError:
+        self._failure = exc
+        partial = self._partial() if self._partial is not None else None
+        error = translate(exc, url=self.url, phase="read", partial=partial, eof=self._conn.eof)
+        error.__cause__ = exc
+        return error
+
+    async def read(self) -> bytes:
+        """The rest of the body, for an error status: not a token stream, so a connection lost here is
+        UpstreamUnavailable (no ``partial``), as for any non-streaming body."""
+        self._partial = None
+        pieces = []
+        while (piece := await self.receive()) is not None:
+            pieces.append(piece)
+        return b"".join(pieces)
+
+    def close(self) -> None:
+        """Release the connection (to the pool if the body was read to its end, else closed now) and the pool
+        slot. Synchronous and idempotent: nothing here waits, so a cancelled caller still closes."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._done:
+            self._pool._finish(self._conn)
+        else:
+            self._pool._discard(self._conn)
+        self._pool._slots.release()

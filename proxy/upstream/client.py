@@ -1,8 +1,8 @@
 """The SGLang client: ``/generate`` streamed into token events, abort, pause, versions and parser endpoints.
 
-Trio + the HTTP library of ``_httplib`` (httpx). Decoding is the sans-IO ``chunks.ChunkDecoder``; every HTTP
-library exception passes through ``_httplib.HTTPErrorTranslator`` and every error status through
-``errors.error_from_response``, so callers only ever see ``errors.UpstreamError`` subclasses (or
+Trio + the HTTP/1.1 client of ``_httplib`` (trio sockets and h11). Decoding is the sans-IO
+``chunks.ChunkDecoder``; every socket, h11 or timeout error is translated by ``_httplib.translate`` and every
+error status by ``errors.error_from_response``, so callers only ever see ``errors.UpstreamError`` subclasses (or
 ``trio.Cancelled``, which is never caught).
 
 URLs. ``router_url`` serves generation, ``/model_info`` and ``/v1/models``: a gateway, or a single SGLang server.
@@ -17,8 +17,8 @@ pause, continue and updates raise ``UpstreamNotConfigured``. For one server with
 Streams. ``generate_stream`` returns a :class:`GenerateStream`, used as ``async with ... as events: async for
 event in events``. No cancel scope is held between events. Leaving the block after the final event reads the
 stream to its end (``[DONE]``, then EOF; bounded by ``drain_timeout``) so the connection returns to the pool;
-leaving it any other way (an error, a ``break``, a cancellation) closes the connection at once, shielded from
-cancellation, so SGLang sees the disconnect.
+leaving it any other way (an error, a ``break``, a cancellation) closes the connection at once (a synchronous
+socket close, which no cancellation can skip), so SGLang sees the disconnect.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import trio
 
-from proxy.upstream._httplib import HTTPErrorTranslator, close_response, make_async_client, make_timeout
+from proxy.upstream._httplib import HTTPClient, PoolStatistics, StreamResponse
 from proxy.upstream.chunks import ChunkDecoder, SSEParser
 from proxy.upstream.errors import (
     UpstreamError,
@@ -77,8 +77,10 @@ class SGLangClient:
     ) -> None:
         """
         ``max_connections``: pool size, i.e. the most concurrent requests (streams hold one each).
-        ``connect_timeout`` / ``write_timeout`` / ``pool_timeout``: httpx timeouts for every request; there is
-        never a read timeout on generation (long prefills, token gaps, requests held by a pause).
+        ``connect_timeout`` / ``write_timeout`` / ``pool_timeout``: timeouts for every request (connecting,
+        sending, waiting for a pool slot); there is never a read timeout on generation (long prefills, token
+        gaps, requests held by a pause).
+        ``keepalive_expiry``: how long an idle connection is kept for reuse.
         ``control_timeout``: read timeout of short calls (abort, model info, parsers); pause, continue and
         weight updates wait without one, since SGLang answers them only once in-flight requests have returned.
         ``drain_timeout``: how long to read a finished stream to its end before dropping the connection.
@@ -91,16 +93,14 @@ class SGLangClient:
         self.worker_urls = tuple(_base(u) for u in worker_urls)
         self.incremental_streaming = incremental_streaming
         self.drain_timeout = drain_timeout
-        self._http = make_async_client(
+        self._http = HTTPClient(
             max_connections=max_connections,
             connect_timeout=connect_timeout,
             write_timeout=write_timeout,
             pool_timeout=pool_timeout,
             keepalive_expiry=keepalive_expiry,
         )
-        self._control_timeout = make_timeout(
-            connect=connect_timeout, read=control_timeout, write=write_timeout, pool=pool_timeout
-        )
+        self._control_timeout = control_timeout
         self._open_streams = 0
         self._streams_started = 0
         self._requests_sent = 0
@@ -119,9 +119,10 @@ class SGLangClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close every pooled connection (shielded: closing sockets is local and quick)."""
-        with trio.CancelScope(shield=True):
-            await self._http.aclose()
+        """Close every connection, pooled or in use (a stream still being read then fails as cut). Closing
+        sockets is synchronous, so a cancelled caller still closes them all; later requests raise RuntimeError."""
+        self._http.close()
+        await trio.lowlevel.cancel_shielded_checkpoint()  # a scheduling point that never raises Cancelled
 
     def statistics(self) -> ClientStatistics:
         return ClientStatistics(
@@ -129,6 +130,11 @@ class SGLangClient:
             streams_started=self._streams_started,
             requests_sent=self._requests_sent,
         )
+
+    def pool_statistics(self) -> PoolStatistics:
+        """The connection pool: idle and active connections, connections opened and reused, stale ones
+        discarded, stale keep-alive retries."""
+        return self._http.statistics()
 
     # -- generation ------------------------------------------------------------------------------------------
 
@@ -321,26 +327,21 @@ class SGLangClient:
         headers: Mapping[str, str] | None = None,
         timeout: Any = _CONTROL,
     ) -> Any:
-        """One non-streaming request; the parsed JSON reply (None for an empty body)."""
-        kwargs: dict[str, Any] = {"headers": headers}
-        if body is not None:
-            kwargs["json"] = body
-        if timeout is _CONTROL:
-            kwargs["timeout"] = self._control_timeout
-        elif timeout is not None:  # None: the client's default (no read timeout)
-            kwargs["timeout"] = timeout
+        """One non-streaming request; the parsed JSON reply (None for an empty body).
+
+        ``timeout`` is the read timeout: the control-call one by default, None for none."""
+        read_timeout = self._control_timeout if timeout is _CONTROL else timeout
         self._requests_sent += 1
-        with HTTPErrorTranslator(url):
-            response = await self._http.request(method, url, **kwargs)
-        if response.status_code >= 400:
-            raise error_from_response(response.status_code, response.content, url=url)
+        response = await self._http.request(method, url, body, headers=headers, read_timeout=read_timeout)
+        if response.status >= 400:
+            raise error_from_response(response.status, response.content, url=url)
         content = response.content
         if not content.strip():
             return None
         try:
             return json.loads(content)
         except ValueError:
-            if "json" in response.headers.get("content-type", ""):
+            if "json" in (response.header("content-type") or ""):
                 raise UpstreamProtocolError(f"reply is not JSON: {content[:200]!r}", url=url) from None
             return content.decode("utf-8", "replace")  # e.g. /flush_cache answers in plain text
 
@@ -400,9 +401,8 @@ class GenerateStream:
         self._decoder = decoder
         self._sse = SSEParser()
         self._events: deque[Event] = deque()
-        self._translator = HTTPErrorTranslator(url, partial=decoder.partial)
-        self._response: Any = None
-        self._chunks: Any = None  # the response's byte iterator (an async generator we close ourselves)
+        self._response: StreamResponse | None = None
+        self._entered = False
         self._eof = False
         self._closed = False
         self._error: UpstreamError | None = None
@@ -421,23 +421,23 @@ class GenerateStream:
         return self._decoder.partial()
 
     async def __aenter__(self) -> GenerateStream:
-        if self._response is not None:
+        if self._entered:
             raise RuntimeError("a GenerateStream can be entered only once")
+        self._entered = True
         client = self._client
-        request = client._http.build_request("POST", self.url, json=self.body, headers=self._headers)
         client._requests_sent += 1
-        with HTTPErrorTranslator(self.url):
-            self._response = await client._http.send(request, stream=True)
+        response = await client._http.stream(
+            "POST", self.url, self.body, headers=self._headers, partial=self._decoder.partial
+        )
+        self._response = response
         client._open_streams += 1
         client._streams_started += 1
         try:
-            if self._response.status_code >= 400:
-                with HTTPErrorTranslator(self.url):
-                    content = await self._response.aread()
-                raise error_from_response(self._response.status_code, content, url=self.url)
-            self._chunks = self._response.aiter_bytes()
+            if response.status >= 400:
+                content = await response.read()
+                raise error_from_response(response.status, content, url=self.url)
         except BaseException:
-            await self._close()
+            self._close()
             raise
         return self
 
@@ -448,31 +448,43 @@ class GenerateStream:
             if exc_type is None and self._decoder.result is not None and not self._eof:
                 await self._drain()
         finally:
-            await self._close()
+            self._close()
 
     def __aiter__(self) -> GenerateStream:
         return self
 
     async def __anext__(self) -> Event:
-        if self._chunks is None:
+        await self._fill()
+        if not self._events:
+            raise StopAsyncIteration
+        return self._events.popleft()
+
+    async def receive_batch(self) -> list[Event]:
+        """Every event decoded from the next read (at least one), in order; ``[]`` at the end of the stream.
+
+        The same events as iterating, grouped as they arrived: a consumer that handles a read at once (one state
+        machine step for all its tokens) saves a step per token when the upstream is ahead of it."""
+        await self._fill()
+        batch = list(self._events)
+        self._events.clear()
+        return batch
+
+    async def _fill(self) -> None:
+        """Read until an event is decoded, the stream ends, or an error is due (raised here)."""
+        if self._response is None:
             raise RuntimeError("iterate a GenerateStream inside 'async with'")
         await trio.lowlevel.checkpoint_if_cancelled()  # buffered events must not hide a cancellation
         while not self._events:
             if self._error is not None:
                 raise self._error
             if self._eof:
-                raise StopAsyncIteration
+                return
             await self._read()
-        return self._events.popleft()
 
     async def _read(self) -> None:
         """Read one piece of the body and decode it. A decoding error is raised only after the events decoded
         before it (in the same piece) have been handed out."""
-        with self._translator:
-            try:
-                data = await self._chunks.__anext__()
-            except StopAsyncIteration:
-                data = None
+        data = await self._response.receive()  # type: ignore[union-attr]
         try:
             if data is None:
                 self._eof = True
@@ -485,27 +497,27 @@ class GenerateStream:
             self._error = exc
 
     async def _drain(self) -> None:
-        """After the final event: read up to EOF so the connection can be reused; errors no longer matter."""
+        """After the final event: read up to the end of the body so the connection can be reused; errors no
+        longer matter (the connection is then simply closed instead)."""
+        response = self._response
+        assert response is not None
         with trio.move_on_after(self._client.drain_timeout):
             try:
-                while not self._eof:
-                    with self._translator:
-                        try:
-                            await self._chunks.__anext__()
-                        except StopAsyncIteration:
-                            self._eof = True
+                while await response.receive() is not None:
+                    pass
+                self._eof = True
             except UpstreamError:
-                pass  # the result is complete; the connection is simply not reused
+                pass
 
-    async def _close(self) -> None:
+    def _close(self) -> None:
+        """Give the connection back (body read to its end) or close it now, so SGLang sees the disconnect.
+        Synchronous: a cancelled caller cannot skip it, and the socket is closed before anything else runs."""
         if self._closed:
             return
         self._closed = True
         self._client._open_streams -= 1
-        # Shielded: closing is local and fast, and must happen even when the caller's scope is cancelled, so
-        # that SGLang sees the disconnect now rather than when the garbage collector finds the socket.
-        with trio.CancelScope(shield=True):
-            await close_response(self._response, None if self._eof else self._chunks)
+        if self._response is not None:
+            self._response.close()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -515,6 +527,9 @@ def _base(url: str) -> str:
     url = url.rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"SGLang URL must start with http:// or https://, got {url!r}")
+    if url.startswith("https://"):
+        raise ValueError(f"https is not supported: the SGLang client speaks plain HTTP/1.1 (http://), got {url!r}")
+    HTTPClient.check_url(url)
     return url
 
 

@@ -1,6 +1,6 @@
 """The project's upstream errors (pure: no I/O imports, so the sans-IO decoder can raise them too).
 
-httpx exceptions become these in exactly one place, ``_httplib.HTTPErrorTranslator``; HTTP error statuses and
+Socket, h11 and timeout errors become these in exactly one place, ``_httplib.translate``; HTTP error statuses and
 in-stream error chunks become :class:`UpstreamHTTPError` through :func:`error_from_response` /
 :func:`error_from_chunk` below. ``trio.Cancelled`` is never caught or translated anywhere.
 
@@ -47,7 +47,8 @@ class UpstreamUnavailable(UpstreamError):
 
 
 class UpstreamTimeout(UpstreamError):
-    """An httpx timeout. ``phase`` says which one; streams have no read timeout, so it is rarely ``read``."""
+    """An upstream timeout; ``phase`` says which one (pool, connect, write or read). Streams have no read
+    timeout, so it is rarely ``read``."""
 
     def __init__(self, message: str, *, phase: TimeoutPhase, url: str | None = None, partial: Partial | None = None):
         super().__init__(message, url=url, partial=partial)

@@ -120,6 +120,27 @@ async def test_stream_token_events_equal_the_engine_record(start_engine: StartEn
         assert client.statistics().open_streams == 0
 
 
+@pytest.mark.parametrize("incremental", [False, True], ids=["cumulative", "incremental"])
+async def test_batches_group_the_events_of_each_read_and_hold_every_token_once(
+    start_engine: StartEngine, incremental: bool
+):
+    handle = await start_engine(incremental_streaming_output=incremental)
+    async with SGLangClient.single_server(handle.url, incremental_streaming=incremental) as client:
+        batches: list[list[Event]] = []
+        with trio.fail_after(HANG_GUARD):
+            async with client.generate_stream(PROMPT, {"max_new_tokens": 40, "ignore_eos": True}) as stream:
+                while batch := await stream.receive_batch():
+                    batches.append(batch)
+                    if len(batches) == 1:
+                        await trio.sleep(0.2)  # fall behind the engine: the next reads hold several chunks
+                assert await stream.receive_batch() == []  # the end stays the end
+    events = [event for batch in batches for event in batch]
+    assert all(batch for batch in batches)
+    assert isinstance(events[-1], Finished) and all(isinstance(e, Token) for e in events[:-1])
+    assert_matches_record(events[:-1], events[-1], record_of(handle, stream.rid))  # type: ignore[arg-type]
+    assert len(events) - 1 == 40 and max(len(batch) for batch in batches) > 1
+
+
 async def test_length_finish_and_routed_experts(start_engine: StartEngine):
     handle = await start_engine(num_layers=3, num_experts=8, experts_per_token=2)
     start = len(PROMPT) - 1
@@ -165,8 +186,9 @@ async def test_finished_streams_are_read_to_the_end_and_reuse_the_connection(
             if isinstance(event, Finished):
                 break  # leaving after the final event still drains [DONE]
     await client.generate(PROMPT, {"max_new_tokens": 2})
-    pool = client._http._transport._pool  # httpx internals: the only way to see connection reuse
-    assert len(pool.connections) == 1
+    pool = client.pool_statistics()
+    assert (pool.connections_opened, pool.connections_reused) == (1, 4)  # five requests, one connection
+    assert (pool.idle_connections, pool.active_connections, pool.stale_discarded, pool.retries) == (1, 0, 0, 0)
     assert client.statistics().streams_started == 4
 
 

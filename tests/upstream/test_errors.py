@@ -1,17 +1,18 @@
-"""Error translation: httpx exceptions and error bodies become the project's errors; trio.Cancelled never does."""
+"""Error translation: socket, h11 and timeout errors and error bodies become the project's errors; trio.Cancelled
+never does. (Each translation is also provoked over real sockets in ``test_httplib.py``.)"""
 
 from __future__ import annotations
 
 import socket
 
+import h11
 import pytest
 import trio
 
 from proxy.upstream import _httplib
-from proxy.upstream._httplib import HTTPErrorTranslator, httpx
+from proxy.upstream._httplib import translate
 from proxy.upstream.client import SGLangClient
 from proxy.upstream.errors import (
-    UpstreamError,
     UpstreamHTTPError,
     UpstreamNotConfigured,
     UpstreamProtocolError,
@@ -38,7 +39,7 @@ async def test_connection_refused_is_unavailable_for_every_call():
             async with client.generate_stream([1, 2, 3]):
                 pass  # pragma: no cover
         assert info.value.url == url + "/generate"
-        assert isinstance(info.value.__cause__, httpx.ConnectError)
+        assert isinstance(info.value.__cause__, OSError) and "refused" in str(info.value)
         with pytest.raises(UpstreamUnavailable):
             await client.generate([1, 2, 3])
         with pytest.raises(UpstreamUnavailable):
@@ -46,6 +47,7 @@ async def test_connection_refused_is_unavailable_for_every_call():
         with pytest.raises(UpstreamUnavailable):
             await client.abort_all()
         assert client.statistics().open_streams == 0
+        assert client.pool_statistics().open_connections == 0
 
 
 async def test_worker_only_calls_without_workers():
@@ -64,47 +66,73 @@ async def test_worker_only_calls_without_workers():
             client.generate_stream([1], rid="req-1")
 
 
-def translate(exc: Exception, *, streaming: bool = False) -> UpstreamError:
-    partial = (lambda: Partial("r", (1, 2))) if streaming else None
-    with pytest.raises(UpstreamError) as info:
-        with HTTPErrorTranslator("http://x/generate", partial=partial):
-            raise exc
-    assert info.value.__cause__ is exc
-    return info.value
+PARTIAL = Partial("r", (1, 2))
+
+
+@pytest.mark.parametrize("phase", ["connect", "write", "pool", "read"])
+def test_timeouts_keep_their_phase(phase):
+    error = translate(trio.TooSlowError(), url="http://x/generate", phase=phase)
+    assert isinstance(error, UpstreamTimeout) and error.phase == phase and error.url == "http://x/generate"
+    during_stream = translate(trio.TooSlowError(), url="http://x", phase="read", partial=PARTIAL)
+    assert isinstance(during_stream, UpstreamTimeout) and during_stream.partial == PARTIAL
 
 
 @pytest.mark.parametrize(
-    ("exc", "phase"),
+    "exc",
     [
-        (httpx.ConnectTimeout("t"), "connect"),
-        (httpx.ReadTimeout("t"), "read"),
-        (httpx.WriteTimeout("t"), "write"),
-        (httpx.PoolTimeout("t"), "pool"),
+        ConnectionResetError(104, "Connection reset by peer"),
+        BrokenPipeError(32, "Broken pipe"),
+        trio.BrokenResourceError("reset"),
+        trio.ClosedResourceError("closed under us"),
     ],
 )
-def test_timeouts_keep_their_phase(exc, phase):
-    error = translate(exc)
-    assert isinstance(error, UpstreamTimeout) and error.phase == phase
+def test_lost_connection_is_a_stream_cut_only_inside_a_stream(exc):
+    cut = translate(exc, url="http://x", phase="read", partial=PARTIAL)
+    assert isinstance(cut, UpstreamStreamCut) and cut.partial.output_ids == (1, 2)
+    for phase in ("write", "read"):  # before the response, or during a non-streaming body
+        lost = translate(exc, url="http://x", phase=phase)
+        assert type(lost) is UpstreamUnavailable and lost.partial is None
 
 
-def test_lost_connection_is_a_stream_cut_only_inside_a_stream():
-    for exc in (httpx.ReadError("reset"), httpx.RemoteProtocolError("peer closed")):
-        cut = translate(exc, streaming=True)
-        assert isinstance(cut, UpstreamStreamCut) and cut.partial.output_ids == (1, 2)
-        assert isinstance(translate(exc), UpstreamUnavailable)
-    assert isinstance(translate(httpx.DecodingError("gzip")), UpstreamProtocolError)
-    assert isinstance(translate(httpx.UnsupportedProtocol("ftp")), UpstreamUnavailable)
+def test_eof_inside_a_message_is_a_lost_connection_not_a_protocol_error():
+    """h11 reports a body cut short by EOF as a RemoteProtocolError; after EOF it means the connection was lost."""
+    incomplete = h11.RemoteProtocolError("peer closed connection without sending complete message body")
+    cut = translate(incomplete, url="http://x", phase="read", partial=PARTIAL, eof=True)
+    assert isinstance(cut, UpstreamStreamCut) and cut.partial == PARTIAL
+    assert type(translate(incomplete, url="http://x", phase="read", eof=True)) is UpstreamUnavailable
+
+
+def test_protocol_violations_are_protocol_errors():
+    garbage = h11.RemoteProtocolError("illegal status line")
+    assert type(translate(garbage, url="http://x", phase="read")) is UpstreamProtocolError
+    in_stream = translate(garbage, url="http://x", phase="read", partial=PARTIAL)
+    assert type(in_stream) is UpstreamProtocolError and in_stream.partial == PARTIAL
+    bad_header = h11.LocalProtocolError("Illegal header value")
+    assert type(translate(bad_header, url="http://x", phase="write")) is UpstreamProtocolError
+
+
+def test_connect_failures_are_unavailable_with_the_reason():
+    group = ExceptionGroup("attempts", [ConnectionRefusedError(111, "Connection refused")])
+    exc = OSError("all attempts to connect to 127.0.0.1:1 failed")
+    exc.__cause__ = group
+    error = translate(exc, url="http://127.0.0.1:1", phase="connect")
+    assert type(error) is UpstreamUnavailable and "Connection refused" in str(error)
+    assert type(translate(socket.gaierror(-2, "Name or service not known"), url="http://x", phase="connect")) \
+        is UpstreamUnavailable
 
 
 async def test_cancelled_and_other_exceptions_pass_through_untouched():
-    with trio.CancelScope() as scope:
-        with HTTPErrorTranslator("http://x"):
+    """The HTTP layer catches only its I/O errors: cancellation (and anything else) is never translated."""
+    assert not issubclass(trio.Cancelled, _httplib.IO_ERRORS)
+    assert not issubclass(KeyError, _httplib.IO_ERRORS) and not issubclass(ValueError, _httplib.IO_ERRORS)
+    async with SGLangClient.single_server(closed_port_url()) as client:
+        with trio.CancelScope() as scope:
             scope.cancel()
-            await trio.lowlevel.checkpoint()
-    assert scope.cancelled_caught
-    with pytest.raises(KeyError):
-        with HTTPErrorTranslator("http://x"):
-            raise KeyError("mine")
+            await client.model_info()
+        assert scope.cancelled_caught
+        assert client.pool_statistics().open_connections == 0
+        with pytest.raises(ValueError):  # NaN is not JSON: refused before anything is sent, and not translated
+            await client.generate([1], {"temperature": float("nan")})
 
 
 def test_error_bodies_are_parsed():
@@ -117,14 +145,14 @@ def test_error_bodies_are_parsed():
     assert isinstance(sglang, UpstreamHTTPError) and "HTTP 400" in str(sglang)
 
 
-def test_httpx_is_imported_in_one_module_only():
-    """Swapping httpx for httpx2 is a one-line change in _httplib."""
+def test_sockets_and_h11_are_used_in_the_http_layer_only():
+    """Only ``_httplib`` touches sockets, h11 or an HTTP library; the rest of the client speaks its API."""
     import pathlib
+    import re
 
     package = pathlib.Path(_httplib.__file__).parent
-    importers = sorted(
-        p.name
-        for p in package.glob("*.py")
-        if any(line.startswith(("import httpx", "from httpx")) for line in p.read_text().splitlines())
+    io = re.compile(r"^\s*(import|from) (h11|httpx|httpx2|httpcore|socket|ssl)\b|trio\.socket|open_tcp_stream|SocketStream")
+    users = sorted(
+        p.name for p in package.glob("*.py") if any(io.search(line) for line in p.read_text().splitlines())
     )
-    assert importers == ["_httplib.py"]
+    assert users == ["_httplib.py"]
