@@ -81,13 +81,16 @@ async def read_request(
             return_routed_experts=return_routed_experts,
             routed_experts_start_len=routed_experts_start_len if return_routed_experts else None,
         ) as events:
-            async for event in events:
-                if isinstance(event, Token):
-                    await on_tokens((event,))
-                else:
-                    finished = event
-                    if on_finished is not None:
-                        on_finished(event)
+            while batch := await events.receive_batch():
+                # The tokens of one read go together (one machine step); the final event comes after them.
+                tokens = [event for event in batch if isinstance(event, Token)]
+                if tokens:
+                    await on_tokens(tokens)
+                for event in batch:
+                    if isinstance(event, Finished):
+                        finished = event
+                        if on_finished is not None:
+                            on_finished(event)
     except UpstreamError as exc:
         if finished is not None:
             # Failed while draining after the final event: the result is complete.

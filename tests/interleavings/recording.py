@@ -63,11 +63,11 @@ class Piece:
 
 
 class _RecordingEvents:
-    """The stream's event iterator, recording each event as the reader takes it (no async generator: nothing to
-    finalize when the reader is cancelled)."""
+    """The stream, recording each event as the reader takes it (a batch: each of its events, with the gate's state
+    at that moment)."""
 
-    def __init__(self, events: Any, piece: Piece, gate: Any) -> None:
-        self._events = events.__aiter__()
+    def __init__(self, stream: Any, piece: Piece, gate: Any) -> None:
+        self._stream = stream
         self._piece = piece
         self._gate = gate
 
@@ -75,12 +75,21 @@ class _RecordingEvents:
         return self
 
     async def __anext__(self) -> Any:
-        event = await self._events.__anext__()
+        event = await self._stream.__anext__()
+        self._record(event)
+        return event
+
+    async def receive_batch(self) -> list[Any]:
+        batch = await self._stream.receive_batch()
+        for event in batch:
+            self._record(event)
+        return batch
+
+    def _record(self, event: Any) -> None:
         if isinstance(event, Token):
             self._piece.tokens.append(Received(event.token_id, event.weight_version, self._gate.statistics().state))
         elif isinstance(event, Finished):
             self._piece.finished = event
-        return event
 
 
 class _RecordingStream:
