@@ -28,10 +28,10 @@ id; where logprobs are present there is one triple per id and its id matches.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from proxy.upstream import wire_json
 from proxy.upstream.errors import UpstreamProtocolError, UpstreamStreamCut, error_from_chunk
 from proxy.upstream.events import (
     Event,
@@ -147,7 +147,7 @@ class ChunkDecoder:
             self.feed_done()
             return []
         try:
-            chunk = json.loads(payload)
+            chunk = wire_json.loads(payload)
         except ValueError as exc:
             raise self._protocol_error(f"chunk is not JSON ({exc}): {payload[:200]!r}") from None
         return self.feed_chunk(chunk)

@@ -23,7 +23,6 @@ socket close, which no cancellation can skip), so SGLang sees the disconnect.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
@@ -32,6 +31,7 @@ from typing import Any, Literal
 import trio
 
 from proxy.upstream._httplib import HTTPClient, PoolStatistics, StreamResponse
+from proxy.upstream import wire_json
 from proxy.upstream.chunks import ChunkDecoder, SSEParser
 from proxy.upstream.errors import (
     UpstreamError,
@@ -339,7 +339,7 @@ class SGLangClient:
         if not content.strip():
             return None
         try:
-            return json.loads(content)
+            return wire_json.loads(content)
         except ValueError:
             if "json" in (response.header("content-type") or ""):
                 raise UpstreamProtocolError(f"reply is not JSON: {content[:200]!r}", url=url) from None
