@@ -50,7 +50,7 @@ Phase = Literal["pool", "connect", "write", "read"]
 RECEIVE_SIZE = 65536
 
 #: What a socket exchange can raise besides cancellation: socket errors (trio raises OSError on its raw sockets,
-#: Broken/ClosedResourceError when a socket is closed under a waiting task), our own timeouts (``fail_after``),
+#: Broken/ClosedResourceError when a socket is closed under a waiting task), our own timeouts (``TooSlowError``),
 #: and h11's protocol errors. Everything else (``trio.Cancelled`` above all) passes through untouched.
 IO_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, h11.ProtocolError)
 
@@ -165,9 +165,13 @@ class _Connection:
     async def send_all(self, data: bytes, timeout: float | None) -> None:
         if timeout is None:
             await self._send_all(data)
-        else:
-            with trio.fail_after(timeout):
-                await self._send_all(data)
+            return
+        # move_on_after is a bare CancelScope; fail_after is a generator context manager around one, which costs
+        # more than the send itself on this path (every request).
+        with trio.move_on_after(timeout) as scope:
+            await self._send_all(data)
+        if scope.cancelled_caught:
+            raise trio.TooSlowError
 
     async def _send_all(self, data: bytes) -> None:
         sent = await self.sock.send(data)
@@ -181,8 +185,11 @@ class _Connection:
         if timeout is None:
             data = await self.sock.recv(RECEIVE_SIZE)
         else:
-            with trio.fail_after(timeout):
+            data = b""
+            with trio.move_on_after(timeout) as scope:  # not fail_after: see send_all
                 data = await self.sock.recv(RECEIVE_SIZE)
+            if scope.cancelled_caught:
+                raise trio.TooSlowError
         if data:
             self.got_bytes = True
         else:
