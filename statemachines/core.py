@@ -100,6 +100,11 @@ class Transition:
     event: type
     action: Callable[[Any, Any, Any], Goto]
     branches: tuple[Branch, ...]
+    # (target, effect types) per branch, for the check on every step (built once: this runs per event).
+    allowed: tuple[tuple[enum.Enum, frozenset[type]], ...] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "allowed", tuple((b.target, frozenset(b.effects)) for b in self.branches))
 
 
 def on(state: enum.Enum, event: type, action: Callable[[Any, Any, Any], Goto], *branches: Branch) -> Transition:
@@ -209,7 +214,8 @@ class TransitionTable:
             raise IllegalTransition(self.machine, state, event, refusal.reason) from None
         # The table is the spec: the action may only take a branch that the row declares.
         emitted = {type(effect) for effect in goto.effects}
-        if not any(b.target is goto.target and emitted <= set(b.effects) for b in row.branches):
+        target = goto.target
+        if not any(allowed_target is target and emitted <= effects for allowed_target, effects in row.allowed):
             raise TableError(
                 f"{self.machine}: ({state.name}, {type(event).__name__}) went to {goto.target.name} emitting "
                 f"{sorted(t.__name__ for t in emitted)}, which no branch of its row declares"
