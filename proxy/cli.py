@@ -11,7 +11,7 @@ import attrs
 import trio
 
 from proxy.app import create_proxy_app
-from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args
+from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args, sglang_ssl_context
 from proxy.serving import serve_app
 from proxy.services import ProxyServices
 from proxy.tokenizer_files import TokenizerFilesError, model_tokenizer_path
@@ -65,7 +65,10 @@ async def run_proxy(
             router_url, worker_urls = engine_handle.url, (engine_handle.url,)
         else:
             router_url, worker_urls = config.sglang_router_url, config.sglang_worker_urls
-        async with SGLangClient(router_url, worker_urls, max_connections=config.upstream_max_connections) as upstream:
+        ssl_context = sglang_ssl_context(config.sglang_ca_file)
+        async with SGLangClient(
+            router_url, worker_urls, max_connections=config.upstream_max_connections, ssl_context=ssl_context
+        ) as upstream:
             # Loading the tokenizer takes about a second; keep the event loop (and the engine) responsive.
             services = await trio.to_thread.run_sync(ProxyServices.build, config, upstream)
             app = create_proxy_app(services)

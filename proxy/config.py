@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 from pathlib import Path
 from typing import Any, Callable
 
@@ -88,6 +89,8 @@ class ProxyConfig:
     sglang_router_url: str | None = None
     #: SGLang worker URLs, for /abort_request and /pause_generation (the gateway has neither)
     sglang_worker_urls: tuple[str, ...] = ()
+    #: PEM file of the CA certificates trusted for https:// SGLang URLs, instead of the system store
+    sglang_ca_file: Path | None = None
     #: maximum concurrent upstream connections (sized above the expected concurrency, stack-notes 4)
     upstream_max_connections: int = 512
     #: concat (TITO concatenation along the path) or last_step (re-render the last step at finalize)
@@ -142,12 +145,27 @@ class ProxyConfig:
         """A JSON-ready view for /health and the start-up log."""
         view = attrs.asdict(self)
         view["tokenizer_path"] = str(self.tokenizer_path) if self.tokenizer_path else None
+        view["sglang_ca_file"] = str(self.sglang_ca_file) if self.sglang_ca_file else None
         view["sglang_worker_urls"] = list(self.sglang_worker_urls)
         view["embedded_engine"] = self.uses_embedded_engine
         view["tito_model"] = self.effective_tito_model
         view["model_tool_call_type"] = self.effective_tool_call_type
         view["model_reasoning_type"] = self.effective_reasoning_type
         return view
+
+
+def sglang_ssl_context(ca_file: Path | None) -> ssl.SSLContext | None:
+    """The TLS context for https:// SGLang URLs: None (the client's default: system CAs, hostname verification)
+    without a CA file; with one, only the CA certificates of that PEM file are trusted (hostnames still checked).
+    Raises ConfigError if the file cannot be loaded."""
+    if ca_file is None:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=str(ca_file))
+    except (OSError, ValueError) as exc:  # missing file, not PEM (ssl.SSLError is an OSError)
+        raise ConfigError(f"--sglang-ca-file {str(ca_file)!r}: cannot load CA certificates ({exc})") from None
+    context.set_alpn_protocols(["http/1.1"])
+    return context
 
 
 def positive_int(text: str) -> int:
@@ -187,6 +205,10 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_argument(
         server, "--sglang-worker-urls", convert=parse_url_list, default=(),
         help="SGLang worker URLs (comma-separated) for abort and pause, which the router does not forward",
+    )
+    add_env_argument(
+        server, "--sglang-ca-file", convert=Path, default=None, metavar="PEM",
+        help="CA certificates (PEM) to trust for https:// SGLang URLs instead of the system store",
     )
     add_env_argument(
         server, "--upstream-max-connections", convert=positive_int, default=512,
@@ -243,13 +265,16 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def proxy_config_from_args(args: argparse.Namespace) -> ProxyConfig:
+    """Raises ConfigError for a setting that cannot be used (a CA file that does not load)."""
     router = args.sglang_router_url.rstrip("/") if args.sglang_router_url else None
+    sglang_ssl_context(args.sglang_ca_file)  # fail at start-up, with the flag's name, not at the first request
     return ProxyConfig(
         host=args.host,
         port=args.port,
         tokenizer_path=args.tokenizer_path,
         sglang_router_url=router,
         sglang_worker_urls=tuple(args.sglang_worker_urls),
+        sglang_ca_file=args.sglang_ca_file,
         upstream_max_connections=args.upstream_max_connections,
         trajectory_build_mode=args.trajectory_build_mode,
         trajectory_build_model=args.trajectory_build_model,

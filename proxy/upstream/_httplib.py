@@ -11,8 +11,13 @@ responses that are either a Content-Length JSON body or a chunked SSE stream. So
 that: a keep-alive pool of TCP connections, h11 for the protocol (the parser hypercorn itself uses), explicit
 timeouts, and one error translation. ``bench/upstream_client.py`` measures it against httpx2.
 
-What it deliberately does not do: https (refused when the client is built), proxies, redirects, cookies,
-compression, HTTP/2, ``Expect: 100-continue``.
+https (an SGLang behind a TLS gateway or ingress) goes through ``trio.SSLStream`` over the same TCP connection:
+:class:`_TLSConnection` overrides only the send and the receive, so the plain http path (the raw trio socket's
+``send``/``recv``) is untouched. The idle check and the synchronous close work on the transport socket in both
+cases. The TLS context is ``ssl.create_default_context()`` (system CAs, hostname verification, ALPN
+``http/1.1``) unless the caller passes one.
+
+What it deliberately does not do: proxies, redirects, cookies, compression, HTTP/2, ``Expect: 100-continue``.
 
 Cost notes (measured on the 2-core bench machine): building and serializing a request with h11 costs ~16 us,
 pre-formatting the bytes by hand ~1 us, but h11's state machine has to see the request to parse the response
@@ -24,8 +29,10 @@ from __future__ import annotations
 
 import json
 import math
+import ssl
 from collections import deque
 from collections.abc import Callable, Mapping
+from ssl import SSLContext
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -42,7 +49,7 @@ from proxy.upstream.errors import (
 )
 from proxy.upstream.events import Partial
 
-__all__ = ["HTTPClient", "PoolStatistics", "Response", "StreamResponse", "translate"]
+__all__ = ["HTTPClient", "PoolStatistics", "Response", "SSLContext", "StreamResponse", "translate"]
 
 Phase = Literal["pool", "connect", "write", "read"]
 
@@ -50,8 +57,9 @@ Phase = Literal["pool", "connect", "write", "read"]
 RECEIVE_SIZE = 65536
 
 #: What a socket exchange can raise besides cancellation: socket errors (trio raises OSError on its raw sockets,
-#: Broken/ClosedResourceError when a socket is closed under a waiting task), our own timeouts (``TooSlowError``),
-#: and h11's protocol errors. Everything else (``trio.Cancelled`` above all) passes through untouched.
+#: Broken/ClosedResourceError when a socket is closed under a waiting task; an SSLStream raises
+#: BrokenResourceError from the ``ssl.SSLError``), our own timeouts (``TooSlowError``), and h11's protocol errors.
+#: Everything else (``trio.Cancelled`` above all) passes through untouched.
 IO_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, h11.ProtocolError)
 
 
@@ -65,8 +73,16 @@ def translate(
     there is an :class:`UpstreamStreamCut`; lost anywhere before (or during a non-streaming body) it is
     :class:`UpstreamUnavailable`. ``eof`` says the peer had closed the connection: h11 then reports the
     incomplete message as a protocol error, but it is a lost connection, not a malformed one.
+
+    TLS: an SSLStream raises ``trio.BrokenResourceError`` from the ``ssl.SSLError``; the detail is then the TLS
+    error (certificate verification, hostname mismatch, bad record...). In the connect phase a
+    BrokenResourceError can only come from the TLS handshake (TCP connecting raises OSError).
     """
-    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    tls = exc if isinstance(exc, ssl.SSLError) else exc.__cause__ if isinstance(exc.__cause__, ssl.SSLError) else None
+    if tls is not None:
+        detail = f"{type(tls).__name__}: {tls}"  # e.g. SSLCertVerificationError: ... certificate verify failed: ...
+    else:
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if isinstance(exc.__cause__, BaseExceptionGroup):  # trio.open_tcp_stream: "all attempts ... failed"
         detail += f" ({'; '.join(str(e) for e in exc.__cause__.exceptions)})"
     if isinstance(exc, trio.TooSlowError):
@@ -74,6 +90,8 @@ def translate(
     if isinstance(exc, h11.ProtocolError) and not eof:
         return UpstreamProtocolError(f"HTTP protocol error ({detail})", url=url, partial=partial)
     if phase == "connect":
+        if tls is not None or isinstance(exc, trio.BrokenResourceError):
+            return UpstreamUnavailable(f"cannot connect to SGLang: TLS handshake failed ({detail})", url=url)
         return UpstreamUnavailable(f"cannot connect to SGLang ({detail})", url=url)
     if partial is not None:
         return UpstreamStreamCut(f"SGLang stream cut ({detail})", url=url, partial=partial)
@@ -122,20 +140,26 @@ class Response:
         return None
 
 
-class _Target:
-    """A parsed URL: where to connect and what to put in the request line. Cached per URL string."""
+#: A pool key: (scheme, host, port). The scheme keeps plain and TLS connections apart.
+_Key = tuple[str, str, int]
 
-    __slots__ = ("key", "host", "port", "path", "host_header")
+
+class _Target:
+    """A parsed URL: where to connect, whether through TLS, and what to put in the request line. Cached per URL
+    string."""
+
+    __slots__ = ("key", "host", "port", "tls", "path", "host_header")
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
-        if parts.scheme != "http":
-            raise ValueError(f"the upstream HTTP client speaks plain http:// only (no TLS), got {url!r}")
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"the upstream HTTP client speaks http:// and https:// only, got {url!r}")
         if not parts.hostname:
             raise ValueError(f"URL without a host: {url!r}")
         self.host = parts.hostname
-        self.port = parts.port or 80
-        self.key = (self.host, self.port)
+        self.tls = parts.scheme == "https"
+        self.port = parts.port or (443 if self.tls else 80)
+        self.key: _Key = (parts.scheme, self.host, self.port)
         path = parts.path or "/"
         self.path = (path + "?" + parts.query if parts.query else path).encode("ascii")
         self.host_header = parts.netloc.rpartition("@")[2].encode("ascii")
@@ -146,7 +170,7 @@ class _Connection:
 
     __slots__ = ("sock", "h11", "key", "idle_since", "eof", "got_bytes", "closed")
 
-    def __init__(self, sock: trio.socket.SocketType, key: tuple[str, int]) -> None:
+    def __init__(self, sock: trio.socket.SocketType, key: _Key) -> None:
         self.sock = sock
         self.h11 = h11.Connection(h11.CLIENT)
         self.key = key
@@ -205,8 +229,44 @@ class _Connection:
             await self.receive(timeout)
 
 
+class _TLSConnection(_Connection):
+    """A connection through TLS: the same, with a ``trio.SSLStream`` between h11 and the socket. Only the send and
+    the receive differ (a subclass, so the plain path pays nothing for TLS).
+
+    ``sock`` is the transport socket: the idle check (``is_readable()``: a readable idle TLS connection holds a
+    close_notify, an EOF or junk, so it is unusable) and :meth:`close` work on it exactly as on a plain
+    connection. Closing the socket without a close_notify is an abrupt disconnect, which is what the "close now
+    so SGLang sees it" path wants; the SSLStream holds no OS resource of its own, so nothing is left open. The
+    SSLStream raises ``trio.BrokenResourceError`` from ``ssl.SSLError`` (see :func:`translate`); it was made with
+    ``https_compatible=True``, so an EOF without close_notify reads as a plain EOF."""
+
+    __slots__ = ("tls",)
+
+    def __init__(self, tls: trio.SSLStream[trio.SocketStream], sock: trio.socket.SocketType, key: _Key) -> None:
+        super().__init__(sock, key)
+        self.tls = tls
+
+    async def _send_all(self, data: bytes) -> None:
+        await self.tls.send_all(data)
+
+    async def receive(self, timeout: float | None) -> None:
+        if timeout is None:
+            data = await self.tls.receive_some(RECEIVE_SIZE)
+        else:
+            data = b""
+            with trio.move_on_after(timeout) as scope:
+                data = await self.tls.receive_some(RECEIVE_SIZE)
+            if scope.cancelled_caught:
+                raise trio.TooSlowError
+        if data:
+            self.got_bytes = True
+        else:
+            self.eof = True
+        self.h11.receive_data(data)
+
+
 class HTTPClient:
-    """A pool of keep-alive HTTP/1.1 connections keyed by (host, port).
+    """A pool of keep-alive HTTP/1.1 connections keyed by (scheme, host, port), plain or TLS.
 
     - ``max_connections`` requests (a stream counts until it is closed) run at once; waiting for a slot is
       bounded by ``pool_timeout``. Open sockets (idle + active) also stay within ``max_connections``: opening one
@@ -221,6 +281,9 @@ class HTTPClient:
     - Timeouts: connect, write and pool per client; read per request (generation requests have none).
     - A connection returns to the pool only after its response was read to the end and h11 says both sides
       can start a new cycle (no ``Connection: close``, no trailing bytes); any other end closes it.
+    - ``https://`` URLs connect through TLS with ``ssl_context``; by default ``ssl.create_default_context()``
+      (the system CA store, certificate and hostname verification), made on the first TLS connection. The
+      handshake is part of connecting (bounded by ``connect_timeout``); its failure is UpstreamUnavailable.
     """
 
     def __init__(
@@ -231,6 +294,7 @@ class HTTPClient:
         write_timeout: float | None,
         pool_timeout: float | None,
         keepalive_expiry: float | None,
+        ssl_context: SSLContext | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
@@ -240,7 +304,8 @@ class HTTPClient:
         self._pool_timeout = math.inf if pool_timeout is None else pool_timeout
         self._write_timeout = write_timeout
         self._keepalive_expiry = keepalive_expiry
-        self._idle: dict[tuple[str, int], deque[_Connection]] = {}
+        self._ssl_context = ssl_context
+        self._idle: dict[_Key, deque[_Connection]] = {}
         self._active: set[_Connection] = set()
         self._targets: dict[str, _Target] = {}
         self._closed = False
@@ -248,7 +313,7 @@ class HTTPClient:
 
     @staticmethod
     def check_url(url: str) -> None:
-        """Raise ValueError unless the client can talk to ``url`` (``http://host[:port]``)."""
+        """Raise ValueError unless the client can talk to ``url`` (``http://host[:port]`` or ``https://...``)."""
         _Target(url)
 
     def statistics(self) -> PoolStatistics:
@@ -421,7 +486,7 @@ class HTTPClient:
                 self._discard(conn)
                 raise
 
-    def _take_idle(self, key: tuple[str, int]) -> _Connection | None:
+    def _take_idle(self, key: _Key) -> _Connection | None:
         idle = self._idle.get(key)
         if not idle:
             return None
@@ -434,8 +499,9 @@ class HTTPClient:
                 while idle:
                     idle.popleft().close()
                 return None
-            # One poll() on this connection only. Readable while idle means EOF (the server's keep-alive timeout;
-            # uvicorn's and hypercorn's is 5 s) or junk: either way unusable.
+            # One poll() on this connection only (the transport socket for TLS). Readable while idle means EOF
+            # (the server's keep-alive timeout; uvicorn's and hypercorn's is 5 s), a TLS close_notify, or junk:
+            # either way unusable.
             if conn.sock.is_readable():
                 conn.close()
                 self._stale += 1
@@ -447,14 +513,35 @@ class HTTPClient:
 
     async def _connect(self, target: _Target, url: str) -> _Connection:
         self._make_room()
+        tls = None
         try:
             with trio.fail_after(self._connect_timeout):
                 stream = await trio.open_tcp_stream(target.host, target.port)  # sets TCP_NODELAY
-        except (OSError, trio.TooSlowError) as exc:
+                if target.tls:
+                    tls = trio.SSLStream(
+                        stream, self._tls_context(), server_hostname=target.host, https_compatible=True
+                    )
+                    try:
+                        # Now, not on the first send: a bad certificate is then a connect failure, and the
+                        # handshake is bounded by the connect timeout.
+                        await tls.do_handshake()
+                    except BaseException:  # failed, timed out or cancelled: nothing may stay open
+                        stream.socket.close()
+                        raise
+        except (OSError, trio.BrokenResourceError, trio.TooSlowError) as exc:
             raise translate(exc, url=url, phase="connect") from exc
         self._opened += 1
+        if tls is not None:
+            return _TLSConnection(tls, stream.socket, target.key)
         # The raw trio socket, not the SocketStream wrapper: one layer less per send and receive.
         return _Connection(stream.socket, target.key)
+
+    def _tls_context(self) -> SSLContext:
+        context = self._ssl_context
+        if context is None:  # made once, on the first https connection (loading the CA store takes a moment)
+            context = self._ssl_context = ssl.create_default_context()
+            context.set_alpn_protocols(["http/1.1"])
+        return context
 
     def _make_room(self) -> None:
         """Before opening a socket: close idle connections (oldest first) while the open count is at the bound."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
@@ -52,6 +52,9 @@ from proxy.upstream.events import (
 )
 from proxy.upstream.request_ids import check_rid, new_rid
 
+if TYPE_CHECKING:
+    from proxy.upstream._httplib import SSLContext
+
 PauseMode = Literal["abort", "retract", "in_place"]
 PAUSE_MODES: tuple[PauseMode, ...] = ("abort", "retract", "in_place")
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
@@ -74,6 +77,7 @@ class SGLangClient:
         keepalive_expiry: float | None = 60.0,
         drain_timeout: float = 5.0,
         incremental_streaming: bool = False,
+        ssl_context: SSLContext | None = None,
     ) -> None:
         """
         ``max_connections``: pool size, i.e. the most concurrent requests (streams hold one each).
@@ -86,6 +90,9 @@ class SGLangClient:
         ``drain_timeout``: how long to read a finished stream to its end before dropping the connection.
         ``incremental_streaming``: True if the server runs with ``--incremental-streaming-output`` (delta chunks);
         SGLang's default is cumulative chunks.
+        ``ssl_context``: for ``https://`` URLs (an SGLang behind a TLS gateway); None means
+        ``ssl.create_default_context()``: the system CA store, certificate and hostname verification. Pass one
+        made with ``ssl.create_default_context(cafile=...)`` to trust a private CA.
         """
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
@@ -99,6 +106,7 @@ class SGLangClient:
             write_timeout=write_timeout,
             pool_timeout=pool_timeout,
             keepalive_expiry=keepalive_expiry,
+            ssl_context=ssl_context,
         )
         self._control_timeout = control_timeout
         self._open_streams = 0
@@ -527,8 +535,6 @@ def _base(url: str) -> str:
     url = url.rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"SGLang URL must start with http:// or https://, got {url!r}")
-    if url.startswith("https://"):
-        raise ValueError(f"https is not supported: the SGLang client speaks plain HTTP/1.1 (http://), got {url!r}")
     HTTPClient.check_url(url)
     return url
 

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
+import hypercorn.trio
 import pytest
 import trio
+import trustme
 
 from proxy.cli import ProxyHandle, build_parser, main, run_proxy
 from proxy.config import ConfigError, ProxyConfig, proxy_config_from_args
+from proxy.serving import hypercorn_config
 from proxy.upstream.engine import EngineConfig, serve_engine
+from proxy.upstream.engine.app import create_engine_app
 
 
 def parse(argv: list[str]) -> ProxyConfig:
@@ -49,6 +54,25 @@ def test_proxy_help_explains_every_flag_with_its_env_var() -> None:
     for action in parser._actions:
         if action.option_strings and action.dest != "help":
             assert action.help, f"{action.option_strings} has no help"
+
+
+def test_proxy_sglang_ca_file_flag_and_env_var(monkeypatch, tmp_path: Path, capsys) -> None:
+    pem = tmp_path / "ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(pem))
+    assert parse([]).sglang_ca_file is None
+    assert parse(["--sglang-ca-file", str(pem)]).sglang_ca_file == pem
+    monkeypatch.setenv("DRESSAGE_PROXY_SGLANG_CA_FILE", str(pem))
+    config = parse([])
+    assert config.sglang_ca_file == pem and config.summary()["sglang_ca_file"] == str(pem)
+    # A file that does not load is refused at start-up, naming the flag.
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("hello")
+    for bad in (not_pem, tmp_path / "missing.pem"):
+        with pytest.raises(ConfigError, match="--sglang-ca-file"):
+            parse(["--sglang-ca-file", str(bad)])
+        with pytest.raises(SystemExit) as info:
+            main(["--sglang-ca-file", str(bad), "--tokenizer-path", str(tmp_path)])
+        assert info.value.code == 2 and "cannot load CA certificates" in capsys.readouterr().err
 
 
 async def get_json(url: str) -> tuple[int, dict]:
@@ -92,6 +116,34 @@ async def test_proxy_with_a_router_url_uses_it_and_starts_no_engine(nursery, qwe
     status, health = await get_json(handle.url + "/health")
     assert status == 200
     assert health["upstream"]["url"] == engine.url and health["upstream"]["weight_version"] == "ext"
+
+
+async def test_proxy_with_sglang_ca_file_reaches_an_https_upstream(nursery, qwen3_path: Path, tmp_path: Path) -> None:
+    """The embedded engine served over TLS (hypercorn with a certificate from a throw-away CA): the proxy trusts
+    it only through --sglang-ca-file."""
+    ca = trustme.CA()
+    server_pem, ca_pem = tmp_path / "server.pem", tmp_path / "ca.pem"
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(server_pem))
+    ca.cert_pem.write_to_path(str(ca_pem))
+    app, _ = create_engine_app(EngineConfig(tokenizer_path=qwen3_path, weight_version="tls"))
+    hconfig = hypercorn_config("127.0.0.1", 0)
+    hconfig.certfile = hconfig.keyfile = str(server_pem)
+    (engine_url,) = await nursery.start(functools.partial(hypercorn.trio.serve, app, hconfig))
+    assert engine_url.startswith("https://")
+
+    for ca_file, reachable in ((ca_pem, True), (None, False)):  # without it: the system CAs, which do not sign it
+        config = ProxyConfig(port=0, tokenizer_path=qwen3_path, sglang_router_url=engine_url,
+                             sglang_worker_urls=(engine_url,), sglang_ca_file=ca_file)
+        handle = await nursery.start(run_proxy, config)
+        status, health = await get_json(handle.url + "/health")
+        assert status == 200 and health["upstream"]["reachable"] is reachable
+        if reachable:
+            assert health["upstream"]["weight_version"] == "tls"
+            status, models = await get_json(handle.url + "/v1/models")
+            assert status == 200 and models["data"]
+        else:
+            status, body = await get_json(handle.url + "/v1/models")
+            assert status == 502 and body["error"]["code"] == "upstream_unavailable"
 
 
 async def test_proxy_with_an_unreachable_upstream_answers_clear_errors_not_500(nursery, qwen3_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The HTTP/1.1 layer (``_httplib``) over real sockets: connection reuse, stale keep-alive connections and the
 retry, framing split at every byte, ``Connection: close``, pool, connect, write and read timeouts, garbage, and
 cancellation. Through ``SGLangClient`` (its only user), against the embedded engine or a bare trio TCP server on
-127.0.0.1:0 that writes exactly the bytes a test needs.
+127.0.0.1:0 that writes exactly the bytes a test needs. https is in ``test_https.py``.
 
 Real clock: waits are bounded with ``trio.fail_after(HANG_GUARD)`` only so that a bug fails instead of hanging;
 the timeouts under test are a fraction of a second.
@@ -421,11 +421,15 @@ async def test_requests_are_what_sglang_expects(nursery: trio.Nursery):
 # -- errors and timeouts ----------------------------------------------------------------------------------------
 
 
-async def test_https_is_refused_when_the_client_is_built():
-    with pytest.raises(ValueError, match="https"):
-        SGLangClient("https://sglang.example:30000")
-    with pytest.raises(ValueError, match="https"):
-        SGLangClient("http://127.0.0.1:1", ["https://worker:30000"])
+async def test_http_and_https_urls_are_accepted_and_other_schemes_refused_when_the_client_is_built():
+    async with SGLangClient("https://sglang.example", ["https://worker:30001/", "http://w2:30001"]) as client:
+        assert client.router_url == "https://sglang.example"
+        assert client.worker_urls == ("https://worker:30001", "http://w2:30001")
+    for url in ("ftp://sglang:21", "sglang:30000", "https://", "http://"):
+        with pytest.raises(ValueError):
+            SGLangClient(url)
+    with pytest.raises(ValueError):
+        SGLangClient("http://127.0.0.1:1", ["unix:///tmp/sglang.sock"])
 
 
 async def test_connect_error_is_unavailable():
