@@ -427,7 +427,7 @@ class Generation:
             elif isinstance(effect, AcceptTokens):
                 self._accept(effect)
             elif isinstance(effect, DropTokens):
-                self.controller._counts["dropped_tokens"] += 1
+                self.controller._counts["dropped_tokens"] += effect.count
             elif isinstance(effect, AbortUpstream):
                 self._cut(effect.rid)
             elif isinstance(effect, ReleaseGate):

@@ -146,6 +146,43 @@ async def test_pause_mid_generation_with_partial_rollout_continues_and_stamps_ea
     assert h.gate.statistics().in_flight == 0
 
 
+async def test_weights_changed_under_a_running_stream_fail_it_even_within_one_read(build, mock_clock) -> None:
+    # Not through the proxy's pause: SGLang's version moves while the request runs. The chunks say so; the reader
+    # feeds a read's tokens as one run per version, so the machine sees the change and fails the generation rather
+    # than mix versions in one request (architecture invariant 3); nothing is committed.
+    h = await build(script=[{"session": "v", "output": WORDS}], engine={"token_rate": 10.0})
+    generation = await h.start("v", stream=True)
+    await generated_at_least(h.engine, 4)
+    h.engine.update_weight_version("v2", abort_all_requests=False)
+    out: list[bytes] = []
+    await read_stream(generation, out)
+    errors = [p["error"] for p in sse_payloads(b"".join(out)) if isinstance(p, dict) and "error" in p]
+    assert [e["code"] for e in errors] == ["weight_version_changed"]
+    await h.engine.wait_until(lambda: bool(h.engine.request_log))  # the failed generation aborted it
+    (record,) = h.engine.request_log
+    assert {"default", "v2"} <= set(record.token_versions)  # the upstream request did mix them
+    assert set(generation.versions) == {"default"}  # and no token of the new version was recorded
+    await trio.testing.wait_all_tasks_blocked()
+    assert h.in_flight("v") == 0 and h.gate.statistics().in_flight == 0
+
+
+async def test_weights_changed_under_a_running_whole_answer_request_are_labelled_with_its_final_version(
+    build, mock_clock
+) -> None:
+    # The documented limit (docs/partial-rollout.md, "Weight versions"): a non-streaming upstream answer carries one
+    # weight_version, SGLang's when it finished, so a change behind the proxy's back cannot be seen in it.
+    h = await build(script=[{"session": "w", "output": WORDS}], engine={"token_rate": 10.0}, record_token_versions=True)
+    generation = await h.start("w")
+    await generated_at_least(h.engine, 4)
+    h.engine.update_weight_version("v2", abort_all_requests=False)
+    completion = await generation.result()
+    assert completion["choices"][0]["message"]["content"] == WORDS
+    (record,) = h.engine.request_log
+    assert {"default", "v2"} <= set(record.token_versions)
+    (segment,) = await h.segments("w")
+    assert {v for v, bit in zip(segment["weight_versions"], segment["loss_mask"]) if bit} == {"v2"}
+
+
 async def test_pause_without_partial_rollout_regenerates_the_step_under_one_version(build, mock_clock) -> None:
     h = await build(script=[{"session": "r", "output": WORDS}], engine={"token_rate": 10.0},
                     record_token_versions=True)
