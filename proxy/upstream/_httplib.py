@@ -204,14 +204,17 @@ class _Connection:
                 while sent < len(data):
                     sent += await self.sock.send(view[sent:])
 
+    async def _receive_some(self) -> bytes:
+        return await self.sock.recv(RECEIVE_SIZE)
+
     async def receive(self, timeout: float | None) -> None:
         """One receive into h11 (an empty read tells h11 the peer closed). ``timeout`` bounds this receive."""
         if timeout is None:
-            data = await self.sock.recv(RECEIVE_SIZE)
+            data = await self._receive_some()
         else:
             data = b""
             with trio.move_on_after(timeout) as scope:  # not fail_after: see send_all
-                data = await self.sock.recv(RECEIVE_SIZE)
+                data = await self._receive_some()
             if scope.cancelled_caught:
                 raise trio.TooSlowError
         if data:
@@ -249,20 +252,8 @@ class _TLSConnection(_Connection):
     async def _send_all(self, data: bytes) -> None:
         await self.tls.send_all(data)
 
-    async def receive(self, timeout: float | None) -> None:
-        if timeout is None:
-            data = await self.tls.receive_some(RECEIVE_SIZE)
-        else:
-            data = b""
-            with trio.move_on_after(timeout) as scope:
-                data = await self.tls.receive_some(RECEIVE_SIZE)
-            if scope.cancelled_caught:
-                raise trio.TooSlowError
-        if data:
-            self.got_bytes = True
-        else:
-            self.eof = True
-        self.h11.receive_data(data)
+    async def _receive_some(self) -> bytes:
+        return await self.tls.receive_some(RECEIVE_SIZE)
 
 
 class HTTPClient:
