@@ -113,6 +113,7 @@ from statemachines import generation as gen_sm
 from statemachines import generation_world as gw
 from statemachines import rollout_gate as gate_sm
 from statemachines import session as session_sm
+from statemachines.compositions import ChainRecord  # the session composition's record of a chain
 from statemachines.core import Snapshot
 from statemachines.explorer import Composition, Invariant
 
@@ -175,17 +176,6 @@ class Attachment:
         """``new@c0``, ``tip@c0:1``, ``fork@s2`` or ``late``, for traces."""
         return {Mode.NEW: f"new@c{self.chain}", Mode.TIP: f"tip@c{self.chain}:{self.at}",
                 Mode.FORK: f"fork@s{self.base}", Mode.LATE: "late"}[self.mode]
-
-
-@attrs.frozen
-class ChainRecord:
-    """A chain: its machine, the step its first step extends (0: none), the step ids it owns, in order."""
-
-    machine: Snapshot
-    base: int
-    steps: tuple[int, ...] = ()
-    # Forgotten by the controller after DiscardChain.
-    discarded: bool = False
 
 
 @attrs.frozen
