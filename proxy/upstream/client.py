@@ -165,16 +165,9 @@ class SGLangClient:
         ``routing_key`` is sent as ``X-SMG-Routing-Key``. ``base_url`` targets a worker instead of the router.
         ``extra_body`` adds top-level request fields (``logprob_start_len``, ``return_text_in_logprobs``, ...).
         """
-        rid = new_rid() if rid is None else check_rid(rid)
-        url = (self.router_url if base_url is None else _base(base_url)) + "/generate"
-        body = _generate_body(
-            input_ids,
-            sampling_params,
-            rid=rid,
-            stream=True,
-            return_logprob=return_logprob,
-            return_routed_experts=return_routed_experts,
-            routed_experts_start_len=routed_experts_start_len,
+        rid, url, body = self._generate_request(
+            input_ids, sampling_params, rid, base_url, stream=True, return_logprob=return_logprob,
+            return_routed_experts=return_routed_experts, routed_experts_start_len=routed_experts_start_len,
             extra_body=extra_body,
         )
         decoder = ChunkDecoder(
@@ -203,16 +196,9 @@ class SGLangClient:
         SGLang notices a disconnected non-streaming request only on a 4 s poll; prefer the stream when the
         request may be cancelled.
         """
-        rid = new_rid() if rid is None else check_rid(rid)
-        url = (self.router_url if base_url is None else _base(base_url)) + "/generate"
-        body = _generate_body(
-            input_ids,
-            sampling_params,
-            rid=rid,
-            stream=False,
-            return_logprob=return_logprob,
-            return_routed_experts=return_routed_experts,
-            routed_experts_start_len=routed_experts_start_len,
+        rid, url, body = self._generate_request(
+            input_ids, sampling_params, rid, base_url, stream=False, return_logprob=return_logprob,
+            return_routed_experts=return_routed_experts, routed_experts_start_len=routed_experts_start_len,
             extra_body=extra_body,
         )
         reply = await self._call("POST", url, body, headers=_routing_headers(routing_key), timeout=None)
@@ -221,6 +207,19 @@ class SGLangClient:
         if decoder.result is None:
             raise UpstreamProtocolError("non-streaming /generate reply has no finish reason", url=url)
         return decoder.result
+
+    def _generate_request(
+        self,
+        input_ids: Sequence[int],
+        sampling_params: Mapping[str, Any] | None,
+        rid: str | None,
+        base_url: str | None,
+        **fields: Any,
+    ) -> tuple[str, str, dict[str, Any]]:
+        """The rid (a fresh one, or the caller's checked), the URL and the body of one ``/generate``."""
+        rid = new_rid() if rid is None else check_rid(rid)
+        url = (self.router_url if base_url is None else _base(base_url)) + "/generate"
+        return rid, url, _generate_body(input_ids, sampling_params, rid=rid, **fields)
 
     # -- abort, pause, weights (workers) ---------------------------------------------------------------------
 
