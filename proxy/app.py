@@ -17,6 +17,7 @@ from werkzeug.exceptions import HTTPException
 from proxy.api import ApiError
 from proxy.controllers.errors import SessionError
 from proxy.controllers.upstream_reader import failure_event
+from proxy.request_end import RequestEndHooks
 from proxy.routes import chat, info, rollout, rollout_control
 from proxy.serving import harden_app
 from proxy.services import ProxyServices
@@ -70,4 +71,6 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
 
     for module in ROUTE_MODULES:
         module.register(app, services)
+    # Every exchange's end is seen, also one cut before a streaming body started (proxy/request_end.py).
+    app.asgi_app = RequestEndHooks(app.asgi_app)  # type: ignore[method-assign]
     return app

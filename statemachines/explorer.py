@@ -10,6 +10,13 @@ pointers recorded then are that path.
 With ``is_final``, a reachable state that has no successor other than itself and is not final is a deadlock (a
 lost wake-up, a pause that never completes), reported like a broken invariant named ``deadlock``.
 
+A deadlock check misses a wait that only someone outside the proxy could end (a client that never reads again).
+``Progress`` properties say what must stay reachable without them: "from every reachable state where ``pending``
+holds, some path of moves that ``relies_on`` accepts reaches a state where ``done`` holds" (a pause is acknowledged
+using only the proxy's and the upstream's moves, never a client's). They are checked once the search is complete,
+on the recorded graph: a backward search from the ``done`` states over the accepted moves; the first ``pending``
+state (in breadth-first order, so with a shortest trace) it does not reach is the violation.
+
     result = explore(initial, successors, [Invariant("counts are non-negative", lambda s: s.count >= 0)])
     assert result.violation is None, result.violation.format()
     print(result.states, result.transitions)
@@ -35,6 +42,17 @@ class Invariant:
 
     name: str
     holds: Callable[[Any], bool]
+
+
+@attrs.frozen
+class Progress:
+    """A liveness property (module docstring): ``done`` stays reachable from every ``pending`` state through moves
+    whose label ``relies_on`` accepts."""
+
+    name: str
+    pending: Callable[[Any], bool]
+    done: Callable[[Any], bool]
+    relies_on: Callable[[str], bool]
 
 
 @attrs.frozen
@@ -95,10 +113,13 @@ def explore(
     is_final: Callable[[Any], bool] | None = None,
     max_depth: int | None = None,
     max_states: int | None = None,
+    progress: Sequence[Progress] = (),
 ) -> ExplorationResult:
     """Breadth-first search over every reachable state; the first violation comes with a shortest trace."""
     # parent[state] = (previous state, label of the event that first reached it); None for the initial state.
     parent: dict[Any, tuple[Any, str] | None] = {initial: None}
+    # For each progress property: target -> the states that reach it by an accepted move (its reversed graph).
+    backward: list[dict[Any, list[Any]]] = [{} for _ in progress]
     transitions = 0
     depth = 0
     complete = True
@@ -130,6 +151,9 @@ def explore(
             for label, target in successors(state):
                 transitions += 1
                 moved = moved or target != state
+                for prop, edges in zip(progress, backward):
+                    if target != state and prop.relies_on(label):
+                        edges.setdefault(target, []).append(state)
                 if target in parent:
                     continue
                 if max_states is not None and len(parent) >= max_states:
@@ -147,7 +171,25 @@ def explore(
         if next_frontier:
             depth += 1
         frontier = next_frontier
+    if complete:
+        for prop, edges in zip(progress, backward):
+            stuck = _first_stuck(prop, parent, edges)
+            if stuck is not None:
+                return result(prop.name, stuck)
     return result(None, initial)
+
+
+def _first_stuck(prop: Progress, states: Iterable[Any], edges: dict[Any, list[Any]]) -> Any:
+    """The first state (in discovery order) where ``prop`` is pending and ``done`` is out of reach, or None."""
+    states = list(states)
+    reach = [state for state in states if prop.done(state)]
+    can = set(reach)
+    while reach:
+        for source in edges.get(reach.pop(), ()):
+            if source not in can:
+                can.add(source)
+                reach.append(source)
+    return next((state for state in states if prop.pending(state) and state not in can), None)
 
 
 def _first_broken(invariants: Sequence[Invariant], state: Any) -> str | None:
@@ -168,12 +210,13 @@ class Composition:
     invariants: tuple[Invariant, ...]
     is_final: Callable[[Any], bool] | None = None
     describe: Callable[[Any], str] = repr
+    progress: tuple[Progress, ...] = ()
 
     def explore(self, *, max_depth: int | None = None, max_states: int | None = None) -> ExplorationResult:
         """``explore`` this system within the bounds."""
         return explore(
             self.initial, self.successors, self.invariants,
-            is_final=self.is_final, max_depth=max_depth, max_states=max_states,
+            is_final=self.is_final, max_depth=max_depth, max_states=max_states, progress=self.progress,
         )
 
 

@@ -465,7 +465,8 @@ def gate_session_generations(
                 and all(g.client is not Client.WAITING for g in world.gens))
 
     name = gw.composition_name("RolloutGate + SessionMachine + ChainMachines", n, config)
-    return Composition(name, initial, successors, _invariants(config), is_final, World.describe)
+    return Composition(name, initial, successors, _invariants(config), is_final, World.describe,
+                       progress=(gw.pause_progress(),))
 
 
 def _forget_counters(snapshot: Snapshot) -> Snapshot:

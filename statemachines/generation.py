@@ -358,6 +358,22 @@ class ReportFault:
     reason: str
 
 
+# ---- The driver's one rule about its client ---------------------------------------------------------------------
+
+#: The effects before which a generation's driver may wait for its client to read what was streamed so far. Only
+#: the answers: they come after the gate slot was released. Waiting on a client before ``StartUpstream`` (or any
+#: other effect a pause waits for) lets a client that stopped reading, or left unnoticed, hold the gate PAUSING for
+#: ever: a continuation's request is never started, so the pause's ``AbortUpstream`` has nothing to cut (issue 13).
+#: The controller (``proxy/controllers/generation.py``) and the model-checked worlds (``generation_world.py``) both
+#: read this rule; the planted-bug test widens it and the explorer finds the hang.
+WAITS_FOR_CLIENT: tuple[type, ...] = ()
+
+
+def waits_for_client(effect: object) -> bool:
+    """May the driver wait for its client to read its output before carrying out ``effect``?"""
+    return isinstance(effect, (Respond, RespondError) + WAITS_FOR_CLIENT)
+
+
 # ---- Data ---------------------------------------------------------------------------------------------------------
 
 _COUNT = attrs.validators.ge(0)
@@ -764,5 +780,5 @@ __all__ = [
     "ParseDone", "CommitAccepted", "CommitRejected", "ClientDisconnected", "InternalError", "EVENTS", "AskGate",
     "StartUpstream", "AbortUpstream", "AcknowledgeAbortToGate", "ReleaseGate", "CancelGateWait", "AcceptTokens",
     "DropTokens", "DiscardPartial", "ParseOutput", "Commit", "Respond", "RespondError", "DropFromSession",
-    "ReportFault", "GenerationData", "GenerationStatistics", "ABSORBING", "LIVE", "TABLE", "GenerationMachine",
+    "ReportFault", "WAITS_FOR_CLIENT", "waits_for_client", "GenerationData", "GenerationStatistics", "ABSORBING", "LIVE", "TABLE", "GenerationMachine",
 ]

@@ -172,7 +172,8 @@ def gate_with_generation_machines(
         return world.trainer is Trainer.TRAINING and all(g.client is not Client.WAITING for g in world.gens)
 
     name = gw.composition_name("RolloutGate", n, config)
-    return Composition(name, initial, successors, _invariants(config), is_final, World.describe)
+    return Composition(name, initial, successors, _invariants(config), is_final, World.describe,
+                       progress=(gw.pause_progress(),))
 
 
 def _finalize(run: _Step) -> None:

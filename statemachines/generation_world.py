@@ -48,7 +48,7 @@ import attrs
 from statemachines import generation as gen_sm
 from statemachines import rollout_gate as gate_sm
 from statemachines.core import IllegalTransition, Machine, Snapshot, TableError
-from statemachines.explorer import Composition, Invariant
+from statemachines.explorer import Composition, Invariant, Progress
 
 # The prompt length every generation is prepared with (only the routed-experts start position depends on it).
 PROMPT_TOKENS = 4
@@ -69,6 +69,8 @@ NOT_AFTER_FINALIZE = "no_commit_after_finalize"  # [5]
 BUDGET = "budgets_never_go_negative"  # [7]
 REMAINING = "continuation_never_requests_more_than_the_remaining_budget"  # [7]
 GATE_COUNTS = "gate_counts_match_generations"
+# A liveness property (explorer.Progress), checked once the search is complete.
+PAUSE_ACKNOWLEDGED = "every_pause_is_acknowledged_once_the_upstream_has_answered_the_aborts"  # [2]
 ACCEPTS = "machines_accept_every_event"
 
 G = gen_sm.State
@@ -136,6 +138,9 @@ class GenWorld:
     attachment: Any = None
     # What the session side records at each accepted commit of this generation (its state then).
     commits: tuple[str, ...] = ()
+    # A StartUpstream the driver holds back until its client reads (only where ``waits_for_client`` says the
+    # driver waits on the client first: never with the correct rule; the planted pause-liveness bug).
+    start_pending: gen_sm.StartUpstream | None = None
 
 
 @attrs.define
@@ -153,16 +158,17 @@ class _GenDraft:
     stale: tuple[str, str] | None
     attachment: Any
     commits: tuple[str, ...]
+    start_pending: gen_sm.StartUpstream | None
 
 
 def _draft(g: GenWorld) -> _GenDraft:
     return _GenDraft(g.machine, g.prepared, g.client, g.gate, g.upstream, g.stamps, g.parsing, g.finish, g.stale,
-                     g.attachment, g.commits)
+                     g.attachment, g.commits, g.start_pending)
 
 
 def _frozen(g: _GenDraft) -> GenWorld:
     return GenWorld(g.machine, g.prepared, g.client, g.gate, g.upstream, g.stamps, g.parsing, g.finish, g.stale,
-                    g.attachment, g.commits)
+                    g.attachment, g.commits, g.start_pending)
 
 
 def describe_head(world: Any) -> str:
@@ -188,6 +194,8 @@ def describe_gen(i: int, g: GenWorld) -> str:
     text += f" stamps={','.join(str(s) for s in g.stamps) or '-'}"
     if g.attachment is not None:
         text += f" {g.attachment.label}"
+    if g.start_pending is not None:
+        text += f" start-held-for-client(req {g.start_pending.request})"
     text += f" {g.client.name.lower()}"
     return text + (f" commits={list(g.commits)}" if g.commits else "")
 
@@ -364,15 +372,12 @@ class GenerationStep(abc.ABC):
                     self.set(i, gate=GateRecord.WAITING)
                     self.feed(i, gen_sm.GateWait(answer.epoch))
         elif isinstance(effect, gen_sm.StartUpstream):
-            kept, asked = effect.kept_tokens, effect.max_new_tokens
-            if kept != len(g.stamps) or not 1 <= asked <= config.budget - kept:
-                raise Broken(REMAINING, f"g{i}: {effect!r} with {len(g.stamps)} kept of a budget of {config.budget}")
-            if g.upstream is not None:
-                raise Broken(ACCEPTS, f"g{i}: {effect!r} while {g.upstream.rid} is open")
-            # The controller draws the rid and reports it before the request goes out.
-            rid = f"r{effect.request}"
-            self.set(i, upstream=Upstream(rid, asked), stale=None if config.stale_until_next_request else g.stale)
-            self.feed(i, gen_sm.UpstreamStarted(rid))
+            if gen_sm.waits_for_client(effect) and g.client is Client.WAITING and effect.request > 1:
+                # The driver first waits for its client to read what earlier requests streamed (before the first
+                # request nothing is staged: that wait returns at once); only the client's move goes on.
+                self.set(i, start_pending=effect)
+            else:
+                self.start_upstream(i, effect)
         elif isinstance(effect, gen_sm.AbortUpstream):
             if g.upstream is not None and g.upstream.rid == effect.rid:
                 self.set(i, upstream=attrs.evolve(g.upstream, aborting=True))
@@ -415,6 +420,20 @@ class GenerationStep(abc.ABC):
         elif not isinstance(effect, gen_sm.DropTokens):
             # ReportFault, or anything new: the composition does not expect it.
             raise Broken(ACCEPTS, f"g{i}: unexpected effect {effect!r}")
+
+    def start_upstream(self, i: int, effect: gen_sm.StartUpstream) -> None:
+        """The driver draws the request's rid and reports it (``UpstreamStarted``) before the request goes out."""
+        g = self.gens[i]
+        config = self.config
+        kept, asked = effect.kept_tokens, effect.max_new_tokens
+        if kept != len(g.stamps) or not 1 <= asked <= config.budget - kept:
+            raise Broken(REMAINING, f"g{i}: {effect!r} with {len(g.stamps)} kept of a budget of {config.budget}")
+        if g.upstream is not None:
+            raise Broken(ACCEPTS, f"g{i}: {effect!r} while {g.upstream.rid} is open")
+        rid = f"r{effect.request}"
+        self.set(i, upstream=Upstream(rid, asked), stale=None if config.stale_until_next_request else g.stale,
+                 start_pending=None)
+        self.feed(i, gen_sm.UpstreamStarted(rid))
 
     def accept(self, i: int, effect: gen_sm.AcceptTokens) -> None:
         """Record an accepted token, checking when it came, where from and how it is stamped."""
@@ -476,6 +495,7 @@ def order(g: GenWorld) -> tuple:
         data.rid or "", data.finish.value if data.finish else "", data.committed, data.budget, data.prompt_tokens,
         data.partial_rollout, g.client.name, g.gate.name, upstream, tuple(s or "" for s in g.stamps), g.parsing,
         g.finish.value if g.finish else "", g.stale or (), () if att is None else att.key, g.commits,
+        () if g.start_pending is None else (g.start_pending.request, g.start_pending.kept_tokens),
     )
 
 
@@ -569,6 +589,8 @@ def _moves_of(i: int, g: GenWorld, config: Config) -> list[tuple[str, Move]]:
             moves.append(("parser fails", lambda run: _parser_fails(run, i)))
     if g.client is Client.WAITING and config.clients_may_leave:
         moves.append(("client gone", lambda run: _client_gone(run, i)))
+    if g.start_pending is not None:
+        moves.append(("client reads", lambda run: run.start_upstream(i, run.gens[i].start_pending)))
     if g.gate is GateRecord.WAITING and config.timeouts:
         moves.append(("pause wait times out", lambda run: run.feed(i, gen_sm.PauseWaitTimedOut())))
     if g.stale is not None and config.stragglers:
@@ -632,7 +654,8 @@ def _parser_fails(run: GenerationStep, i: int) -> None:
 def _client_gone(run: GenerationStep, i: int) -> None:
     """The client goes away: the controller's task is cancelled; its reader stops; nothing more is fed after."""
     stale = None if run.config.stale_until_next_request else run.gens[i].stale
-    run.set(i, client=Client.GONE, upstream=None, parsing=False, stale=stale)
+    # A start held back for the client is dropped too: its driver stops (the flush fails, nothing more is fed).
+    run.set(i, client=Client.GONE, upstream=None, parsing=False, stale=stale, start_pending=None)
     run.feed(i, gen_sm.ClientDisconnected())
 
 
@@ -690,6 +713,20 @@ def invariants(config: Config, session: Sequence[Invariant], counts: Sequence[In
         not_broken(REMAINING),
         Invariant(GATE_COUNTS, _gate_counts_match),
         *counts,
+    )
+
+
+def _not_a_client_move(label: str) -> bool:
+    """Moves of the proxy, the upstream and the trainer: a client may never read again, nor be seen to leave."""
+    return ": client " not in label
+
+
+def pause_progress() -> Progress:
+    """Every pause call returns using only the proxy's, the upstream's and the trainer's moves: no client is needed
+    (one that stopped reading, or left without the proxy noticing, must not hold a pause)."""
+    return Progress(
+        PAUSE_ACKNOWLEDGED, pending=lambda w: w.trainer is Trainer.PAUSE_PENDING,
+        done=lambda w: w.trainer is not Trainer.PAUSE_PENDING, relies_on=_not_a_client_move,
     )
 
 

@@ -119,6 +119,7 @@ from statemachines.generation import (
     UpstreamAborted,
     UpstreamFailed,
     UpstreamStarted,
+    waits_for_client,
 )
 
 log = logging.getLogger("dressage_proxy.generation")
@@ -274,6 +275,8 @@ class Generation:
     # Why a commit was refused other than by finalize (the machine's CommitRejected answers session_finalized).
     _commit_refusal: ApiError | None = attrs.field(default=None, init=False)
     _parse_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    # The driver's flush while it has no work (cancelled when work is queued; see _flush_while_idle).
+    _idle_flush: trio.CancelScope | None = attrs.field(default=None, init=False)
     # Work for the driver (unbounded: the machine bounds it) and the output to the response (bounded).
     _work_send: Any = attrs.field(init=False)
     _work_recv: Any = attrs.field(init=False)
@@ -452,7 +455,10 @@ class Generation:
         try:
             self._work_send.send_nowait(item)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the driver has ended; nothing is left to do
+            return  # the driver has ended; nothing is left to do
+        if self._idle_flush is not None:
+            # Work comes first: what is staged is sent by the next flush (the reader's, or the answer's).
+            self._idle_flush.cancel()
 
     def _may_feed(self) -> bool:
         """After the machine answered or the client left, the driver feeds nothing more (but a commit's answer)."""
@@ -484,7 +490,7 @@ class Generation:
 
     async def _next_work(self) -> object:
         """The next queued effect; meanwhile flushes outputs a pause left behind, and times out a gate wait."""
-        await self._output.flush()
+        await self._flush_while_idle()
         while True:
             if self._wait_began is None:
                 return await self._work_recv.receive()
@@ -501,7 +507,26 @@ class Generation:
             log.info("generation %s: gave up waiting for resume after %.1f s", self.completion_id, waited)
             self._apply(self._send(PauseWaitTimedOut()))
 
+    async def _flush_while_idle(self) -> None:
+        """Send what a pause left staged while no work is queued; give it up as soon as work arrives.
+
+        The driver must never wait on its client before carrying out work that a pause waits for: a client that
+        stopped reading (or left unnoticed) would hold the generation's gate slot, and the pause with it, for ever
+        (issue 13's hang: a continuation queued behind a full output channel, its rid never drawn, so the pause's
+        abort had nothing to cut). ``waits_for_client`` is the rule, shared with the model-checked worlds."""
+        if self._work_recv.statistics().current_buffer_used:
+            return
+        with trio.CancelScope() as scope:
+            self._idle_flush = scope
+            try:
+                await self._output.flush()
+            finally:
+                self._idle_flush = None
+
     async def _do(self, item: object) -> None:
+        if waits_for_client(item):
+            # Only answers wait for the client here, and by then the generation holds no gate slot.
+            await self._output.flush()
         if isinstance(item, StartUpstream):
             await self._run_upstream(item)
         elif isinstance(item, ParseOutput):
@@ -738,12 +763,13 @@ class Generation:
             "generation was interrupted by a weight update and restarts from scratch (no partial rollout); "
             "the tokens already streamed are void: retry the request",
         )
-        self._output.emit(sse_error(error) + SSE_DONE)
-        await self._output.flush()
-        self._output.close()
+        # Release first (the gate slot, the session's reservation): the flush below waits on the client.
         self.controller._counts["cancelled"] += 1
         self._client_gone = True
         self._apply(self._send(ClientDisconnected()))
+        self._output.emit(sse_error(error) + SSE_DONE)
+        await self._output.flush()
+        self._output.close()
         self._queue(_STOP)
 
     # -- parse, commit, respond --------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ Thin on purpose (``docs/request-path.md`` describes the whole path). The body is
   answer 200 ``text/event-stream`` with a body that only drains the generation's output channel.
 
 A client that disconnects cancels this handler (quart-trio's disconnect watcher) or closes the body generator; the
-generation turns either into ``ClientDisconnected``. Errors are rendered by ``proxy.app``'s handlers.
+generation turns either into ``ClientDisconnected``. A disconnect in the window after the handler returned and
+before quart started the body runs neither: the end of the exchange (``proxy/request_end.py``) calls
+``client_gone`` then, and always (idempotent, a no-op after a delivered answer). Errors are rendered by ``proxy.app``'s handlers.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from quart_trio import QuartTrio
 
 from proxy.api import ChatCompletionRequest, dumps, parse_json_body
 from proxy.controllers.generation import GenerationController
+from proxy.request_end import on_request_end
 from proxy.services import ProxyServices
 
 #: response headers of a stream: no caching, no proxy buffering (nginx honours X-Accel-Buffering)
@@ -34,6 +37,8 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         body = parse_json_body(await request.get_data())
         chat = ChatCompletionRequest.from_http(body, request.headers)
         generation = await controller.start(chat, app.nursery)
+        # However this exchange ends (a disconnect before the body starts included), the generation hears of it.
+        on_request_end(request.scope, generation.client_gone)
         if not chat.stream:
             completion = await generation.result()
             return Response(dumps(completion), status=200, content_type="application/json")

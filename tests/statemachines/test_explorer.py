@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from statemachines.explorer import DEADLOCK, Composition, Invariant, explore
+from statemachines.explorer import DEADLOCK, Composition, Invariant, Progress, explore
 
 
 def steps_of_one_or_two(limit: int):
@@ -64,3 +64,30 @@ def test_explorer_counterexample_format_shows_every_step_and_the_invariant():
     text = system.explore().violation.format(system.describe)
     assert text.splitlines()[0] == "   initial: n=0"
     assert "-> n=3" in text and text.endswith("violated after 2 step(s): never three")
+
+
+def _door(n: int):
+    """States 0..3: 0 -> 1 ("work"); 1 -> 2 by "client: knocks" only; 2 -> 3 ("work"); 3 is done; 1 -> 0 ("work")."""
+    edges = {0: [("work", 1)], 1: [("client: knocks", 2), ("work", 0)], 2: [("work", 3)], 3: []}
+    return edges[n]
+
+
+def test_progress_holds_when_done_is_reachable_through_the_moves_relied_on():
+    reach = Progress("reaches three", pending=lambda n: n < 3, done=lambda n: n == 3, relies_on=lambda label: True)
+    assert explore(0, _door, [], progress=[reach]).violation is None
+
+
+def test_progress_fails_at_the_first_pending_state_that_needs_an_excluded_move_with_a_shortest_trace():
+    # Without the client's move, 0 and 1 can never reach 3: the first such state in BFS order is 0 (empty trace).
+    needs_client = Progress("reaches three", pending=lambda n: n in (1, 2), done=lambda n: n == 3,
+                            relies_on=lambda label: not label.startswith("client"))
+    violation = explore(0, _door, [], progress=[needs_client]).violation
+    assert violation is not None and violation.invariant == "reaches three"
+    assert (violation.labels, violation.final) == (("work",), 1)
+
+
+def test_progress_is_checked_only_after_a_complete_search():
+    never = Progress("never", pending=lambda n: True, done=lambda n: False, relies_on=lambda label: True)
+    result = explore(0, _door, [], progress=[never], max_depth=1)
+    assert not result.complete and result.violation is None
+    assert explore(0, _door, [], progress=[never]).violation.final == 0
