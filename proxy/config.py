@@ -122,6 +122,8 @@ class ProxyConfig:
     max_steps_per_session: int | None = None
     #: seconds a request may wait for a resume before it gets 503 with Retry-After
     pause_wait_timeout: float = 600.0
+    #: seconds a pause waits for the upstream to confirm its aborts before it cuts the requests itself
+    pause_abort_timeout: float = 30.0
     #: add prompt_token_ids, token_ids, token_logprobs, weight_versions to every response
     return_token_ids: bool = False
 
@@ -172,6 +174,13 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise ValueError(f"{value} is not a positive integer")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{text} is not a positive number of seconds")
     return value
 
 
@@ -246,6 +255,9 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
                      help="continue generations interrupted by a pause after resume (otherwise regenerate them)")
     add_env_argument(generation, "--pause-wait-timeout", convert=float, default=600.0,
                      help="seconds a request may wait for a resume before it gets 503 with Retry-After")
+    add_env_argument(generation, "--pause-abort-timeout", convert=positive_float, default=30.0,
+                     help="seconds a pause waits for the upstream to confirm its aborts; then the proxy cuts its "
+                     "own requests (keeping what they delivered) and acknowledges (default 30)")
     add_env_argument(generation, "--use-rollout-routing-replay", flag_is_bool=True, default=False,
                      help="request and record MoE routed experts (R3)")
 
@@ -294,5 +306,6 @@ def proxy_config_from_args(args: argparse.Namespace) -> ProxyConfig:
         ignore_cch_for_prefix_hash=args.ignore_cch_for_prefix_hash,
         max_steps_per_session=args.max_steps_per_session,
         pause_wait_timeout=args.pause_wait_timeout,
+        pause_abort_timeout=args.pause_abort_timeout,
         return_token_ids=args.return_token_ids,
     )

@@ -60,5 +60,5 @@ class ProxyServices:
         )
         return cls(
             config=config, upstream=upstream, tokenizer=tokenizer, sessions=sessions, parser=parser,
-            gate=GateController.new(),
+            gate=GateController.new(abort_timeout=config.pause_abort_timeout),
         )

@@ -13,7 +13,9 @@ upstream request. Waiting is never polling:
 - a member that got ``Wait`` waits on its own work queue, which ``resumed()`` fills (the controller delivers
   ``Resumed`` to every waiter in the same synchronous step in which the machine admits them);
 - ``pause()`` waits on a ``trio.Event`` that the ``PauseAcknowledged`` effect sets (the last in-flight generation
-  to acknowledge or finish carries it out);
+  to acknowledge or finish carries it out), for at most ``abort_timeout`` seconds from the pause's start: then it
+  force-cuts every generation still in flight (``force_cut()``: its own upstream request is cancelled, keeping
+  what it delivered, so it acknowledges under the same rules as any abort) and reports them in its answer;
 - ``wait_running()`` waits on a ``trio.Event`` that resume sets.
 
 Pause and resume are idempotent, as the machine's table says: a second pause while pausing joins the first, while
@@ -46,6 +48,10 @@ class GateMember(Protocol):
     def resumed(self, epoch: int, weight_version: str | None) -> None:
         """The gate resumed while this generation waited (feed ``Resumed``); it streams from now on."""
 
+    def force_cut(self) -> dict[str, object]:
+        """The pause's bound passed and the upstream has not confirmed this generation's abort: cut its request
+        now (it acknowledges, or fails closed, before long); return how the pause's answer names it."""
+
 
 class ResumeRefusedError(Exception):
     """A resume the gate refused: a pause is still in progress, or a new version was announced without a pause."""
@@ -67,6 +73,8 @@ class PauseResult:
     already_paused: bool = False
     #: generated tokens the interrupted generations hold (kept across the pause; see abort_acknowledged)
     tokens_kept: int = 0
+    #: generations whose abort the upstream had not confirmed within the bound: the proxy cut them itself
+    force_cut: tuple[dict[str, object], ...] = ()
 
 
 @attrs.frozen
@@ -86,6 +94,8 @@ class GateController:
     """The rollout gate of one proxy process (see the module docstring)."""
 
     machine: gate_sm.RolloutGate
+    #: seconds a pause waits for its aborts to be confirmed before it force-cuts (--pause-abort-timeout)
+    abort_timeout: float = 30.0
     # Invariant: len(_in_flight) == machine's in_flight and len(_waiting) == its waiting (a dict keeps the order).
     _in_flight: dict[GateMember, None] = attrs.field(factory=dict, init=False)
     _waiting: dict[GateMember, None] = attrs.field(factory=dict, init=False)
@@ -94,6 +104,9 @@ class GateController:
     _pause_result: PauseResult | None = attrs.field(default=None, init=False)
     # Tokens the generations interrupted by the current pause hold (reported in its PauseResult).
     _tokens_kept: int = attrs.field(default=0, init=False)
+    # When the pause in progress began (None: no pause in progress), and whom it force-cut.
+    _pausing_since: float | None = attrs.field(default=None, init=False)
+    _force_cut: dict[GateMember, dict[str, object]] = attrs.field(factory=dict, init=False)
     # Set while RUNNING; replaced when a pause starts.
     _running: trio.Event = attrs.field(factory=trio.Event, init=False)
     # Lifetime counters, for statistics.
@@ -102,9 +115,9 @@ class GateController:
     _pauses: int = attrs.field(default=0, init=False)
 
     @classmethod
-    def new(cls, weight_version: str | None = None) -> GateController:
+    def new(cls, weight_version: str | None = None, *, abort_timeout: float = 30.0) -> GateController:
         """A running gate at epoch 0, with the configured weight version (if known)."""
-        controller = cls(gate_sm.RolloutGate.new(weight_version))
+        controller = cls(gate_sm.RolloutGate.new(weight_version), abort_timeout)
         controller._running.set()
         controller._paused.set()  # no pause in progress: wait_pause_settled() returns at once
         return controller
@@ -164,6 +177,8 @@ class GateController:
                 self._paused = paused = trio.Event()
                 self._pause_result = None
                 self._tokens_kept = 0
+                self._force_cut = {}
+                self._pausing_since = trio.current_time()
                 self._running = trio.Event()
                 for member in list(self._in_flight):
                     # Each answers later (abort acknowledged, or finished), through this controller.
@@ -175,9 +190,33 @@ class GateController:
                 self._acknowledge(effect)
                 return self._pause_result  # type: ignore[return-value]
             # AlreadyPausing: join the pause in progress below.
-        await paused.wait()
+        since = self._pausing_since
+        with trio.move_on_at(trio.current_time() if since is None else since + self.abort_timeout):
+            await paused.wait()
+        if not paused.is_set():
+            self._force_cut_in_flight()
+            await paused.wait()
         assert self._pause_result is not None
         return self._pause_result
+
+    def _force_cut_in_flight(self) -> None:
+        """The bound passed: every generation still in flight cuts its own request (once per pause)."""
+        for member in list(self._in_flight):
+            # A member's force_cut may release others synchronously: only those still in flight are cut.
+            if member in self._in_flight and member not in self._force_cut:
+                # Entered before the cut and filled after it: a cut that fails closed releases the member, and may
+                # acknowledge the pause, synchronously (the acknowledgement holds this same dict).
+                entry: dict[str, object] = {}
+                self._force_cut[member] = entry
+                entry.update(member.force_cut())
+        if self._force_cut:
+            log.warning("gate: the upstream did not confirm %d abort(s) within %.1f s; cut by the proxy: %s",
+                        len(self._force_cut), self.abort_timeout, list(self._force_cut.values()))
+
+    def pausing_for(self) -> float:
+        """Seconds the pause in progress has waited so far (0 when none is in progress)."""
+        since = self._pausing_since
+        return 0.0 if since is None or self._paused.is_set() else trio.current_time() - since
 
     async def resume(self, weight_version: str | None = None) -> ResumeResult:
         """Resume generation, optionally announcing the weight version now loaded; every waiter streams at once.
@@ -240,8 +279,10 @@ class GateController:
                 self._acknowledge(effect)
 
     def _acknowledge(self, effect: gate_sm.PauseAcknowledged) -> None:
-        self._pause_result = PauseResult(effect.epoch, effect.aborted, effect.waiting, tokens_kept=self._tokens_kept)
+        self._pause_result = PauseResult(effect.epoch, effect.aborted, effect.waiting, tokens_kept=self._tokens_kept,
+                                         force_cut=tuple(self._force_cut.values()))
         self._tokens_kept = 0
+        self._pausing_since = None
         self._paused.set()
 
 

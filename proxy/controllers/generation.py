@@ -40,7 +40,8 @@ Pauses (``docs/partial-rollout.md`` has the protocol): the gate's ``abort_reques
 its ``AbortUpstream`` cancels the request's scope at once and aborts the rid on the workers in the background, so the
 acknowledgement (``UpstreamAborted``, fed when the reader returns) needs no round trip. One exception: with routing
 replay and partial rollout, when worker URLs are known, the rid is aborted first and the request read to its abort
-finish (SGLang sends routed experts only in a request's final chunk), bounded by ``ABORT_GRACE``. The gate is told
+finish (SGLang sends routed experts only in a request's final chunk), bounded by the gate's
+``--pause-abort-timeout`` (then the gate's ``force_cut`` cancels the request's scope). The gate is told
 how many tokens the generation keeps (``tokens_kept`` of the pause's answer). Routing replay asks every request for
 the rows not held yet (``_rows_end``: the base checkpoint's coverage, then each chunk's end), so no row is ever
 duplicated. Without partial rollout every from-scratch request is first checked against the session's version stamp
@@ -128,9 +129,6 @@ log = logging.getLogger("dressage_proxy.generation")
 PAUSE_RETRY_AFTER = 10.0
 #: how long a background abort of an upstream rid may take
 ABORT_TIMEOUT = 10.0
-#: routing replay + partial rollout: how long a pause waits for an aborted request's own abort finish (which carries
-#: its routed-expert rows) before it closes the stream instead
-ABORT_GRACE = 5.0
 #: how long the first request without a model name waits for the upstream's /v1/models
 MODEL_NAME_TIMEOUT = 2.0
 #: the end-of-generation special tokens that are not text (SGLang's ``text`` leaves them out)
@@ -261,8 +259,6 @@ class Generation:
     _request_accepted: int = attrs.field(default=0, init=False)
     # The tokens of the read being fed to the machine (AcceptTokens records them).
     _incoming: Sequence[Token] | None = attrs.field(default=None, init=False)
-    # Set when the current request's reader has returned (a graceful pause abort waits on it).
-    _request_done: trio.Event = attrs.field(factory=trio.Event, init=False)
     # The epoch and announced version of the current request's admission (the step's stamp without partial rollout).
     _epoch: int | None = attrs.field(default=None, init=False)
     _admitted_version: str | None = attrs.field(default=None, init=False)
@@ -362,6 +358,20 @@ class Generation:
     def resumed(self, epoch: int, weight_version: str | None) -> None:
         self._wait_began = None
         self._apply(self._send(Resumed(epoch, weight_version)))
+
+    def force_cut(self) -> dict[str, object]:
+        """The pause's bound passed without the upstream confirming this generation's abort: cancel its request's
+        scope, so its reader returns and acknowledges with the tokens it delivered (the rules of any abort). With no
+        request open while the gate counts it in flight, its driver is not where it must be (a bug): fail closed,
+        which releases the gate slot at once."""
+        entry: dict[str, object] = {
+            "id": self.completion_id, "session_id": self.request.session_id, "tokens_before": len(self.ids),
+        }
+        if self._request_scope is not None:
+            self._request_scope.cancel()
+        else:
+            self._apply(self._send(InternalError("in flight at the pause's bound with no upstream request open")))
+        return entry
 
     # -- prepare (in the handler's task) -------------------------------------------------------------------------
 
@@ -577,7 +587,6 @@ class Generation:
         self._request_accepted = 0
         outcome: ReadOutcome | None = None
         finished: list[Finished] = []
-        self._request_done = done = trio.Event()
         with trio.CancelScope() as scope:
             self._request_scope = scope
             self._rid = rid
@@ -593,7 +602,6 @@ class Generation:
                 )
             finally:
                 self._request_scope = None
-                done.set()
         if not self._may_feed():
             return
         if finished:
@@ -651,13 +659,14 @@ class Generation:
         One exception, a pause's abort under routing replay with partial rollout when worker URLs are known: SGLang
         sends a request's routed experts only in its final chunk, so the rid is aborted on the workers first and the
         request read to its abort finish (its extra tokens are accepted: they were generated before the abort, under
-        the old weights), bounded by ``ABORT_GRACE``; the continuation then asks for rows from
+        the old weights), bounded by the gate's ``--pause-abort-timeout`` (``force_cut``); the continuation then asks
+        for rows from
         ``len(input_ids) - 1`` only (sglang-protocol.md §8.4).
         """
         scope = self._request_scope
         current = scope is not None and (rid is None or rid == self._rid)
         if current and rid is not None and self._pause_abort and self._graceful_pause_abort:
-            self._nursery.start_soon(self._abort_then_cut, rid, scope, self._request_done)
+            self._nursery.start_soon(self._abort_then_cut, rid, scope)
             return
         if current:
             scope.cancel()
@@ -685,18 +694,16 @@ class Generation:
             not self._streams_upstream or (config.use_rollout_routing_replay and config.partial_rollout)
         )
 
-    async def _abort_then_cut(self, rid: str, scope: trio.CancelScope, done: trio.Event) -> None:
+    async def _abort_then_cut(self, rid: str, scope: trio.CancelScope) -> None:
         """Abort ``rid`` on the workers and let its reader read the abort finish; cut the stream if the abort cannot
-        be sent or the finish does not come within ``ABORT_GRACE``."""
-        with trio.move_on_after(ABORT_GRACE):
+        be sent; the wait for the finish is bounded by the gate (``force_cut`` after ``--pause-abort-timeout``)."""
+        sent = False
+        with trio.move_on_after(ABORT_TIMEOUT):
             try:
                 sent = await self.controller.upstream.abort(rid)
             except UpstreamError as exc:
                 log.debug("generation %s: abort of %s failed: %s", self.completion_id, rid, exc)
-                sent = False
-            if sent:
-                await done.wait()
-        if not done.is_set():
+        if not sent:
             scope.cancel()
 
     async def _abort_rid(self, rid: str, after_pause_ack: bool = False) -> None:

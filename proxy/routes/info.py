@@ -33,9 +33,13 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         gate = services.gate.statistics()
         sessions = services.sessions.statistics()
         store = await services.sessions.store_statistics()
+        # A pause still in progress past its bound means a generation did not answer its forced cut (a bug).
+        pausing_for = services.gate.pausing_for()
+        wedged = pausing_for > services.config.pause_abort_timeout
         return jsonify(
             {
-                "status": "ok" if upstream_state["reachable"] else "degraded",
+                "status": "ok" if upstream_state["reachable"] and not wedged else "degraded",
+                "pausing_seconds": round(pausing_for, 3),
                 "upstream": upstream_state,
                 "gate": report_json(gate),
                 "sessions": report_json(sessions),

@@ -2,7 +2,7 @@
 
 | route | body | answer |
 |---|---|---|
-| ``POST /v1/rollout/pause`` | none (ignored) | ``{"state": "PAUSED", "epoch", "weight_version", "aborted", "tokens_kept", "waiting", "already_paused", "seconds"}`` |
+| ``POST /v1/rollout/pause`` | none (ignored) | ``{"state": "PAUSED", "epoch", "weight_version", "aborted", "tokens_kept", "waiting", "already_paused", "force_cut", "seconds"}`` |
 | ``POST /v1/rollout/resume`` | ``{"weight_version"?}`` (or no body) | ``{"state": "RUNNING", "epoch", "weight_version", "admitted", "already_running"}`` |
 | ``GET /v1/rollout/pause_state`` | | ``{"state", "epoch", "weight_version", "in_flight", "waiting", "pauses_total", "admitted_total", "parked_total"}`` |
 
@@ -15,7 +15,10 @@ Everything is the :class:`~proxy.controllers.gate.GateController`'s (``services.
   ``tokens_kept``: the generated tokens they hold; ``waiting``: generations now waiting for resume (interrupted
   ones and new requests); ``seconds``: how long this call took. Idempotent: a pause while paused answers at once
   (``already_paused: true``, ``aborted: 0``); a pause while another is in progress waits for it and gets its
-  answer. A trainer that disconnects does not undo the pause.
+  answer. A trainer that disconnects does not undo the pause. A pause never waits for ever: when the upstream has
+  not confirmed every abort within ``--pause-abort-timeout`` (30 s), the proxy cancels its own requests (each keeps
+  what it delivered, as with any abort) and acknowledges; ``force_cut`` names those generations (``id``,
+  ``session_id``, ``tokens_before``: what they held before this pause).
 - **Resume** moves the gate to RUNNING with ``epoch + 1`` and the announced ``weight_version`` (else the current
   one) and lets every waiter go on at once. Idempotent: a resume while running with no or the same version changes
   nothing (``already_running: true``). Refused with 409 ``resume_refused``: a resume while a pause is still in
@@ -55,6 +58,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                 "tokens_kept": result.tokens_kept,
                 "waiting": result.waiting,
                 "already_paused": result.already_paused,
+                "force_cut": list(result.force_cut),
                 "seconds": round(trio.current_time() - began, 6),
             }
         )

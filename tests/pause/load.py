@@ -78,10 +78,10 @@ def _sse_answer(raw: bytes) -> tuple[str, list[int], list[int], str | None] | No
             continue
         if chunk.get("prompt_token_ids"):
             prompt = chunk["prompt_token_ids"]
+        completion.extend(chunk.get("token_ids") or ())
         for choice in chunk.get("choices", ()):
             delta = choice.get("delta") or {}
             text.append(delta.get("content") or "")
-            completion.extend(choice.get("token_ids") or ())
     if not done:
         return None
     return "".join(text), prompt, completion, error
@@ -114,7 +114,7 @@ async def _agent(stack: PauseStack, record: AgentRecord, rng: random.Random, sto
                         data = response.json()
                         message = data["choices"][0]["message"]
                         answer = (message.get("content") or "", data.get("prompt_token_ids") or [],
-                                  data["choices"][0].get("token_ids") or [], None)
+                                  data.get("token_ids") or [], None)
                     else:
                         record.errors.append(f"{response.status_code} {response.text[:200]}")
             if scope.cancelled_caught:

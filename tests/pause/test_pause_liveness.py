@@ -71,9 +71,11 @@ async def test_a_stream_nobody_reads_never_holds_a_pause(start_stack, mock_clock
 async def test_planted_bug_driver_waiting_on_its_client_before_a_continuation_hangs_the_pause(
     start_stack, mock_clock, monkeypatch
 ) -> None:
-    """The shared rule is the controller's: widened to StartUpstream, the real controller wedges the pause."""
+    """The shared rule is the controller's: widened to StartUpstream, the real controller wedges the pause (the
+    pause's own bound, which would rescue it, is set out of the way)."""
     monkeypatch.setattr(gm, "WAITS_FOR_CLIENT", (gm.StartUpstream,))
-    stack = await start_stack(script=[{"session": "s", "output": LONG}], engine=SLOW, partial_rollout=True)
+    stack = await start_stack(script=[{"session": "s", "output": LONG}], engine=SLOW, partial_rollout=True,
+                              pause_abort_timeout=3600.0)
     request = ChatCompletionRequest.from_http(BODY, {"X-Session-Id": "s"})
     async with trio.open_nursery() as nursery:
         generation = await _controller(stack).start(request, nursery)
@@ -133,4 +135,29 @@ async def test_a_client_gone_before_the_stream_body_started_releases_the_generat
             assert (controller.statistics().cancelled, controller.statistics().active, in_flight) == (1, 0, 0)
         else:
             assert (controller.statistics().cancelled, in_flight) == (0, 1)
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_pause_bound_rescues_a_wedged_driver_by_failing_it_closed(start_stack, mock_clock,
+                                                                          monkeypatch) -> None:
+    """The last line of defence: a generation still in flight at --pause-abort-timeout with no upstream request open
+    (its driver is not where it must be) fails closed, which releases its gate slot; the pause returns and names
+    it."""
+    monkeypatch.setattr(gm, "WAITS_FOR_CLIENT", (gm.StartUpstream,))
+    stack = await start_stack(script=[{"session": "s", "output": LONG}], engine=SLOW, partial_rollout=True,
+                              pause_abort_timeout=5.0)
+    request = ChatCompletionRequest.from_http(BODY, {"X-Session-Id": "s"})
+    async with trio.open_nursery() as nursery:
+        generation = await _controller(stack).start(request, nursery)
+        await generation.first_output()
+        await generated_at_least(stack.engine, 40)
+        await stack.post("/v1/rollout/pause")
+        await stack.post("/v1/rollout/resume", {"weight_version": "v1"})
+        await trio.testing.wait_all_tasks_blocked()
+        began = trio.current_time()
+        second = (await stack.post("/v1/rollout/pause")).json()
+        assert 5.0 - 1e-6 <= trio.current_time() - began < 6.0
+        assert [entry["id"] for entry in second["force_cut"]] == [generation.completion_id]
+        assert generation.statistics().state == "FAILED"
+        assert (stack.gate.statistics().in_flight, stack.gate.statistics().waiting) == (0, 0)
         nursery.cancel_scope.cancel()

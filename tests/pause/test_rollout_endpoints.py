@@ -23,7 +23,7 @@ async def test_pause_state_pause_resume_shapes_idempotence_and_refusals(start_st
     answer = first.json()
     assert answer.pop("seconds") >= 0
     assert answer == {"state": "PAUSED", "epoch": 0, "weight_version": None, "aborted": 0, "tokens_kept": 0,
-                      "waiting": 0, "already_paused": False}
+                      "waiting": 0, "already_paused": False, "force_cut": []}
     again = (await stack.post("/v1/rollout/pause")).json()
     assert (again["already_paused"], again["aborted"], again["epoch"]) == (True, 0, 0)
     assert (await stack.get("/v1/rollout/pause_state")).json()["state"] == "PAUSED"

@@ -69,6 +69,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, include_server: boo
                        metavar="K", help="apply the stream drop to every K-th stream (default: %(default)s)")
     group.add_argument("--abort-blocked-requests", dest="engine_abort_blocked_requests", action="store_true",
                        help="let /abort_request reach requests still blocked by a pause (SGLang ignores them)")
+    group.add_argument("--fault-ignore-aborts", dest="engine_fault_ignore_aborts", action="store_true",
+                       help="fault: /abort_request answers 200 and aborts nothing")
     return group
 
 

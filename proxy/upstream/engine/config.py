@@ -63,6 +63,8 @@ class EngineConfig:
     #: SGLang ignores an abort for a request still blocked at the pause gate (its rid is not registered yet).
     #: True makes such a request abortable by explicit rid (finishing in the waiting-queue form).
     abort_blocked_requests: bool = False
+    #: Fault: ``/abort_request`` answers 200 but aborts nothing (an upstream that never confirms a pause's aborts).
+    fault_ignore_aborts: bool = False
     #: How many finished requests ``Engine.request_log`` keeps (oldest dropped first).
     request_log_size: int = 1000
 

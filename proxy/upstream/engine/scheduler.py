@@ -386,6 +386,8 @@ class Engine:
         With a rid, nothing happens unless that exact rid is in flight; then every in-flight rid that *starts
         with* it is aborted (the scheduler's ``startswith``, §2.1).
         """
+        if self.config.fault_ignore_aborts:
+            return 0
         if abort_all:
             targets = list(self._active.values())
         elif not rid:
