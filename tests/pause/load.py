@@ -33,6 +33,7 @@ class PauseRecord:
     index: int
     seconds: float | None  # None: not acknowledged within PAUSE_BOUND
     in_flight_left: int = 0
+    force_cut: int = 0
 
 
 @attrs.define
@@ -144,6 +145,7 @@ async def _trainer(stack: PauseStack, pauses: list[PauseRecord], rng: random.Ran
                 response = await client.post("/v1/rollout/pause", json={})
                 assert response.status_code == 200, response.text
                 record.seconds = trio.current_time() - began
+                record.force_cut = len(response.json()["force_cut"])
             if record.seconds is None:
                 record.in_flight_left = stack.gate.statistics().in_flight
                 return  # wedged: the report says so; nothing else can go on
@@ -181,6 +183,34 @@ async def run_load(
     return LoadReport(pauses, records, exports, gate_after)
 
 
+def problems(report: LoadReport) -> list[str]:
+    """Everything the load found wrong: pauses that did not return or cut on their own; answers the export lost or
+    changed; a gate not back to RUNNING with nothing in flight."""
+    found = [f"pause {p.index} not acknowledged within {PAUSE_BOUND} s ({p.in_flight_left} in flight)"
+             for p in report.pauses if p.seconds is None]
+    found += [f"pause {p.index} had to cut {p.force_cut} request(s) itself" for p in report.pauses if p.force_cut]
+    found += [f"{agent.session_id}: {error}" for agent in report.agents for error in agent.errors]
+    gate = report.gate_after
+    if (gate["state"], gate["in_flight"], gate["waiting"]) != ("RUNNING", 0, 0):
+        found.append(f"gate after the load: {gate}")
+    for agent in report.agents:
+        segments = report.exports.get(agent.session_id, [])
+        for number, turn in enumerate(agent.turns):
+            whole = turn.prompt_ids + turn.completion_ids
+            if not turn.prompt_ids or not turn.completion_ids:
+                found.append(f"{agent.session_id} turn {number}: the answer carried no token ids")
+                continue
+            # The answer the client got is in the export exactly: its prompt then its completion, the completion
+            # trained, in some segment (a segment holds a conversation; each of its steps is a prefix of it).
+            if not any(segment["token_ids"][:len(whole)] == whole
+                       and all(segment["loss_mask"][len(turn.prompt_ids):len(whole)]) for segment in segments):
+                found.append(f"{agent.session_id} turn {number}: not exported exactly")
+        steps = sum(segment["num_turns"] for segment in segments)
+        if steps < len(agent.turns):
+            found.append(f"{agent.session_id}: {steps} steps exported for {len(agent.turns)} answers")
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=30.0)
@@ -196,6 +226,8 @@ def main() -> None:
     slowest = max((p.seconds for p in report.pauses if p.seconds is not None), default=0.0)
     print(f"pauses {len(report.pauses)}, wedged {len(wedged)}, slowest {slowest:.2f} s; gate {report.gate_after}")
     print(f"turns {sum(len(a.turns) for a in report.agents)}, disconnects {sum(a.disconnects for a in report.agents)}")
+    for problem in problems(report):
+        print("PROBLEM", problem)
 
 
 if __name__ == "__main__":
