@@ -72,6 +72,8 @@ async def run_proxy(
             # Loading the tokenizer takes about a second; keep the event loop (and the engine) responsive.
             services = await trio.to_thread.run_sync(ProxyServices.build, config, upstream)
             app = create_proxy_app(services)
+            # Known from the start when the upstream can say; otherwise asked again when a request needs it.
+            await services.context_window.refresh()
             url = await nursery.start(serve_app, app, config.host, config.port)
             say(f"listening on {url} (upstream {router_url})")
             task_status.started(ProxyHandle(url=url, engine=engine_handle, services=services))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import attrs
 
 from proxy.config import ProxyConfig
+from proxy.controllers.context_window import ContextWindow
 from proxy.controllers.gate import GateController
 from proxy.controllers.session import SessionConfig
 from proxy.controllers.session_registry import SessionRegistry
@@ -32,6 +33,8 @@ class ProxyServices:
     parser: MessageParser
     #: the rollout gate (pause/resume around weight updates); every generation passes it
     gate: GateController
+    #: the model's context window (--context-window, else the upstream's, else the tokenizer's)
+    context_window: ContextWindow
 
     @classmethod
     def build(cls, config: ProxyConfig, upstream: SGLangClient, store: TrajectoryStore | None = None) -> ProxyServices:
@@ -61,4 +64,5 @@ class ProxyServices:
         return cls(
             config=config, upstream=upstream, tokenizer=tokenizer, sessions=sessions, parser=parser,
             gate=GateController.new(abort_timeout=config.pause_abort_timeout),
+            context_window=ContextWindow(upstream, config.context_window, config.tokenizer_path),
         )

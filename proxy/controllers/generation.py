@@ -65,6 +65,7 @@ import trio
 from proxy.api import SSE_DONE, ApiError, ChatCompletionRequest, CompletionMeta, Usage, sse_error
 from proxy.api.errors import ErrorCode
 from proxy.controllers.context_budget import StepBudget, plan_step_budget
+from proxy.controllers.context_window import ContextWindow
 from proxy.controllers.errors import (
     GenerationFinishedError,
     SessionError,
@@ -165,6 +166,8 @@ class GenerationController:
     parser: Any  # proxy.parsing.MessageParser
     tokenizer: Any  # proxy.tokenization.TitoTokenizer
     gate: GateController
+    #: the model's context window (the services'; tests that build a controller by hand get one over ``upstream``)
+    context_window: ContextWindow | None = None
     _end_ids: frozenset[int] = attrs.field(init=False)
     _model_name: str | None = attrs.field(default=None, init=False)
     _active: set[Generation] = attrs.field(factory=set, init=False)
@@ -178,13 +181,15 @@ class GenerationController:
                 ids.add(encoded[0])
         ids.add(self.tokenizer.end_of_turn_id)
         self._end_ids = frozenset(ids)
+        if self.context_window is None:
+            self.context_window = ContextWindow(self.upstream, self.config.context_window, self.config.tokenizer_path)
 
     @classmethod
     def from_services(cls, services: Any) -> GenerationController:
         """The controller over the proxy's services (``proxy.services.ProxyServices``)."""
         return cls(
             services.config, services.sessions, services.upstream, services.parser, services.tokenizer,
-            services.gate,
+            services.gate, services.context_window,
         )
 
     async def start(self, request: ChatCompletionRequest, nursery: trio.Nursery) -> Generation:
@@ -378,6 +383,9 @@ class Generation:
     async def prepare(self) -> None:
         """Prepare + tokenize + budget as one unit: ``Prepared`` (and the gate's answer), or raise the refusal."""
         request, controller = self.request, self.controller
+        # Before anything is held: a client that leaves during this wait leaves nothing behind.
+        assert controller.context_window is not None
+        window = await controller.context_window.tokens()
         try:
             prepared = await controller.sessions.prepare(
                 request.session_id, request.messages, tools=request.tools,
@@ -404,7 +412,7 @@ class Generation:
         config = controller.config
         try:
             self.budget = plan_step_budget(
-                len(self.prompt_ids), request.max_tokens, context_window=config.context_window,
+                len(self.prompt_ids), request.max_tokens, context_window=window,
                 dynamic=config.dynamic_max_tokens,
             )
         except ApiError as refusal:
@@ -578,7 +586,7 @@ class Generation:
         rid = new_rid()
         input_ids = self.prompt_ids + self.ids[: start.kept_tokens] if start.kept_tokens else self.prompt_ids
         params = request.to_sampling_params(
-            self.budget.wire_value(start.max_new_tokens), temperature_override=config.rollout_temperature
+            start.max_new_tokens, temperature_override=config.rollout_temperature
         )
         # Routing replay: ask only for rows not held yet. That is the machine's len(input_ids) - 1 for a
         # continuation whose interrupted request delivered its rows (its abort finish was read), else the first

@@ -40,6 +40,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
             {
                 "status": "ok" if upstream_state["reachable"] and not wedged else "degraded",
                 "pausing_seconds": round(pausing_for, 3),
+                "context_window": services.context_window.report(),
                 "upstream": upstream_state,
                 "gate": report_json(gate),
                 "sessions": report_json(sessions),

@@ -35,6 +35,7 @@ from proxy.upstream import wire_json
 from proxy.upstream.chunks import ChunkDecoder, SSEParser
 from proxy.upstream.errors import (
     UpstreamError,
+    UpstreamHTTPError,
     UpstreamNotConfigured,
     UpstreamProtocolError,
     error_from_response,
@@ -290,9 +291,42 @@ class SGLangClient:
     # -- information and parsers -----------------------------------------------------------------------------
 
     async def model_info(self, base_url: str | None = None) -> ModelInfo:
-        """``GET /model_info`` of the router (which answers for its first worker) or of ``base_url``."""
-        body = await self._call("GET", (self.router_url if base_url is None else _base(base_url)) + "/model_info")
-        return ModelInfo.from_json(_expect_object(body, "/model_info"))
+        """``GET /model_info`` of the router (which answers for its first worker) or of ``base_url``; the deprecated
+        ``/get_model_info`` when that is 404 (the SGLang Model Gateway ``smg`` serves only the old name)."""
+        return ModelInfo.from_json(await self._info(base_url, "/model_info", "/get_model_info"))
+
+    async def context_length(self) -> int | None:
+        """The model's context window in tokens, as the upstream reports it; None when it does not say.
+
+        ``/v1/models`` (``max_model_len``: SGLang's own server), then ``/model_info`` (no such field in SGLang
+        0.5.23, but read where one is present), then ``/server_info`` (the server args' ``context_length``: what
+        ``smg`` relays, its ``/v1/models`` dropping ``max_model_len``); deprecated names where the new are 404."""
+        try:
+            for card in await self.models():
+                if card.max_model_len:
+                    return card.max_model_len
+        except UpstreamError:
+            pass
+        for names in (("/model_info", "/get_model_info"), ("/server_info", "/get_server_info")):
+            try:
+                body = await self._info(None, *names)
+            except UpstreamError:
+                continue
+            for field in ("max_model_len", "context_length", "max_context_length"):
+                value = body.get(field)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value
+        return None
+
+    async def _info(self, base_url: str | None, path: str, deprecated: str) -> Mapping[str, Any]:
+        """A JSON object from ``path``, or from its ``deprecated`` name when the upstream answers 404."""
+        base = self.router_url if base_url is None else _base(base_url)
+        try:
+            return _expect_object(await self._call("GET", base + path), path)
+        except UpstreamHTTPError as error:
+            if error.status != 404:
+                raise
+        return _expect_object(await self._call("GET", base + deprecated), deprecated)
 
     async def weight_version(self, base_url: str | None = None) -> str | None:
         """The current weight version, from ``/model_info``."""

@@ -16,7 +16,7 @@ import trio.testing
 
 from proxy.api import ApiError, ChatCompletionRequest
 from proxy.config import ProxyConfig
-from proxy.controllers.context_budget import UNBOUNDED, StepBudget, plan_step_budget
+from proxy.controllers.context_budget import StepBudget, plan_step_budget
 from proxy.controllers.generation import Generation, GenerationController
 from proxy.controllers.text_decoder import TextDecoder
 from proxy.controllers.upstream_reader import ReadOutcome, ending_event, failure_event
@@ -364,12 +364,14 @@ async def test_sampling_params_rollout_temperature_budget_and_routing_key_upstre
     assert default["sampling_params"] == {"max_new_tokens": 4096 - prompt, "temperature": 0.25}
 
 
-async def test_without_window_or_max_tokens_null_is_sent_upstream(build) -> None:
+async def test_without_a_configured_window_or_max_tokens_the_upstream_window_is_sent_never_null(build) -> None:
+    """A gateway drops null fields and SGLang's default is 128 tokens: the window the upstream reports decides."""
     h = await build()
     recorder = RecordingUpstream(h.controller.upstream)
     h.controller.upstream = recorder
     await (await h.start("n")).result()
-    assert recorder.calls[0]["sampling_params"] == {"max_new_tokens": None}
+    prompt = len(h.engine.request_log[0].input_ids)
+    assert recorder.calls[0]["sampling_params"] == {"max_new_tokens": h.engine.config.context_length - prompt}
 
 
 # -- pure helpers -----------------------------------------------------------------------------------------------------
@@ -378,8 +380,6 @@ async def test_without_window_or_max_tokens_null_is_sent_upstream(build) -> None
 @pytest.mark.parametrize(
     ("prompt", "requested", "window", "dynamic", "expected"),
     [
-        (10, None, None, True, StepBudget(UNBOUNDED, bounded=False)),
-        (10, 50, None, True, StepBudget(50)),
         (10, None, 100, True, StepBudget(90)),
         (10, 50, 100, True, StepBudget(50)),
         (10, 500, 100, True, StepBudget(90, clamped=True)),
@@ -397,11 +397,6 @@ def test_plan_step_budget_refuses_a_full_window_with_context_overflow(prompt) ->
         plan_step_budget(prompt, 10, context_window=100)
     assert caught.value.code == "context_overflow"
     assert caught.value.to_json()["error"]["prompt_tokens"] == prompt
-
-
-def test_budget_wire_value_is_null_only_when_unbounded() -> None:
-    assert StepBudget(UNBOUNDED, bounded=False).wire_value(UNBOUNDED - 5) is None
-    assert StepBudget(40).wire_value(12) == 12
 
 
 @pytest.fixture(scope="module")

@@ -53,7 +53,7 @@ async def test_without_dynamic_max_tokens_the_request_goes_as_asked_and_sglang_r
     assert (await proxy.debug("raw"))["steps"] == 0
 
 
-async def test_without_a_window_and_max_tokens_generation_runs_to_its_end_not_sglangs_128(start_proxy) -> None:
+async def test_without_max_tokens_generation_runs_to_its_end_not_sglangs_128(start_proxy) -> None:
     proxy = await start_proxy(script=[{"session": "*", "output": LONG}], return_token_ids=True)
     response = await proxy.chat("unbounded", {"messages": MESSAGES, "chat_template_kwargs": NO_THINKING})
     body = response.json()
@@ -65,3 +65,31 @@ async def test_without_a_window_and_max_tokens_generation_runs_to_its_end_not_sg
     quiet = await proxy.chat("quiet", {"messages": MESSAGES, "return_token_ids": False, "max_tokens": 4,
                                        "chat_template_kwargs": NO_THINKING})
     assert "token_ids" not in quiet.json() and "prompt_token_ids" not in quiet.json()
+
+
+async def test_the_window_is_the_upstreams_by_default_a_large_max_tokens_is_clamped_not_refused(
+    start_proxy, qwen3_path
+) -> None:
+    """opencode sends max_tokens 32000 with 25,000 tokens left: clamped to what is left, never an upstream 400."""
+    window = prompt_length(qwen3_path) + 9
+    proxy = await start_proxy(engine={"context_length": window}, script=[{"session": "*", "output": LONG}] * 2)
+    response = await proxy.chat("big", {"messages": MESSAGES, "max_tokens": 32000, "chat_template_kwargs": NO_THINKING})
+    body = response.json()
+    assert response.status_code == 200, body
+    assert (body["usage"]["completion_tokens"], body["choices"][0]["finish_reason"]) == (9, "length")
+    (record,) = proxy.requests_of("big")
+    assert (len(record.output_ids), record.finish_reason["type"]) == (9, "length")  # asked for exactly 9
+    # A prompt longer than the upstream's window: context_overflow before any upstream call.
+    long_prompt = [{"role": "user", "content": "word " * 100}]
+    refused = await proxy.chat("long", {"messages": long_prompt})
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "context_overflow"
+    assert refused.json()["error"]["context_window"] == window
+    assert proxy.requests_of("long") == []
+
+
+async def test_context_window_flag_overrides_the_upstream(start_proxy, qwen3_path) -> None:
+    window = prompt_length(qwen3_path) + 5
+    proxy = await start_proxy(context_window=window, engine={"context_length": 32768},
+                              script=[{"session": "*", "output": LONG}])
+    body = (await proxy.chat("flag", {"messages": MESSAGES, "chat_template_kwargs": NO_THINKING})).json()
+    assert body["usage"]["completion_tokens"] == 5
