@@ -170,6 +170,19 @@ def sglang_ssl_context(ca_file: Path | None) -> ssl.SSLContext | None:
     return context
 
 
+def _detected_family(tokenizer_path: Path | None) -> str:
+    """The build model when none was chosen: the family of the template at ``tokenizer_path`` (qwen3 without one)."""
+    if tokenizer_path is None:
+        return "qwen3"
+    from proxy.tokenization.families import detect_family  # noqa: PLC0415 - loads tokenizers; only when needed
+    from proxy.tokenization.tito import TemplateMismatchError  # noqa: PLC0415
+
+    try:
+        return detect_family(tokenizer_path)
+    except (TemplateMismatchError, FileNotFoundError) as exc:
+        raise ConfigError(f"--tokenizer-path: {exc}; choose --trajectory-build-model") from None
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -226,9 +239,10 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
 
     model = parser.add_argument_group("model, tokenization and parsing")
     add_env_argument(
-        model, "--trajectory-build-model", convert=choice(*MODEL_FAMILIES), default="qwen3",
+        model, "--trajectory-build-model", convert=choice(*MODEL_FAMILIES), default=None,
         help="model family: qwen3 (JSON tool calls, parser qwen25) or qwen3_5 (XML tool calls, parser "
-        "qwen3_coder); sets the TITO tokenizer and the parsers unless overridden",
+        "qwen3_coder); sets the TITO tokenizer and the parsers unless overridden (default: detected from the "
+        "chat template at --tokenizer-path; qwen3 without one)",
     )
     add_env_argument(model, "--tito-model", convert=choice(*MODEL_FAMILIES), default=None,
                      help="TITO tokenizer family (default: the build model's)")
@@ -289,7 +303,7 @@ def proxy_config_from_args(args: argparse.Namespace) -> ProxyConfig:
         sglang_ca_file=args.sglang_ca_file,
         upstream_max_connections=args.upstream_max_connections,
         trajectory_build_mode=args.trajectory_build_mode,
-        trajectory_build_model=args.trajectory_build_model,
+        trajectory_build_model=args.trajectory_build_model or _detected_family(args.tokenizer_path),
         tito_model=args.tito_model,
         context_window=args.context_window,
         dynamic_max_tokens=args.dynamic_max_tokens,

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from proxy.tokenization.tito import TitoTokenizer
+from proxy.tokenization.tito import TemplateMismatchError, TitoTokenizer
 
 
 class Qwen3TitoTokenizer(TitoTokenizer):
@@ -59,6 +59,25 @@ def family_name(family: str) -> str:
     if name not in TITO_FAMILIES:
         raise ValueError(f"unknown TITO model family {family!r}; expected one of {sorted(TITO_FAMILIES)}")
     return name
+
+
+def detect_family(tokenizer_path: str | Path) -> str:
+    """The family whose pinned template rules the folder's chat template follows (each family's load-time check
+    is the signature: generation prompts with thinking on and off, and the user-turn junction).
+
+    Raises :class:`~proxy.tokenization.tito.TemplateMismatchError` naming every family's objection when none fits,
+    and FileNotFoundError when the folder lacks the files."""
+    objections = []
+    for name in TITO_FAMILIES:
+        try:
+            load_tito_tokenizer(name, tokenizer_path)
+        except TemplateMismatchError as exc:
+            objections.append(f"{name}: {exc}")
+            continue
+        return name
+    raise TemplateMismatchError(
+        f"{tokenizer_path}: the chat template is none of the supported families ({'; '.join(objections)})"
+    )
 
 
 def load_tito_tokenizer(family: str, tokenizer_path: str | Path) -> TitoTokenizer:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -186,3 +188,25 @@ def test_proxy_console_script_starts_and_says_it_uses_the_embedded_engine(qwen3_
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_the_build_model_is_detected_from_the_tokenizers_chat_template(qwen3_path: Path, qwen3_5_path: Path,
+                                                                       tmp_path: Path) -> None:
+    """--tokenizer-path to a Qwen3.5 tokenizer works without --trajectory-build-model (issue 14, item 13)."""
+    detected = parse(["--tokenizer-path", str(qwen3_5_path)])
+    assert (detected.trajectory_build_model, detected.effective_tito_model) == ("qwen3_5", "qwen3_5")
+    assert detected.effective_tool_call_type == "qwen3_coder"
+    assert parse(["--tokenizer-path", str(qwen3_path)]).trajectory_build_model == "qwen3"
+    # An explicit choice still wins (and is then checked when the tokenizer loads).
+    assert parse(["--tokenizer-path", str(qwen3_5_path), "--trajectory-build-model", "qwen3"]).trajectory_build_model \
+        == "qwen3"
+    # A template of no supported family is a clear start-up error naming the way out.
+    other = tmp_path / "other"
+    shutil.copytree(qwen3_path, other)
+    config_file = other / "tokenizer_config.json"
+    data = json.loads(config_file.read_text())
+    data["chat_template"] = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    config_file.write_text(json.dumps(data))
+    (other / "chat_template.jinja").unlink(missing_ok=True)
+    with pytest.raises(ConfigError, match="none of the supported families.*--trajectory-build-model"):
+        parse(["--tokenizer-path", str(other)])
