@@ -143,10 +143,17 @@ class TrajectoryStats:
     written_sessions: int
     drained_segments: int
     cleaned_sessions: int
+    #: failed export attempts since the proxy started (each one a logged bug; the session keeps its steps)
+    export_failures: int = 0
+    #: sessions whose export failed and waits for a finalize to retry it (most recent last, bounded)
+    export_failed_sessions: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> TrajectoryStats:
-        return cls(*(int(body.get(field.name, 0)) for field in attrs.fields(cls)))
+        failed = tuple(str(session_id) for session_id in body.get("export_failed_sessions") or ())
+        counts = {field.name: int(body.get(field.name, 0)) for field in attrs.fields(cls)
+                  if field.name != "export_failed_sessions"}
+        return cls(**counts, export_failed_sessions=failed)
 
 
 @attrs.frozen

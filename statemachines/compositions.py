@@ -239,20 +239,23 @@ def _counts_match(world: GateWorld) -> bool:
 # ---- Sessions, chains and generations ------------------------------------------------------------------------------
 #
 # ``session_with_generations(n)``: the real ``SessionMachine`` and real ``ChainMachine``s (restored from their
-# snapshots for every step), a trainer that finalizes (and repeats it) and drains, and ``n`` abstract generations,
+# snapshots for every step), a trainer that finalizes (and repeats it: a retry after a failed export), aborts,
+# drains, or whose export fails, and ``n`` abstract generations,
 # driven exactly as ``proxy/controllers/session.py`` drives them. Each generation is prepared once, on a base of its
 # choice: no checkpoint (a new segment), the tip of any chain, or a chain's first step below its tip (a splice);
 # the chain machine says whether it extends the tip, forks, or starts a new segment (a closed tip). A prepared
 # generation may fail (upstream failure, client gone), have its incremental encode fail (it moves to a new
 # segment), or commit a step that ends at a turn boundary or at the length limit (which closes its chain).
-# Finalize exports every chain (``ExportRequested``) and records each exported segment's owned steps.
+# Finalize exports every chain (``ExportRequested``) and records each exported segment's owned steps; a failed export
+# keeps them (``KeepForRetry``) and the next finalize runs the same export again (``RetryExport``).
 #
 # Invariants (architecture.md 4, 5, 6 and the bookkeeping behind them):
 # 1. ``each_generation_commits_at_most_once``; 2. ``failed_or_rejected_generations_commit_nothing``;
 # 3. ``no_commit_after_session_left_active``; 4. ``every_committed_step_owned_by_exactly_one_chain``;
 # 5. ``chains_are_token_paths`` (a chain's steps extend one another: a sibling never overwrites a tip);
 # 6. ``every_committed_step_in_exactly_one_exported_segment`` (once exported; no segment without a step);
-# 7. ``machines_accept_every_event``. Final states: every generation ended, the session finalized (or drained).
+# 7. ``machines_accept_every_event``; 8. ``no_committed_step_lost_by_a_failed_export`` (only an abort of an active
+# session discards steps). Final states: every generation ended, the session finalized (or drained, or aborted).
 
 
 class GenPhase(enum.Enum):
@@ -272,7 +275,9 @@ class Finalizer(enum.Enum):
     EXPORTING = "its finalize call waits for the export"
     FINALIZED = "its finalize call returned"
     DRAINED = "it read and drained the segments"
-    DISCARDED = "the session was aborted, or its export failed"
+    DISCARDED = "the session was aborted"
+    RETRYING = "its export failed; the steps are kept and its next finalize retries the export"
+    LOST = "its export failed and the session was discarded with its committed steps (a bug)"
 
 
 @attrs.frozen
@@ -479,6 +484,9 @@ def session_with_generations(
         snapshot, effects = feed(session_cls, world.session, session_sm.FinalizeRequested())
         world = attrs.evolve(world, session=snapshot)
         for effect in effects:
+            if isinstance(effect, session_sm.RetryExport):
+                # The export kept by the failed attempt runs again: the same segments.
+                return attrs.evolve(world, finalizer=Finalizer.EXPORTING)
             if isinstance(effect, session_sm.ExportSession):
                 exported = []
                 for c in range(len(world.chains)):
@@ -494,7 +502,12 @@ def session_with_generations(
     @guarded
     def export_fails(world: SessionWorld) -> SessionWorld:
         snapshot, effects = feed(session_cls, world.session, session_sm.ExportFailed("disk full"))
-        return discard_session(attrs.evolve(world, session=snapshot), effects)
+        world = attrs.evolve(world, session=snapshot)
+        if any(isinstance(e, session_sm.KeepForRetry) for e in effects):
+            return attrs.evolve(world, finalizer=Finalizer.RETRYING)
+        if any(isinstance(e, session_sm.DiscardSession) for e in effects):
+            return attrs.evolve(world, exported=None, finalizer=Finalizer.LOST)
+        return world
 
     @guarded
     def abort(world: SessionWorld) -> SessionWorld:
@@ -562,11 +575,15 @@ def session_with_generations(
         Invariant("chains_are_token_paths", _chains_are_paths),
         Invariant("every_committed_step_in_exactly_one_exported_segment", _exported_once),
         Invariant("machines_accept_every_event", lambda w: w.error is None),
+        Invariant("no_committed_step_lost_by_a_failed_export",
+                  lambda w: w.finalizer is not Finalizer.LOST or not w.steps),
     )
 
     def is_final(world: SessionWorld) -> bool:
         ended = all(g.phase not in (GenPhase.IDLE, GenPhase.PREPARED) for g in world.generations)
-        return ended and world.finalizer in (Finalizer.FINALIZED, Finalizer.DRAINED, Finalizer.DISCARDED)
+        # LOST is final too: a bug, but the invariant reports it (a deadlock report would hide which bug).
+        finals = (Finalizer.FINALIZED, Finalizer.DRAINED, Finalizer.DISCARDED, Finalizer.LOST)
+        return ended and world.finalizer in finals
 
     limit = "" if max_steps is None else f", max {max_steps} step(s)"
     name = f"SessionMachine + ChainMachines x {n} generation(s){limit}"

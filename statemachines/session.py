@@ -12,7 +12,11 @@ them (``in_flight``: admitted, not yet committed or dropped) and the steps they 
   (``ReleaseBranch``): a failed generation commits nothing. ``TitoFailed`` tells the controller to move the
   generation to a new segment (``RestartSegment``).
 - ``FinalizeRequested`` in ACTIVE: FINALIZING, and ``ExportSession``: the controller exports every chain and writes
-  the segments to the store, then reports ``ExportCompleted`` (FINALIZED) or ``ExportFailed`` (ABORTED).
+  the segments to the store, then reports ``ExportCompleted`` (FINALIZED) or ``ExportFailed`` (EXPORT_FAILED).
+- **A failed export never discards committed steps.** An export failure is a bug (or a store that could not be
+  written), not something the rollout asked for: EXPORT_FAILED keeps the export (``KeepForRetry``), and the next
+  ``FinalizeRequested`` runs it again (``RetryExport``, back to FINALIZING). Only an explicit ``AbortRequested`` in
+  ACTIVE discards a session; an abort of a session whose export failed is refused like one of a finalizing session.
 - Once the session has left ACTIVE, nothing can change its trajectory: a new generation is refused
   (``SessionClosed``), a commit is rejected (``RejectCommit``: the late generation gets a clear error and the
   stored data never changes, architecture invariant 5; field note 11: a straggler must not resurrect a session),
@@ -22,8 +26,8 @@ them (``in_flight``: admitted, not yet committed or dropped) and the steps they 
 
 Idempotent events: finalize while FINALIZING (``AlreadyFinalizing``: wait for the export in progress) or once
 FINALIZED or DRAINED (``AlreadyFinalized``); abort once ABORTED (``AlreadyAborted``); drained again. Refused, as
-effects because they come from outside: finalize of an aborted session, abort of a finalizing or finalized one
-(``FinalizeRefused``, ``AbortRefused``).
+effects because they come from outside: finalize of an aborted session, abort of a finalizing one or of one whose
+export failed (``FinalizeRefused``, ``AbortRefused``).
 
 Illegal events are controller bugs (a count would go negative, an export result without an export): transactional,
 ``IllegalTransition`` with nothing changed.
@@ -43,14 +47,16 @@ class State(enum.Enum):
 
     ACTIVE = "generations are admitted and commit into the session's trie"
     FINALIZING = "finalize was requested; its segments are being exported; nothing is admitted or committed"
+    EXPORT_FAILED = "its export failed; its steps are kept and the next finalize retries the export"
     FINALIZED = "its segments are in the store; late generations are rejected"
     DRAINED = "its segments were drained from the store; late generations are still rejected"
-    ABORTED = "discarded without export (aborted, or the export failed); late generations are rejected"
+    ABORTED = "discarded without export (aborted while active); late generations are rejected"
 
 
 # Why a closed session refuses: reported to the caller (the API answers with the code session_finalized).
 _CLOSED_REASONS = {
     State.FINALIZING: "the session is being finalized",
+    State.EXPORT_FAILED: "the session is being finalized (its export failed; finalize again to retry it)",
     State.FINALIZED: "the session was finalized",
     State.DRAINED: "the session was finalized and drained",
     State.ABORTED: "the session was aborted",
@@ -212,13 +218,28 @@ class DiscardSession:
 
 
 @attrs.frozen
+class KeepForRetry:
+    """The export failed: keep it (every committed step) for a retry; pending finalize calls fail with the reason."""
+
+    reason: str
+
+
+@attrs.frozen
+class RetryExport:
+    """Run the kept export again and write its segments to the store, then report the outcome."""
+
+    steps: int
+    in_flight: int
+
+
+@attrs.frozen
 class AlreadyAborted:
     """Abort of an aborted session: nothing changes."""
 
 
 @attrs.frozen
 class AbortRefused:
-    """Abort while finalizing: the export goes on."""
+    """Abort while finalizing or after a failed export: refused, the committed steps are kept."""
 
     reason: str
 
@@ -344,8 +365,13 @@ def _export_completed(state: State, session: SessionData, event: ExportCompleted
 
 
 def _export_failed(state: State, session: SessionData, event: ExportFailed) -> Goto:
-    """The export failed: the session is discarded, and pending finalize calls fail with the reason."""
-    return Goto(State.ABORTED, session, [DiscardSession(f"export failed: {event.reason}")])
+    """The export failed: its steps are kept for a retry, and pending finalize calls fail with the reason."""
+    return Goto(State.EXPORT_FAILED, session, [KeepForRetry(f"export failed: {event.reason}")])
+
+
+def _retry_export(state: State, session: SessionData, event: FinalizeRequested) -> Goto:
+    """Finalize after a failed export: run the kept export again."""
+    return Goto(State.FINALIZING, session, [RetryExport(session.steps, session.in_flight)])
 
 
 def _drained(state: State, session: SessionData, event: SegmentsDrained) -> Goto:
@@ -364,13 +390,13 @@ def _already_aborted(state: State, session: SessionData, event: AbortRequested) 
 
 
 def _abort_refused(state: State, session: SessionData, event: AbortRequested) -> Goto:
-    """Abort while the export runs: refused, the export goes on."""
-    return Goto(state, session, [AbortRefused("the session is being finalized")])
+    """Abort while the export runs, or after it failed: refused, the committed steps are kept."""
+    return Goto(state, session, [AbortRefused(_CLOSED_REASONS[state])])
 
 
 # ---- The table: the spec. Pairs not listed are illegal. -----------------------------------------------------------
 
-_LEFT_ACTIVE = (State.FINALIZING, State.FINALIZED, State.DRAINED, State.ABORTED)
+_LEFT_ACTIVE = (State.FINALIZING, State.EXPORT_FAILED, State.FINALIZED, State.DRAINED, State.ABORTED)
 
 TABLE = TransitionTable.build(
     machine="SessionMachine",
@@ -394,8 +420,11 @@ TABLE = TransitionTable.build(
         # FINALIZING: the export runs; everything else is refused or rejected.
         on(State.FINALIZING, FinalizeRequested, _already_finalizing, Branch(State.FINALIZING, [AlreadyFinalizing])),
         on(State.FINALIZING, ExportCompleted, _export_completed, Branch(State.FINALIZED, [Finalized])),
-        on(State.FINALIZING, ExportFailed, _export_failed, Branch(State.ABORTED, [DiscardSession])),
+        on(State.FINALIZING, ExportFailed, _export_failed, Branch(State.EXPORT_FAILED, [KeepForRetry])),
         on(State.FINALIZING, AbortRequested, _abort_refused, Branch(State.FINALIZING, [AbortRefused])),
+        # EXPORT_FAILED: the steps are kept; finalize retries the export, abort is refused.
+        on(State.EXPORT_FAILED, FinalizeRequested, _retry_export, Branch(State.FINALIZING, [RetryExport])),
+        on(State.EXPORT_FAILED, AbortRequested, _abort_refused, Branch(State.EXPORT_FAILED, [AbortRefused])),
         # FINALIZED and DRAINED: idempotent finalize; draining.
         on(State.FINALIZED, FinalizeRequested, _already_finalized, Branch(State.FINALIZED, [AlreadyFinalized])),
         on(State.FINALIZED, AbortRequested, _already_finalized, Branch(State.FINALIZED, [AlreadyFinalized])),
@@ -439,5 +468,6 @@ __all__ = [
     "ExportCompleted", "ExportFailed", "SegmentsDrained", "AbortRequested", "EVENTS", "AdmitGeneration",
     "MaxStepsReached", "SessionClosed", "RestartSegment", "AcceptCommit", "RejectCommit", "ReleaseBranch",
     "ExportSession", "AlreadyFinalizing", "AlreadyFinalized", "FinalizeRefused", "Finalized", "DiscardSession",
-    "AlreadyAborted", "AbortRefused", "SessionData", "SessionStatistics", "TABLE", "SessionMachine",
+    "KeepForRetry", "RetryExport", "AlreadyAborted", "AbortRefused", "SessionData", "SessionStatistics", "TABLE",
+    "SessionMachine",
 ]

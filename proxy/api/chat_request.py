@@ -52,7 +52,8 @@ Decisions:
   ``thinking`` are read in that order and stored as ``reasoning_content``) and ``tool_calls``. A tool call needs a
   non-empty ``function.name``; ``type`` must be ``"function"`` when present (custom tools are unsupported);
   ``id`` is optional. ``arguments`` may be a JSON string or an object and is kept as given (missing means
-  ``"{}"``); a string must parse to a JSON object (blank means ``{}``), because the chat templates need an object.
+  ``"{}"``); a string must parse to a JSON object (blank means ``{}``), because the chat templates need an object,
+  and that object must be valid Unicode like the body itself (no ``\\ud800`` escape of a lone surrogate inside it).
 - **Tool messages** keep ``content``, ``tool_call_id`` (optional: the Qwen templates do not render it) and ``name``.
 - **Unknown tools**: the request layer checks tool names only for ``tool_choice`` (a named choice must name a
   declared tool; ``required`` or a named choice without tools is refused). Tool calls in the history may name
@@ -87,6 +88,7 @@ from proxy.api.fields import (
     optional_int,
     optional_str,
     require_object,
+    require_valid_unicode,
     shown,
 )
 
@@ -453,7 +455,22 @@ def _arguments(arguments: Any, where: str) -> str | dict[str, Any]:
             raise ApiError.invalid_request(f"{where} is not valid JSON", where) from None
         if not isinstance(parsed, dict):
             raise ApiError.invalid_request(f"{where} must encode a JSON object, not {json_type(parsed)}", where)
+        _require_unicode_arguments(parsed, where)
     return arguments
+
+
+def _require_unicode_arguments(parsed: dict[str, Any], where: str) -> None:
+    """The object an arguments string encodes is what the chat template renders: a ``\\ud800`` escape inside the
+    string (valid text itself) would decode to a lone surrogate there and fail the tokenizer (a 500). Refused like
+    a lone surrogate anywhere in the body (``proxy.api.fields``), naming the arguments field."""
+    try:
+        require_valid_unicode(parsed, where)
+    except ApiError as exc:
+        raise ApiError.invalid_request(
+            f"{where} encodes a string that is not valid Unicode (at {exc.param}: a JSON escape of a lone UTF-16 "
+            "surrogate); every string must be valid Unicode",
+            where,
+        ) from None
 
 
 # -- tools, budgets, stop, mask ----------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ they do not know. Some codes also carry response headers (``Retry-After``).
 | code | HTTP | type | when |
 |---|---|---|---|
 | ``missing_session_id`` | 400 | invalid_request_error | no ``X-Session-Id`` header, body ``session_id`` or ``X-SMG-Routing-Key`` header |
-| ``invalid_request`` | 400 | invalid_request_error | a field has the wrong type or value (``param`` names it); body not a JSON object |
+| ``invalid_request`` | 400 | invalid_request_error | a field has the wrong type or value (``param`` names it); body not a JSON object; a string (or key) anywhere in the body that is not valid Unicode (a lone surrogate such as ``"\\ud800"``; ``param`` is its path) |
 | ``unsupported_parameter`` | 400 | invalid_request_error | valid OpenAI input this proxy does not serve: ``n`` > 1, image/audio content, custom tools, ``functions`` |
 | ``context_overflow`` | 400 | invalid_request_error | the prompt already fills ``--context-window``; details ``prompt_tokens``, ``context_window`` |
 | ``trajectory_version_changed`` | 400 | invalid_request_error | without partial rollout, the session's weight version or rollout epoch changed between its steps |
@@ -20,6 +20,7 @@ they do not know. Some codes also carry response headers (``Retry-After``).
 | ``session_finalized`` | 400 | invalid_request_error | the session is finalizing or finalized; a late generation is not committed |
 | ``invalid_messages`` | 400 | invalid_request_error | (session layer) the messages cannot be trie edges; the API's own validation normally answers first |
 | ``session_aborted`` | 409 | invalid_request_error | (session layer) finalize of a session that was aborted: nothing to export |
+| ``export_failed`` | 500 | server_error | (session layer) finalize could not export or store the session (a bug, logged); its steps are kept and the next finalize retries |
 | ``response_mask_mismatch`` | 422 | invalid_request_error | ``response_mask`` length differs from the context tokens the step adds; details ``expected``, ``got`` |
 | ``resume_refused`` | 409 | invalid_request_error | ``/v1/rollout/resume`` while a pause is still in progress, or announcing a new weight version without a pause |
 | ``upstream_unavailable`` | 502 (or 503) | upstream_error | SGLang unreachable, connection refused or reset, stream cut, timeout |
@@ -65,6 +66,7 @@ class ErrorCode(enum.StrEnum):
     SESSION_FINALIZED = "session_finalized"
     INVALID_MESSAGES = "invalid_messages"
     SESSION_ABORTED = "session_aborted"
+    EXPORT_FAILED = "export_failed"
     RESPONSE_MASK_MISMATCH = "response_mask_mismatch"
     RESUME_REFUSED = "resume_refused"
     UPSTREAM_UNAVAILABLE = "upstream_unavailable"
@@ -94,6 +96,7 @@ ERROR_TABLE: Mapping[ErrorCode, tuple[int, str]] = {
     ErrorCode.SESSION_FINALIZED: (400, INVALID_REQUEST_ERROR),
     ErrorCode.INVALID_MESSAGES: (400, INVALID_REQUEST_ERROR),
     ErrorCode.SESSION_ABORTED: (409, INVALID_REQUEST_ERROR),
+    ErrorCode.EXPORT_FAILED: (500, SERVER_ERROR),
     ErrorCode.RESPONSE_MASK_MISMATCH: (422, INVALID_REQUEST_ERROR),
     ErrorCode.RESUME_REFUSED: (409, INVALID_REQUEST_ERROR),
     ErrorCode.UPSTREAM_UNAVAILABLE: (502, UPSTREAM_ERROR_TYPE),

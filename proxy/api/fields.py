@@ -16,6 +16,12 @@ the rules are the same everywhere:
   tool-call arguments given as objects, ``reward_info``) is checked to be JSON and at most
   :data:`MAX_JSON_DEPTH` levels deep, so re-serializing it later, deeper in the call stack, can never hit Python's
   recursion limit.
+- **Valid Unicode only.** Every string of a body, object keys included, must be encodable as UTF-8. JSON can
+  spell a lone UTF-16 surrogate (``"\\ud800"``), which ``json.loads`` turns into a Python string that UTF-8 cannot
+  encode; accepted, it would fail later, far from the request (a 500 when a template renders it, or a session that
+  cannot be exported). :func:`parse_json_body` refuses it at once, ``invalid_request`` naming the first such field
+  (:func:`require_valid_unicode`), before anything is stored or sent upstream. Headers cannot carry one (HTTP
+  headers are bytes, read as Latin-1, and every id header must be ASCII).
 - ``null`` means "absent" for every optional field.
 """
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,14 +43,26 @@ MAX_ID_LENGTH = 256
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
+# A JSON escape of a UTF-16 surrogate code unit (U+D800-U+DFFF). Text decoded from UTF-8 never holds a surrogate
+# (the strict decoder refuses them), so a body without such an escape cannot hold one after json.loads: the walk of
+# require_valid_unicode is needed only when this matches (a pair spelling an emoji matches too; the walk finds it
+# valid, as json.loads joined the pair into one character).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+# An object key written as ``.key`` in a field path; any other key is written ``["key"]`` (JSON, ASCII-escaped).
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
 
 def parse_json_body(data: bytes | str) -> Any:
     """A request body parsed as strict JSON (no ``NaN``/``Infinity``); ``invalid_request`` when it is not JSON.
 
     An empty body parses to ``None`` (the parsers then say "the body must be a JSON object", or, for endpoints whose
     fields are all optional, treat it as ``{}``).
+
+    The parsed body holds only valid Unicode (see the module docstring): a string or key with a lone surrogate is
+    ``invalid_request`` naming it.
     """
-    if isinstance(data, (bytes, bytearray)):
+    decoded_from_utf8 = isinstance(data, (bytes, bytearray))
+    if decoded_from_utf8:
         try:
             data = bytes(data).decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -51,13 +70,117 @@ def parse_json_body(data: bytes | str) -> Any:
     if not data.strip():
         return None
     try:
-        return json.loads(data, parse_constant=_refuse_constant)
+        value = json.loads(data, parse_constant=_refuse_constant)
     except ApiError:
         raise
     except RecursionError:
         raise ApiError.invalid_request("the request body is nested too deeply") from None
     except ValueError as exc:
         raise ApiError.invalid_request(f"the request body is not valid JSON: {exc}") from None
+    if _SURROGATE_ESCAPE.search(data) is not None or not (decoded_from_utf8 or _encodable(data)):
+        require_valid_unicode(value)
+    return value
+
+
+def require_valid_unicode(value: Any, root: str = "") -> Any:
+    """``value`` unchanged when every string in it (object keys too) can be encoded as UTF-8; else
+    ``invalid_request`` whose ``param`` is the path of the first bad string in document order, such as
+    ``messages[2].tool_calls[0].function.arguments`` or ``reward_info.scores["\\ud800"]`` (a bad key names itself).
+
+    Iterative (no recursion, whatever the depth); ``root`` prefixes the paths (``""``: the request body). A quick
+    pass answers the common case; only a value that holds a bad string is walked again, in order, to name it.
+    """
+    if _all_encodable(value):
+        return value
+    # Entries: (trail, value, is_key). Children are pushed in reverse so they pop in document order, each object key
+    # just before its value.
+    stack: list[tuple[Any, Any, bool]] = [(None, value, False)]
+    while stack:
+        trail, item, is_key = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if not _encodable(item):
+                raise _not_unicode(_trail_path(root, trail), item)
+            continue
+        if is_key:
+            continue
+        if kind is dict:
+            for key, child in reversed(list(item.items())):
+                child_trail = (trail, key)
+                stack.append((child_trail, child, False))
+                stack.append((child_trail, key, True))
+        elif kind is list:
+            stack.extend(((trail, index), child, False) for index, child in reversed(list(enumerate(item))))
+    raise AssertionError("_all_encodable found a bad string the ordered walk did not")  # pragma: no cover
+
+
+def _all_encodable(value: Any) -> bool:
+    """Whether every string and key in ``value`` can be encoded as UTF-8 (in no particular order: fast)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            for key, child in item.items():
+                if type(key) is str and not (key.isascii() or _encodable(key)):
+                    return False
+                kind = type(child)
+                if kind is str:
+                    if not (child.isascii() or _encodable(child)):
+                        return False
+                elif kind is dict or kind is list:
+                    stack.append(child)
+        elif type(item) is list:
+            for child in item:
+                kind = type(child)
+                if kind is str:
+                    if not (child.isascii() or _encodable(child)):
+                        return False
+                elif kind is dict or kind is list:
+                    stack.append(child)
+        elif type(item) is str and not _encodable(item):
+            return False
+    return True
+
+
+def _trail_path(root: str, trail: Any) -> str:
+    """The field path of a trail (see :func:`require_valid_unicode`)."""
+    steps = []
+    while trail is not None:
+        trail, step = trail
+        steps.append(step)
+    path = root
+    for step in reversed(steps):
+        path = f"{path}[{step}]" if isinstance(step, int) else field_path(path, step)
+    return path
+
+
+def field_path(path: str, key: str) -> str:
+    """The path of ``key`` inside the object at ``path``: ``path.key``, or ``path["key"]`` for a key that is not
+    a plain name (JSON-quoted with ASCII escapes, so the path itself is always valid Unicode)."""
+    if _PLAIN_KEY.fullmatch(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key)}]"
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` can be encoded as UTF-8 (only a surrogate code point cannot)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _not_unicode(path: str, text: str) -> ApiError:
+    bad = next(char for char in text if 0xD800 <= ord(char) <= 0xDFFF)
+    where = path or "the request body"
+    return ApiError.invalid_request(
+        f"{where} is not valid Unicode: it holds a lone UTF-16 surrogate (\\u{ord(bad):04x}), which UTF-8 cannot "
+        "encode; every string must be valid Unicode",
+        path or None,
+    )
 
 
 def _refuse_constant(name: str) -> Any:
@@ -202,6 +325,6 @@ def optional_identifier(body: Mapping[str, Any], key: str, *, max_length: int = 
 
 __all__ = [
     "INT32_MAX", "INT64_MAX", "INT64_MIN", "MAX_ID_LENGTH", "MAX_JSON_DEPTH", "check_json", "identifier", "json_type",
-    "optional_bool", "optional_float", "optional_identifier", "optional_int", "optional_str", "parse_json_body",
-    "require_object", "shown",
+    "field_path", "optional_bool", "optional_float", "optional_identifier", "optional_int", "optional_str",
+    "parse_json_body", "require_object", "require_valid_unicode", "shown",
 ]

@@ -58,6 +58,22 @@ class SessionAbortedError(SessionError):
     http_status = 409
 
 
+class ExportFailedError(SessionError):
+    """Finalize could not export or store the session's segments: a bug (logged with the session id), or a store
+    that failed. Nothing is lost: the session keeps every committed step, and the next finalize retries the export.
+    The message names neither the exception's text nor a traceback (they are in the log)."""
+
+    code = "export_failed"
+    http_status = 500
+
+    def __init__(self, session_id: str, steps: int, failure: str) -> None:
+        self.session_id, self.steps = session_id, steps
+        super().__init__(
+            f"finalize could not store session {session_id!r} ({failure}; logged as a bug); its {steps} committed "
+            f"step(s) are kept: POST /session/finalize again to retry the export"
+        )
+
+
 class TrajectoryVersionChangedError(SessionError):
     """Without partial rollout, a step would be (or was) generated under another rollout epoch or weight version
     than the session's earlier steps (spec 7): the session's trajectory must be single-version."""
@@ -79,6 +95,7 @@ class GenerationFinishedError(RuntimeError):
 
 
 __all__ = [
-    "GenerationFinishedError", "InvalidMessagesError", "MaxStepsExceededError", "ResponseMaskMismatchError",
-    "SessionAbortedError", "SessionError", "SessionFinalizedError", "TrajectoryVersionChangedError",
+    "ExportFailedError", "GenerationFinishedError", "InvalidMessagesError", "MaxStepsExceededError",
+    "ResponseMaskMismatchError", "SessionAbortedError", "SessionError", "SessionFinalizedError",
+    "TrajectoryVersionChangedError",
 ]

@@ -21,7 +21,9 @@ A generation's lifecycle:
    committed and the branch is released.
 
 Finalize: :meth:`Session.begin_finalize` (``FinalizeRequested``) collects every chain's tip for export;
-:meth:`Session.export_completed` / :meth:`Session.export_failed` report the outcome and free the trie.
+:meth:`Session.export_completed` reports the stored export and frees the trie. :meth:`Session.export_failed` keeps
+the export job (and the trie) instead: a failed export is a bug or a store fault, never a reason to lose committed
+steps, and the next :meth:`Session.begin_finalize` hands the same job out again (``RetryExport``).
 """
 
 from __future__ import annotations
@@ -307,8 +309,13 @@ class Session:
     trie: PrefixTrie | None = attrs.field(factory=PrefixTrie, init=False)
     instance_id: str | None = attrs.field(default=None, init=False)
     result: FinalizeResult | None = attrs.field(default=None, init=False)
-    # Why the session was discarded (aborted, or its export failed).
+    # Why the session was discarded (aborted while active).
     discarded: str | None = attrs.field(default=None, init=False)
+    # Why the last export failed, while the session waits for a finalize to retry it (None otherwise).
+    export_failure: str | None = attrs.field(default=None, init=False)
+    # The export finalize built, kept until it is stored: a retry after a failed export exports exactly it (the
+    # chains were closed by the first attempt; reward_info and the ids are those of the first finalize call).
+    _export_job: ExportJob | None = attrs.field(default=None, init=False)
     _chains: dict[int, _Chain] = attrs.field(factory=dict, init=False)
     _generations: dict[str, _Generation] = attrs.field(factory=dict, init=False)
     _head: Step | None = attrs.field(default=None, init=False)
@@ -588,7 +595,11 @@ class Session:
                     reward_info=reward_info,
                     tips=tuple(tips),
                 )
-                return ExportJob(export, effect.steps)
+                self._export_job = ExportJob(export, effect.steps)
+                return self._export_job
+            if isinstance(effect, session_sm.RetryExport):
+                assert self._export_job is not None, "a failed export keeps its job"
+                return self._export_job
             if isinstance(effect, session_sm.AlreadyFinalizing):
                 return WaitForExport()
             if isinstance(effect, session_sm.AlreadyFinalized):
@@ -602,14 +613,15 @@ class Session:
         for effect in self.machine.send(session_sm.ExportCompleted()):
             if isinstance(effect, session_sm.Finalized):
                 self.result = result
+                self.export_failure = None
+                self._export_job = None
                 self._free()
 
     def export_failed(self, reason: str) -> None:
-        """The export failed: the session is discarded."""
+        """The export failed: keep everything (the job, the trie) for the next finalize, which retries it."""
         for effect in self.machine.send(session_sm.ExportFailed(reason)):
-            if isinstance(effect, session_sm.DiscardSession):
-                self.discarded = effect.reason
-                self._free()
+            if isinstance(effect, session_sm.KeepForRetry):
+                self.export_failure = effect.reason
 
     def drained(self) -> None:
         """The store drained the session's last segment."""

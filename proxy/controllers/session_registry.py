@@ -25,17 +25,30 @@ that goes away can neither leak a generation's reservation nor leave a session s
 Finalize exports in the caller's task (shielded); a second finalize during the export waits for it and gets the
 same :class:`~proxy.controllers.session.FinalizeResult`. A finalized session keeps a small tombstone (its machine)
 so stragglers are rejected and a late request cannot resurrect it (field note 11); ``forget`` drops a tombstone.
+
+**An export failure never loses a session.** Whatever fails (building the segments, writing them to the store) is
+a bug or a store fault: it is logged with the session id (``log.exception``), counted (``export_failures`` and the
+ids of the sessions still waiting for a retry, in :meth:`SessionRegistry.store_statistics`, hence
+``GET /trajectory/stats``), and every finalize call waiting for that export gets
+:class:`~proxy.controllers.errors.ExportFailedError` (500 ``export_failed``). The session keeps every committed step
+(state EXPORT_FAILED) and the next finalize retries the same export.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 import trio
 
-from proxy.controllers.errors import ResponseMaskMismatchError, SessionAbortedError, SessionFinalizedError
+from proxy.controllers.errors import (
+    ExportFailedError,
+    ResponseMaskMismatchError,
+    SessionAbortedError,
+    SessionFinalizedError,
+)
 from proxy.controllers.session import (
     BranchHandle,
     CommitResult,
@@ -57,6 +70,11 @@ from proxy.trajectory.export import export_segments
 from proxy.trajectory.message_keys import MessageKeyError, message_key, reasoning_variant
 from proxy.trajectory.store import InMemoryTrajectoryStore, StoreStatistics, TrajectoryStore
 from proxy.trajectory.tokens import RoutedChunk, WorkingTokens
+
+log = logging.getLogger("dressage_proxy.sessions")
+
+#: how many ids of sessions whose export failed (and was not retried successfully) the statistics list
+MAX_REPORTED_EXPORT_FAILURES = 100
 
 
 @attrs.frozen(eq=False)
@@ -135,6 +153,9 @@ class SessionRegistry:
     store: TrajectoryStore = attrs.field(factory=InMemoryTrajectoryStore)
     config: SessionConfig = attrs.field(factory=SessionConfig)
     _sessions: dict[str, SessionController] = attrs.field(factory=dict, init=False)
+    # Failed export attempts since start; the sessions whose last export failed, oldest first (bounded).
+    _export_failures: int = attrs.field(default=0, init=False)
+    _failed_exports: dict[str, None] = attrs.field(factory=dict, init=False)
 
     def _controller(self, session_id: str) -> SessionController:
         """The session's controller, created on first use."""
@@ -285,17 +306,22 @@ class SessionRegistry:
 
         In-flight generations are not waited for: their commits are rejected from now on. A session id never seen
         is finalized with no segment (so a late request cannot start it). Raises ``SessionAbortedError`` for an
-        aborted session or a failed export.
+        aborted session, ``ExportFailedError`` when the export failed (the session keeps its steps; finalize again to
+        retry: the export of the first call, its ``reward_info`` and ids included, is run again).
         """
         controller = self._controller(session_id)
         async with controller.lock:
             outcome = controller.session.begin_finalize(
                 reward_info=reward_info, instance_id=instance_id, rollout_id=rollout_id
             )
+            if isinstance(outcome, ExportJob):
+                # Every export attempt has its own event: a retry's waiters must not see the failed attempt's.
+                controller.export_done = trio.Event()
+            export_done = controller.export_done
         if isinstance(outcome, FinalizeResult):
             return outcome
         if isinstance(outcome, WaitForExport):
-            await controller.export_done.wait()
+            await export_done.wait()
             return self._outcome(controller)
         # The export runs to its end even if this caller goes away: the session must not stay FINALIZING.
         with trio.CancelScope(shield=True):
@@ -314,25 +340,41 @@ class SessionRegistry:
             else:
                 segments = export_segments(job.export, self.config.export, self.tokenizer)
             await self.store.write(session.session_id, segments)
-        except Exception as exc:  # noqa: BLE001 - any failure discards the session and is reported to the caller
+        except Exception as exc:  # noqa: BLE001 - any failure is a bug: logged, counted, kept for a retry
+            log.exception(
+                "export of session %r failed; its %d committed step(s) are kept and the next finalize retries it",
+                session.session_id, job.steps,
+            )
+            self._record_export_failure(session.session_id)
             async with controller.lock:
-                session.export_failed(f"{type(exc).__name__}: {exc}")
+                session.export_failed(type(exc).__name__)
         else:
             result = FinalizeResult(
                 session.session_id, len(segments), job.steps, tuple(s["trajectory_id"] for s in segments)
             )
+            self._failed_exports.pop(session.session_id, None)
             async with controller.lock:
                 session.export_completed(result)
         finally:
             controller.export_done.set()
 
+    def _record_export_failure(self, session_id: str) -> None:
+        """Count a failed export and list its session (most recent last, at most the reported number)."""
+        self._export_failures += 1
+        self._failed_exports.pop(session_id, None)
+        self._failed_exports[session_id] = None
+        while len(self._failed_exports) > MAX_REPORTED_EXPORT_FAILURES:
+            del self._failed_exports[next(iter(self._failed_exports))]
+
     @staticmethod
     def _outcome(controller: SessionController) -> FinalizeResult:
-        """The stored result, or the reason the session was discarded."""
+        """The stored result, or why there is none (aborted, or the export failed and waits for a retry)."""
         session = controller.session
-        if session.result is None:
-            raise SessionAbortedError(session.discarded or "the session was not finalized")
-        return session.result
+        if session.result is not None:
+            return session.result
+        if session.export_failure is not None:
+            raise ExportFailedError(session.session_id, session.machine.statistics().steps, session.export_failure)
+        raise SessionAbortedError(session.discarded or "the session was not finalized")
 
     async def read(
         self, *, session_id: str | None = None, trajectory_id: str | None = None, drain: bool = False
@@ -347,8 +389,12 @@ class SessionRegistry:
         return list(result.segments)
 
     async def store_statistics(self) -> StoreStatistics:
-        """The store's sizes, for ``GET /trajectory/stats``."""
-        return await self.store.statistics()
+        """The store's sizes, for ``GET /trajectory/stats``, with the registry's export failures: how many export
+        attempts failed since start, and the sessions whose export failed and still waits for a retry."""
+        stats = await self.store.statistics()
+        return attrs.evolve(
+            stats, export_failures=self._export_failures, export_failed_sessions=tuple(self._failed_exports)
+        )
 
     async def abort(self, session_id: str) -> bool:
         """Discard an active session without export; False if it was not active (unknown, finalized, aborted)."""

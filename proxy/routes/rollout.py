@@ -5,7 +5,7 @@ and a per-session debug view.
 |---|---|---|
 | ``POST /session/finalize`` | ``{"session_id", "instance_id"?, "rollout_id"?, "reward_info"?}`` | ``{"session_id", "segments", "steps", "trajectory_ids"}`` |
 | ``POST /trajectory/read`` | ``{"session_id"?, "trajectory_id"?, "drain"?}`` (at least one id) | ``{"data": [segment, ...]}`` |
-| ``GET /trajectory/stats`` | | ``{"sessions", "segments", "tokens", "bytes", "written_sessions", "drained_segments", "cleaned_sessions"}`` |
+| ``GET /trajectory/stats`` | | ``{"sessions", "segments", "tokens", "bytes", "written_sessions", "drained_segments", "cleaned_sessions", "export_failures", "export_failed_sessions"}`` |
 | ``GET /session/<session_id>`` | | the session's debug view (state, head, branches, in flight, trie size) |
 
 Decisions:
@@ -13,7 +13,10 @@ Decisions:
 - **Finalize is idempotent**: every call for a session gets the answer of the first (its ``reward_info``,
   ``instance_id`` and ``rollout_id`` are the ones stored; later values are ignored). A session id never seen is
   finalized empty (``segments: 0``) so a straggling request cannot start it afterwards. A session that was aborted
-  (or whose export failed) answers 409 ``session_aborted``.
+  answers 409 ``session_aborted``. An export that fails (a bug, or a store fault) answers 500 ``export_failed``
+  and loses nothing: the session keeps its steps and the next finalize retries (``docs/sessions.md``).
+- **Stats** include the registry's export failures: ``export_failures`` (since start) and
+  ``export_failed_sessions`` (still waiting for a retry, bounded).
 - **Read of an unknown id is 404** ``not_found`` (a typo must not look like "not finalized yet" forever): a
   ``trajectory_id`` that is not stored (never, or drained already), or a ``session_id`` that is neither in the
   store nor known to the proxy. A session the proxy knows with no segment stored (still active, finalized with

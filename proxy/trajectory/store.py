@@ -12,6 +12,12 @@ insertion-ordered, so reads return sessions in finalize order and segments in ex
 - ``cleanup(max_age_seconds=None, max_sessions=None)``: forget sessions written too long ago, or the oldest beyond a
   count; returns how many sessions it removed.
 - ``statistics()``: sessions, segments, tokens, bytes (the segments' JSON size), plus lifetime counters.
+
+**Writing is total.** A store must be able to write every segment the proxy builds from accepted input; a write
+that fails is a bug (the registry logs it and keeps the session for a retry, it never drops committed steps). The
+API refuses strings UTF-8 cannot encode (lone surrogates) at the edge, and the in-memory store's only
+serialization (the JSON size) is total anyway: :func:`json_size` counts such a string rather than failing on it.
+``write`` is atomic: it changes nothing unless it stores every segment.
 """
 
 from __future__ import annotations
@@ -36,8 +42,12 @@ class StoreStatistics:
     written_sessions: int
     drained_segments: int
     cleaned_sessions: int
+    # The registry's export failures (a store reports none itself): failed export attempts since start, and the
+    # sessions whose export failed and waits for a finalize to retry it (most recent last, bounded).
+    export_failures: int = 0
+    export_failed_sessions: tuple[str, ...] = ()
 
-    def as_json(self) -> dict[str, int]:
+    def as_json(self) -> dict[str, Any]:
         """The report as a JSON object."""
         return attrs.asdict(self)
 
@@ -93,13 +103,15 @@ class InMemoryTrajectoryStore:
     _cleaned: int = attrs.field(default=0, init=False)
 
     async def write(self, session_id: str, segments: Sequence[dict[str, Any]]) -> None:
-        self._remove_session(session_id)
+        # Everything that could fail comes first: the store changes only once every segment is measured.
         stored = _Stored(self.clock(), {}, {}, {})
         for segment in segments:
             tid = segment["trajectory_id"]
             stored.segments[tid] = segment
             stored.tokens[tid] = len(segment.get("token_ids") or ())
-            stored.sizes[tid] = len(json.dumps(segment, ensure_ascii=False, default=str).encode("utf-8"))
+            stored.sizes[tid] = json_size(segment)
+        self._remove_session(session_id)
+        for tid in stored.segments:
             self._owners[tid] = session_id
         self._sessions[session_id] = stored
         self._written += 1
@@ -167,4 +179,11 @@ class InMemoryTrajectoryStore:
         return 1
 
 
-__all__ = ["InMemoryTrajectoryStore", "ReadResult", "StoreStatistics", "TrajectoryStore"]
+def json_size(value: Any) -> int:
+    """Bytes of ``value`` as UTF-8 JSON (the ``bytes`` statistic). Total on anything the proxy stores: a
+    lone surrogate, which the API refuses but a store must never fail on, is counted as the three bytes
+    ``surrogatepass`` writes; a value JSON cannot hold is counted as its ``str``."""
+    return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+
+
+__all__ = ["InMemoryTrajectoryStore", "json_size", "ReadResult", "StoreStatistics", "TrajectoryStore"]

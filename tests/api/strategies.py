@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import string
 from typing import Any
 
@@ -38,6 +39,60 @@ non_json_values = st.one_of(
 )
 
 any_value = st.one_of(json_values, non_json_values)
+
+# -- strings UTF-8 cannot encode (issue 13) ----------------------------------------------------------------------------
+
+# Any text, lone surrogates included; a bad text always holds at least one lone surrogate (an "x" on each side, so
+# no neighbour can pair with it into a valid character once JSON escapes are decoded).
+any_text = st.text(alphabet=st.characters(codec=None), max_size=8)
+bad_text = st.builds(lambda a, s, b: f"{a}x{chr(s)}x{b}", any_text, st.integers(0xD800, 0xDFFF), any_text)
+json_with_any_text = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | any_text | bad_text,
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(any_text | bad_text, kids, max_size=3),
+    max_leaves=8,
+)
+
+
+def wire(body: Any) -> bytes:
+    """A body as a client sends it: ``json.dumps`` writes a lone surrogate as a ``\\uXXXX`` escape."""
+    return json.dumps(body).encode("ascii")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _key_path(path: str, key: str) -> str:
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key)}]"
+
+
+def first_bad_path(value: Any, path: str = "") -> str | None:
+    """The oracle for ``param``: the path of the first string (or key) UTF-8 cannot encode, in document order
+    (a key before its value), written ``a.b[0]["not plain"]``; ``""`` for the body itself; None if there is none."""
+    if isinstance(value, str):
+        return None if _encodable(value) else path
+    if isinstance(value, list):
+        for index, child in enumerate(value):
+            found = first_bad_path(child, f"{path}[{index}]")
+            if found is not None:
+                return found
+    if isinstance(value, dict):
+        for key, child in value.items():
+            if not _encodable(key):
+                return _key_path(path, key)
+            found = first_bad_path(child, _key_path(path, key))
+            if found is not None:
+                return found
+    return None
+
+
+bad_json = json_with_any_text.filter(lambda value: first_bad_path(json.loads(wire(value))) is not None)
 
 # -- headers -----------------------------------------------------------------------------------------------------------
 

@@ -234,7 +234,9 @@ def test_reasoning_aliases_are_stored_as_reasoning_content() -> None:
 @pytest.mark.parametrize(
     ("arguments", "accepted"),
     [('{"a": 1}', True), ({"a": 1}, True), ("", True), (None, True), ("{not json", False), ("[1, 2]", False),
-     ("3", False), (["a"], False), (7, False)],
+     ("3", False), (["a"], False), (7, False),
+     # Issue 13: the object must be valid Unicode (the template renders it); an escaped pair is one character.
+     ('{"a": "\\ud800"}', False), ('{"\\udfff": 1}', False), ('{"a": ["\\ud83d\\ude00"]}', True)],
 )
 def test_tool_call_arguments_must_encode_a_json_object(arguments: Any, accepted: bool) -> None:
     call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": arguments}}

@@ -22,6 +22,7 @@ NAMED = {
     ErrorCode.SESSION_FINALIZED: lambda: ApiError.session_finalized("finalized"),
     ErrorCode.INVALID_MESSAGES: lambda: ApiError.of(ErrorCode.INVALID_MESSAGES, "no messages"),
     ErrorCode.SESSION_ABORTED: lambda: ApiError.of(ErrorCode.SESSION_ABORTED, "aborted"),
+    ErrorCode.EXPORT_FAILED: lambda: ApiError.of(ErrorCode.EXPORT_FAILED, "the store failed; retry finalize"),
     ErrorCode.RESPONSE_MASK_MISMATCH: lambda: ApiError.response_mask_mismatch(expected=3, got=2),
     ErrorCode.UPSTREAM_UNAVAILABLE: lambda: ApiError.upstream_unavailable("connection refused"),
     ErrorCode.UPSTREAM_ERROR: lambda: ApiError.upstream_error("SGLang said 500"),
@@ -44,6 +45,7 @@ EXPECTED_STATUS = {
     ErrorCode.PAUSED_TIMEOUT: 503, ErrorCode.NOT_FOUND: 404, ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.REQUEST_TOO_LARGE: 413, ErrorCode.INTERNAL_ERROR: 500, ErrorCode.UPSTREAM_ABORTED: 502,
     ErrorCode.WEIGHT_VERSION_CHANGED: 502, ErrorCode.GENERATION_RESTARTED: 503, ErrorCode.RESUME_REFUSED: 409,
+    ErrorCode.EXPORT_FAILED: 500,
 }
 
 
@@ -60,7 +62,7 @@ def test_each_error_code_has_its_documented_status_and_openai_shape(code: ErrorC
     assert list(body["error"])[:4] == ["message", "type", "param", "code"]
     assert body["error"]["code"] == code.value
     server_side = (ErrorCode.PAUSED_TIMEOUT, ErrorCode.INTERNAL_ERROR, ErrorCode.WEIGHT_VERSION_CHANGED,
-                   ErrorCode.GENERATION_RESTARTED)
+                   ErrorCode.GENERATION_RESTARTED, ErrorCode.EXPORT_FAILED)
     assert body["error"]["type"] == ("server_error" if code in server_side
                                      else "upstream_error" if code.value.startswith("upstream")
                                      else "invalid_request_error")
@@ -120,6 +122,7 @@ def test_from_http_status_maps_werkzeug_exceptions_onto_codes(status: int, code:
         (session_errors.ResponseMaskMismatchError(expected=4, got=2), 422, "response_mask_mismatch"),
         (session_errors.InvalidMessagesError("none"), 400, "invalid_messages"),
         (session_errors.SessionAbortedError("aborted"), 409, "session_aborted"),
+        (session_errors.ExportFailedError("s1", 3, "export failed: OSError"), 500, "export_failed"),
     ],
 )
 def test_from_session_error_keeps_the_session_layers_code_and_status(exc: Exception, status: int, code: str) -> None:

@@ -62,3 +62,63 @@ def test_identifier_accepts_printable_ascii_and_integers(value: Any, expected: s
 def test_identifier_refuses_what_cannot_be_an_upstream_header_value(value: Any) -> None:
     with pytest.raises(ApiError):
         identifier(value, "p")
+
+
+# -- valid Unicode (issue 13) ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "param"),
+    [
+        (rb'{"messages": [{"content": "a"}, {"content": "\ud800"}]}', "messages[1].content"),
+        (rb'{"messages": [{"tool_calls": [{"function": {"arguments": "{\"a\": \"\udfff\"}"}}]}]}',
+         "messages[0].tool_calls[0].function.arguments"),
+        (rb'{"reward_info": {"scores": {"\udc00b": 1}}}', 'reward_info.scores["\\udc00b"]'),
+        (rb'{"a b": {"x-y_z": ["ok", "\uDBFF"]}}', '["a b"].x-y_z[1]'),
+        # The first bad string in document order; a key before its own value.
+        (rb'{"x": "\udfff", "y": "\ud800"}', "x"),
+        (rb'{"k\ud800": {"z": "\ud800"}}', '["k\\ud800"]'),
+        (rb'{"a": [{"b": "\ud800"}], "c\ud800": 1}', "a[0].b"),
+        # A high surrogate followed by anything but a low one stays lone; so does a low one on its own.
+        (rb'{"s": "\ud83d\u0041"}', "s"),
+        (rb'{"s": "\ude00\ud83d"}', "s"),
+        (rb'"\ud800"', None),
+        # A str body (not bytes) may hold a raw surrogate, without any escape.
+        ('{"a": ["\ud800"]}', "a[0]"),
+        # Deeper than Python's recursion limit would allow a recursive walk.
+        (b"[" * 900 + rb'"\ud800"' + b"]" * 900, "[0]" * 900),
+    ],
+)
+def test_parse_json_body_refuses_a_lone_surrogate_naming_its_path(raw: bytes | str, param: str | None) -> None:
+    with pytest.raises(ApiError) as info:
+        parse_json_body(raw)
+    assert (info.value.status, info.value.code, info.value.param) == (400, ErrorCode.INVALID_REQUEST, param)
+    assert "valid Unicode" in info.value.message
+    # The error itself is always encodable: its param and message escape the surrogate.
+    assert json.loads(info.value.to_body())["error"]["param"] == param
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [
+        (rb'{"e": "\ud83d\ude00"}', {"e": "\N{GRINNING FACE}"}),  # an escaped pair is one valid character
+        (rb'{"e": "\\ud800"}', {"e": "\\ud800"}),  # an escaped backslash: six plain characters
+        ('{"é": "ü"}'.encode(), {"é": "ü"}),
+    ],
+)
+def test_parse_json_body_accepts_valid_unicode_however_it_is_spelled(raw: bytes, value: Any) -> None:
+    assert parse_json_body(raw) == value
+
+
+@settings(max_examples=300, deadline=None)
+@given(s.json_with_any_text)
+def test_parse_json_body_refuses_exactly_the_bodies_with_a_string_utf8_cannot_encode(value: Any) -> None:
+    raw = s.wire(value)
+    parsed = json.loads(raw)
+    expected = s.first_bad_path(parsed)
+    if expected is None:
+        assert parse_json_body(raw) == parsed
+        return
+    with pytest.raises(ApiError) as info:
+        parse_json_body(raw)
+    assert (info.value.code, info.value.param) == (ErrorCode.INVALID_REQUEST, expected or None)

@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 from proxy.controllers.errors import (
+    ExportFailedError,
     GenerationFinishedError,
     InvalidMessagesError,
     MaxStepsExceededError,
@@ -20,7 +21,7 @@ from proxy.controllers.errors import (
     SessionFinalizedError,
 )
 from proxy.controllers.session import MAX_STEPS_ENV, SessionConfig, max_steps_from_env
-from proxy.controllers.session_registry import SessionRegistry
+from proxy.controllers.session_registry import MAX_REPORTED_EXPORT_FAILURES, SessionRegistry
 from proxy.tokenization import TitoError
 from proxy.trajectory.export import ExportOptions
 from proxy.trajectory.store import InMemoryTrajectoryStore
@@ -353,18 +354,96 @@ async def test_registry_finalize_survives_its_caller_being_cancelled():
     assert len(await reg.read(session_id="s")) == 1
 
 
-async def test_registry_export_failure_aborts_the_session_and_every_finalize_says_so():
-    class BrokenStore(InMemoryTrajectoryStore):
-        async def write(self, session_id, segments):
-            raise OSError("disk full")
+class FlakyStore(InMemoryTrajectoryStore):
+    """A store whose first ``failures`` writes fail as a full disk would (nothing stored), then work."""
 
-    reg = SessionRegistry(FakeTokenizer(), BrokenStore(), SessionConfig(max_steps_per_session=None))
+    def __init__(self, failures: int, gate: trio.Event | None = None) -> None:
+        super().__init__()
+        self.failures, self.gate, self.attempts = failures, gate, 0
+
+    async def write(self, session_id, segments):
+        self.attempts += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.attempts <= self.failures:
+            raise OSError(28, "No space left on device")
+        await super().write(session_id, segments)
+
+
+async def test_registry_export_failure_keeps_the_steps_and_the_next_finalize_retries_it(caplog):
+    control = registry()
+    await turn(control, "s", [SYS, U1], A1)
+    await turn(control, "s", [SYS, U1, A1, T1], A2)
+    await control.finalize("s", {"reward": 1.0}, "inst")
+    expected = await control.read(session_id="s")
+
+    store = FlakyStore(failures=2)
+    reg = SessionRegistry(FakeTokenizer(), store, SessionConfig(max_steps_per_session=None))
     await turn(reg, "s", [SYS, U1], A1)
-    with pytest.raises(SessionAbortedError, match="disk full"):
-        await reg.finalize("s")
-    with pytest.raises(SessionAbortedError, match="disk full"):
-        await reg.finalize("s")
-    assert reg.debug_view("s").state == "ABORTED"
+    await turn(reg, "s", [SYS, U1, A1, T1], A2)
+    for attempt in (1, 2):
+        with pytest.raises(ExportFailedError, match=r"OSError.*2 committed step\(s\) are kept") as caught:
+            await reg.finalize("s", {"reward": 1.0}, "inst")
+        assert (caught.value.code, caught.value.http_status) == ("export_failed", 500)
+        assert "No space left" not in str(caught.value)  # the exception's text is for the log only
+        view = reg.debug_view("s")
+        assert (view.state, view.steps) == ("EXPORT_FAILED", 2)
+        stats = await reg.store_statistics()
+        assert (stats.export_failures, stats.export_failed_sessions, stats.sessions) == (attempt, ("s",), 0)
+    # Logged as a bug, with the session id and the traceback.
+    failures = [r for r in caplog.records if r.name == "dressage_proxy.sessions" and r.levelname == "ERROR"]
+    assert len(failures) == 2 and "'s'" in failures[0].getMessage() and failures[0].exc_info is not None
+    # Nothing can be added meanwhile, and the steps cannot be thrown away by an abort.
+    with pytest.raises(SessionFinalizedError):
+        await reg.prepare("s", [SYS, U2])
+    with pytest.raises(SessionFinalizedError):
+        await reg.abort("s")
+    assert not reg.forget("s")
+    # The retry stores exactly what a session whose store never failed stores (the first call's reward_info).
+    result = await reg.finalize("s", {"reward": -5.0})
+    assert (result.segments, result.steps) == (1, 2) and store.attempts == 3
+    assert await reg.read(session_id="s") == expected
+    stats = await reg.store_statistics()
+    assert (stats.export_failures, stats.export_failed_sessions) == (2, ())
+    assert await reg.finalize("s") == result
+
+
+async def test_registry_finalize_waiting_for_a_failing_export_gets_its_error_and_a_retry_gets_a_fresh_wait():
+    gate = trio.Event()
+    store = FlakyStore(failures=1, gate=gate)
+    reg = SessionRegistry(FakeTokenizer(), store, SessionConfig(max_steps_per_session=None))
+    await turn(reg, "s", [SYS, U1], A1)
+    outcomes = []
+
+    async def finalize():
+        try:
+            outcomes.append(await reg.finalize("s"))
+        except ExportFailedError as exc:
+            outcomes.append(exc.code)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(finalize)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(finalize)
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+    assert outcomes == ["export_failed", "export_failed"]
+    # The retry and a finalize joining it both get the stored result (the failed attempt's event is not reused).
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(finalize)
+        nursery.start_soon(finalize)
+    assert outcomes[2] == outcomes[3] and outcomes[2].segments == 1
+
+
+async def test_registry_lists_at_most_the_reported_number_of_failed_sessions():
+    reg = SessionRegistry(FakeTokenizer(), FlakyStore(failures=10**6), SessionConfig(max_steps_per_session=None))
+    for i in range(MAX_REPORTED_EXPORT_FAILURES + 3):
+        await turn(reg, f"s{i}", [SYS, U1], A1)
+        with pytest.raises(ExportFailedError):
+            await reg.finalize(f"s{i}")
+    stats = await reg.store_statistics()
+    assert stats.export_failures == MAX_REPORTED_EXPORT_FAILURES + 3
+    assert stats.export_failed_sessions == tuple(f"s{i}" for i in range(3, MAX_REPORTED_EXPORT_FAILURES + 3))
 
 
 async def test_registry_prepare_cancelled_during_a_threaded_encode_releases_its_reservation():

@@ -6,13 +6,16 @@ them, so these tests do not depend on that path.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
 import pytest
 import trio
 
+from proxy.client import ProxyClient
 from proxy.controllers.errors import SessionFinalizedError
+from proxy.trajectory.store import InMemoryTrajectoryStore
 
 from .harness import ANSWER, CALL, RESULT, SYSTEM, USER, Stack, record_calculator_session, serve_stack
 
@@ -194,7 +197,8 @@ async def test_wrong_methods_are_405(http) -> None:
 async def test_stats_follow_finalize_and_drain(stack: Stack, http) -> None:
     empty = (await http.get("/trajectory/stats")).json()
     assert empty == {"sessions": 0, "segments": 0, "tokens": 0, "bytes": 0, "written_sessions": 0,
-                     "drained_segments": 0, "cleaned_sessions": 0}
+                     "drained_segments": 0, "cleaned_sessions": 0, "export_failures": 0,
+                     "export_failed_sessions": []}
     await record_calculator_session(stack.services, "s1")
     await record_calculator_session(stack.services, "s2")
     for session_id in ("s1", "s2"):
@@ -207,6 +211,57 @@ async def test_stats_follow_finalize_and_drain(stack: Stack, http) -> None:
     after = (await http.get("/trajectory/stats")).json()
     assert (after["sessions"], after["segments"], after["drained_segments"]) == (1, 1, 1)
     assert after["tokens"] == full["tokens"] // 2
+
+
+class JournalStore(InMemoryTrajectoryStore):
+    """The in-memory store that also appends every write to a JSON-lines journal file before storing it: a store
+    with real I/O, so a full disk (``/dev/full``: every write is ENOSPC) fails it for real."""
+
+    def __init__(self, journal: Path) -> None:
+        super().__init__()
+        self.journal = journal
+
+    async def write(self, session_id, segments):
+        with open(self.journal, "a", encoding="utf-8") as journal:
+            journal.write(json.dumps({"session_id": session_id, "segments": list(segments)}) + "\n")
+        await super().write(session_id, segments)
+
+
+async def test_export_failure_is_logged_counted_and_retried_without_losing_a_step(
+    stack: Stack, http, tmp_path: Path, caplog
+) -> None:
+    # Issue 13: a store write that fails must not discard the session (it used to answer 409 session_aborted and
+    # drop every committed step). The disk is full for real (/dev/full), then has room again.
+    store = JournalStore(Path("/dev/full"))
+    stack.services.sessions.store = store
+    await record_calculator_session(stack.services, "s1")
+    failed = await http.post("/session/finalize", json={"session_id": "s1", "reward_info": {"reward": 1.0}})
+    error = assert_error(failed, 500, "export_failed")
+    assert error["type"] == "server_error" and "2 committed step(s) are kept" in error["message"]
+    assert "/dev/full" not in failed.text and "Traceback" not in failed.text
+    logged = [r for r in caplog.records if r.name == "dressage_proxy.sessions" and r.levelname == "ERROR"]
+    assert len(logged) == 1 and "'s1'" in logged[0].getMessage() and logged[0].exc_info is not None
+    stats = (await http.get("/trajectory/stats")).json()
+    assert (stats["export_failures"], stats["export_failed_sessions"], stats["sessions"]) == (1, ["s1"], 0)
+    async with ProxyClient(stack.url) as client:
+        typed = await client.stats()
+    assert (typed.export_failures, typed.export_failed_sessions) == (1, ("s1",))
+    health = (await http.get("/health")).json()
+    assert health["store"]["export_failures"] == 1
+    view = (await http.get("/session/s1")).json()
+    assert (view["state"], view["steps"]) == ("EXPORT_FAILED", 2)
+    # Still failing: counted again, still kept. Then the disk has room: the retry exports every committed step.
+    assert_error(await http.post("/session/finalize", json={"session_id": "s1"}), 500, "export_failed")
+    store.journal = tmp_path / "journal.jsonl"
+    done = await http.post("/session/finalize", json={"session_id": "s1"})
+    assert done.status_code == 200 and done.json() == {"session_id": "s1", "segments": 1, "steps": 2,
+                                                       "trajectory_ids": ["s1:0"]}
+    (segment,) = (await http.post("/trajectory/read", json={"session_id": "s1"})).json()["data"]
+    assert segment["step_ids"] == [1, 2] and segment["reward_info"] == {"reward": 1.0}
+    (journaled,) = [json.loads(line) for line in store.journal.read_text().splitlines()]
+    assert journaled["segments"][0]["token_ids"] == segment["token_ids"]
+    stats = (await http.get("/trajectory/stats")).json()
+    assert (stats["export_failures"], stats["export_failed_sessions"], stats["sessions"]) == (2, [], 1)
 
 
 # -- the debug view ----------------------------------------------------------------------------------------------------

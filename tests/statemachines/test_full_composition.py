@@ -94,10 +94,11 @@ UNDRIVEN_GENERATION = (
     | {(S.COMMITTING, gm.TokensReceived), (S.COMMITTING, gm.ClientDisconnected)}
     | {(S.ABORTING, gm.AbortRequested), (S.ABORTING, gm.UpstreamStarted), (S.PARSING, gm.TokensReceived)}
 )
-# The session rows of a generation's life and of finalize; the others (abort, drain, a failed export, TITO failures)
-# are session_with_generations' (test_session_composition.py).
+# The session rows of a generation's life and of finalize; the others (abort, drain, a failed export and its retry,
+# TITO failures) are session_with_generations' (test_session_composition.py).
 SESSION_ROWS = (
-    {(state, event) for state in sm.State if state is not sm.State.ABORTED and state is not sm.State.DRAINED
+    {(state, event) for state in sm.State
+     if state not in (sm.State.ABORTED, sm.State.DRAINED, sm.State.EXPORT_FAILED)
      for event in (sm.GenerationRequested, sm.CommitRequested, sm.GenerationDropped)}
     | {(sm.State.ACTIVE, sm.FinalizeRequested), (sm.State.FINALIZING, sm.FinalizeRequested),
        (sm.State.FINALIZING, sm.ExportCompleted), (sm.State.FINALIZED, sm.FinalizeRequested)}

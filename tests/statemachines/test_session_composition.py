@@ -15,7 +15,7 @@ from statemachines.compositions import GenPhase, SessionWorld, session_with_gene
 from statemachines.core import Branch, Goto, on
 
 # Measured once and documented in docs/statemachines/README.md; a change here must be deliberate.
-EXPECTED_COUNTS = {(1, None): (38, 127), (2, None): (525, 2018), (3, None): (13599, 57852), (3, 2): (4835, 21294)}
+EXPECTED_COUNTS = {(1, None): (41, 134), (2, None): (534, 2042), (3, None): (13626, 57933), (3, 2): (4862, 21375)}
 
 
 @pytest.mark.parametrize("n, max_steps", sorted(EXPECTED_COUNTS, key=str), ids=str)
@@ -129,3 +129,25 @@ def test_planted_bug_exporting_a_pending_chain_is_found_with_a_two_step_trace():
     assert violation.labels == ("g0: prepare (no checkpoint)", "trainer: finalize")
     assert violation.invariant == "every_committed_step_in_exactly_one_exported_segment"
     assert violation.final.exported == ((),) and violation.final.generations[0].phase is GenPhase.PREPARED
+
+
+def _discard_on_failure(state, data, event):
+    """Planted bug D (the behaviour before issue 13): a failed export discards the session and its steps."""
+    return Goto(session_sm.State.ABORTED, data, [session_sm.DiscardSession(f"export failed: {event.reason}")])
+
+
+class DiscardingOnExportFailureSession(session_sm.SessionMachine):
+    table = session_sm.TABLE.overriding(
+        on(session_sm.State.FINALIZING, session_sm.ExportFailed, _discard_on_failure,
+           Branch(session_sm.State.ABORTED, [session_sm.DiscardSession])),
+    )
+
+
+def test_planted_bug_export_failure_discarding_committed_steps_is_found_with_a_four_step_trace():
+    # Shortest: one step committed, finalize, its export fails: the committed step is gone with the session.
+    system = session_with_generations(1, session=DiscardingOnExportFailureSession)
+    violation = system.explore().violation
+    assert violation is not None
+    assert violation.labels == ("g0: prepare (no checkpoint)", "g0: commit", "trainer: finalize",
+                                "trainer: export fails")
+    assert violation.invariant == "no_committed_step_lost_by_a_failed_export"

@@ -29,10 +29,12 @@ from statemachines.session import (
     FinalizeRequested,
     GenerationDropped,
     GenerationRequested,
+    KeepForRetry,
     MaxStepsReached,
     RejectCommit,
     ReleaseBranch,
     RestartSegment,
+    RetryExport,
     SegmentsDrained,
     SessionClosed,
     SessionData,
@@ -42,8 +44,8 @@ from statemachines.session import (
     TitoFailed,
 )
 
-ACTIVE, FINALIZING, FINALIZED, DRAINED, ABORTED = (
-    State.ACTIVE, State.FINALIZING, State.FINALIZED, State.DRAINED, State.ABORTED,
+ACTIVE, FINALIZING, EXPORT_FAILED, FINALIZED, DRAINED, ABORTED = (
+    State.ACTIVE, State.FINALIZING, State.EXPORT_FAILED, State.FINALIZED, State.DRAINED, State.ABORTED,
 )
 SAMPLE = {
     GenerationRequested: GenerationRequested(),
@@ -66,12 +68,14 @@ def data(**changes) -> SessionData:
 BUSY = {
     ACTIVE: data(in_flight=2),
     FINALIZING: data(in_flight=1, rejected=1),
+    EXPORT_FAILED: data(in_flight=1, rejected=1),
     FINALIZED: data(in_flight=1, rejected=1),
     DRAINED: data(in_flight=1, rejected=1),
     ABORTED: data(in_flight=1, rejected=1),
 }
 WHY = {
     FINALIZING: "the session is being finalized",
+    EXPORT_FAILED: "the session is being finalized (its export failed; finalize again to retry it)",
     FINALIZED: "the session was finalized",
     DRAINED: "the session was finalized and drained",
     ABORTED: "the session was aborted",
@@ -87,8 +91,10 @@ EXPECTED = {
     (ACTIVE, AbortRequested): (ABORTED, data(in_flight=2), [DiscardSession("the session was aborted")]),
     (FINALIZING, FinalizeRequested): (FINALIZING, LATE, [AlreadyFinalizing()]),
     (FINALIZING, ExportCompleted): (FINALIZED, LATE, [Finalized(2)]),
-    (FINALIZING, ExportFailed): (ABORTED, LATE, [DiscardSession("export failed: disk full")]),
+    (FINALIZING, ExportFailed): (EXPORT_FAILED, LATE, [KeepForRetry("export failed: disk full")]),
     (FINALIZING, AbortRequested): (FINALIZING, LATE, [AbortRefused("the session is being finalized")]),
+    (EXPORT_FAILED, FinalizeRequested): (FINALIZING, LATE, [RetryExport(2, 1)]),
+    (EXPORT_FAILED, AbortRequested): (EXPORT_FAILED, LATE, [AbortRefused(WHY[EXPORT_FAILED])]),
     (FINALIZED, FinalizeRequested): (FINALIZED, LATE, [AlreadyFinalized(2)]),
     (FINALIZED, AbortRequested): (FINALIZED, LATE, [AlreadyFinalized(2)]),
     (FINALIZED, SegmentsDrained): (DRAINED, LATE, []),
@@ -99,7 +105,7 @@ EXPECTED = {
     (ABORTED, AbortRequested): (ABORTED, LATE, [AlreadyAborted()]),
 }
 # Stragglers in every state that left ACTIVE: refused, counted out, rejected.
-for _state in (FINALIZING, FINALIZED, DRAINED, ABORTED):
+for _state in (FINALIZING, EXPORT_FAILED, FINALIZED, DRAINED, ABORTED):
     EXPECTED[(_state, GenerationRequested)] = (_state, LATE, [SessionClosed(WHY[_state])])
     EXPECTED[(_state, TitoFailed)] = (_state, LATE, [])
     EXPECTED[(_state, CommitRequested)] = (_state, data(rejected=2), [RejectCommit(WHY[_state])])
@@ -184,6 +190,24 @@ def test_session_machine_finalize_is_idempotent_at_every_stage():
     session.send(SegmentsDrained())
     assert session.send(FinalizeRequested()) == [AlreadyFinalized(0)]
     assert session.send(GenerationRequested()) == [SessionClosed("the session was finalized and drained")]
+
+
+def test_session_machine_failed_export_keeps_the_steps_and_finalize_retries_it():
+    # A failed export discards nothing: no DiscardSession, the steps stay counted, abort is refused, and the next
+    # finalize runs the export again, which can then complete.
+    session = SessionMachine.new(max_steps=None)
+    session.send(GenerationRequested())
+    session.send(CommitRequested())
+    assert session.send(FinalizeRequested()) == [ExportSession(steps=1, in_flight=0)]
+    assert session.send(ExportFailed("OSError")) == [KeepForRetry("export failed: OSError")]
+    assert session.send(AbortRequested()) == [AbortRefused(WHY[EXPORT_FAILED])]
+    assert session.send(GenerationRequested()) == [SessionClosed(WHY[EXPORT_FAILED])]
+    assert session.send(FinalizeRequested()) == [RetryExport(steps=1, in_flight=0)]
+    assert session.send(FinalizeRequested()) == [AlreadyFinalizing()]
+    assert session.send(ExportFailed("OSError")) == [KeepForRetry("export failed: OSError")]
+    assert session.send(FinalizeRequested()) == [RetryExport(steps=1, in_flight=0)]
+    assert session.send(ExportCompleted()) == [Finalized(1)]
+    assert session.statistics() == SessionStatistics("FINALIZED", steps=1, in_flight=0, rejected=0, max_steps=None)
 
 
 @pytest.mark.parametrize(

@@ -31,10 +31,12 @@ from statemachines.session import (
     FinalizeRequested,
     GenerationDropped,
     GenerationRequested,
+    KeepForRetry,
     MaxStepsReached,
     RejectCommit,
     ReleaseBranch,
     RestartSegment,
+    RetryExport,
     SegmentsDrained,
     SessionClosed,
     SessionMachine,
@@ -43,6 +45,7 @@ from statemachines.session import (
 
 WHY = {
     "FINALIZING": "the session is being finalized",
+    "EXPORT_FAILED": "the session is being finalized (its export failed; finalize again to retry it)",
     "FINALIZED": "the session was finalized",
     "DRAINED": "the session was finalized and drained",
     "ABORTED": "the session was aborted",
@@ -105,6 +108,9 @@ class SessionVersusModel(RuleBasedStateMachine):
             self.send(FinalizeRequested(), [ExportSession(self.steps, self.in_flight)])
         elif self.state == "FINALIZING":
             self.send(FinalizeRequested(), [AlreadyFinalizing()])
+        elif self.state == "EXPORT_FAILED":
+            self.state = "FINALIZING"
+            self.send(FinalizeRequested(), [RetryExport(self.steps, self.in_flight)])
         elif self.state == "ABORTED":
             self.send(FinalizeRequested(), [FinalizeRefused("the session was aborted")])
         else:
@@ -119,8 +125,9 @@ class SessionVersusModel(RuleBasedStateMachine):
     @precondition(lambda self: self.state == "FINALIZING")
     @rule()
     def export_failed(self):
-        self.state = "ABORTED"
-        self.send(ExportFailed("boom"), [DiscardSession("export failed: boom")])
+        # The steps are kept (no DiscardSession): the next finalize retries the export.
+        self.state = "EXPORT_FAILED"
+        self.send(ExportFailed("boom"), [KeepForRetry("export failed: boom")])
 
     @precondition(lambda self: self.state in ("FINALIZED", "DRAINED"))
     @rule()
@@ -133,8 +140,8 @@ class SessionVersusModel(RuleBasedStateMachine):
         if self.state == "ACTIVE":
             self.state, self.steps_when_closed = "ABORTED", self.steps
             self.send(AbortRequested(), [DiscardSession("the session was aborted")])
-        elif self.state == "FINALIZING":
-            self.send(AbortRequested(), [AbortRefused("the session is being finalized")])
+        elif self.state in ("FINALIZING", "EXPORT_FAILED"):
+            self.send(AbortRequested(), [AbortRefused(WHY[self.state])])
         elif self.state == "ABORTED":
             self.send(AbortRequested(), [AlreadyAborted()])
         else:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from proxy.trajectory.store import InMemoryTrajectoryStore, ReadResult
+import pytest
+
+from proxy.trajectory.store import InMemoryTrajectoryStore, ReadResult, json_size
 
 
 def segments(session_id, n, tokens=3):
@@ -74,3 +76,29 @@ async def test_store_cleanup_by_age_and_by_count_forgets_the_oldest():
     assert await store.cleanup(max_sessions=1) == 1
     assert [s["parent_traj_id"] for s in (await store.read()).segments] == ["new"]
     assert (await store.statistics()).cleaned_sessions == 2
+
+
+async def test_store_write_is_total_on_strings_utf8_cannot_encode():
+    # The API refuses lone surrogates, but a store must never fail on a value that got in: before issue 13 the JSON
+    # size raised UnicodeEncodeError here and the export of the whole session failed.
+    store = InMemoryTrajectoryStore()
+    bad = segments("a", 1)
+    bad[0]["reward_info"] = {"note\ud800": "x\udfff"}
+    await store.write("a", bad)
+    (stored,) = (await store.read(session_id="a")).segments
+    assert stored["reward_info"] == {"note\ud800": "x\udfff"}
+    assert (await store.statistics()).bytes == json_size(bad[0]) > 0
+
+
+async def test_store_write_that_fails_changes_nothing():
+    # A segment without a trajectory id (a caller bug) fails the write after the first segment was measured: the
+    # earlier write of the session stays whole, and no trajectory id points at a segment that is not stored.
+    store = InMemoryTrajectoryStore()
+    await store.write("a", segments("a", 1))
+    before = await store.statistics()
+    broken = segments("a", 2, tokens=5) + [{"token_ids": [1]}]
+    with pytest.raises(KeyError):
+        await store.write("a", broken)
+    assert await store.statistics() == before
+    assert [s["token_ids"] for s in (await store.read(session_id="a")).segments] == [[0, 1, 2]]
+    assert (await store.read(trajectory_id="a:1")).segments == ()
