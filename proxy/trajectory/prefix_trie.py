@@ -253,13 +253,12 @@ class PrefixTrie:
     def _unlink(self, node: TrieNode) -> None:
         """Remove a childless node from its parent."""
         parent = node.parent
-        siblings = tuple(other for other in parent.children[node.key] if other is not node)
-        if siblings:
-            parent.children[node.key] = siblings
-        else:
-            del parent.children[node.key]
-            if not parent.children:
-                parent.children = _NO_CHILDREN
+        children = parent.children
+        variants = children.pop(node.key)
+        if len(variants) > 1:
+            children[node.key] = tuple(other for other in variants if other is not node)
+        elif not children:
+            parent.children = _NO_CHILDREN
         self.size -= 1
 
     @property
