@@ -606,7 +606,7 @@ class Generation:
                     on_tokens=self._on_tokens, on_finished=finished.append,
                     return_routed_experts=config.use_rollout_routing_replay,
                     routed_experts_start_len=routed_start,
-                    stream=self._streams_upstream,
+                    stream=self._streams_upstream, vocab_size=self.controller.tokenizer.vocab_size,
                 )
             finally:
                 self._request_scope = None

@@ -18,7 +18,8 @@ A generation's lifecycle:
 4. :meth:`Session.commit` (critical section): accepted only while the session is active; the step goes to the chain
    the chain machine names (in place, or a fork when a sibling moved the tip first) and the answer is upserted in
    the trie (same message: the node is refreshed; different: a sibling). Or :meth:`Session.drop`: nothing is
-   committed and the branch is released.
+   committed, the branch is released, and the pending trie nodes only this generation needed are removed (a failed
+   request leaves the session as if it had never been made; ``prefix_trie.py`` has the ownership rule).
 
 Finalize: :meth:`Session.begin_finalize` (``FinalizeRequested``) collects every chain's tip for export;
 :meth:`Session.export_completed` reports the stored export and frees the trie. :meth:`Session.export_failed` keeps
@@ -201,8 +202,12 @@ class _Generation:
     boundary_detail: str | None
     turn_id: str | None
     tito_failed: bool = False
-    # The context tokens this step adds (set after tokenization).
+    # The request's instance id: the session takes it when the step commits (a failed request leaves nothing).
+    instance_id: str | None = None
+    # The context tokens this step adds (set after tokenization), and the shared-encoding entry they are held in on
+    # the attach node (its signature), given back if the generation fails.
     context: TokenSpan | None = None
+    encoding: Any = None
     # Committed or dropped: a handle ends exactly once (architecture invariant 4).
     finished: bool = False
 
@@ -349,9 +354,8 @@ class Session:
                 raise MaxStepsExceededError(effect.limit, effect.steps, effect.in_flight)
             if isinstance(effect, session_sm.SessionClosed):
                 raise SessionFinalizedError(effect.reason)
-        # Admitted (AdmitGeneration).
-        if instance_id is not None and self.instance_id is None:
-            self.instance_id = instance_id
+        # Admitted (AdmitGeneration). From here to the return nothing raises: the trie holds the attach node for the
+        # generation, and its commit or drop gives the hold back.
         kwargs = effective_template_kwargs(chat_template_kwargs, self.config.default_template_kwargs)
         ckey = context_key(tools, kwargs)
         trie = self.trie
@@ -363,6 +367,7 @@ class Session:
         generation = _Generation(
             generation_id=f"{self.session_id}#g{self._next_generation}", attach=attach, base=base,
             mode=_Mode.NEW_SEGMENT, chain_id=None, at=0, boundary_reason=None, boundary_detail=None, turn_id=turn_id,
+            instance_id=instance_id,
         )
         if base is not None:
             generation.at = base.position
@@ -455,7 +460,7 @@ class Session:
         generation = self._live(handle)
         signature = ("full",) if generation.base is None else ("after", generation.base.step_id)
         stored = generation.attach.shared_encoding(signature, array("i", ids))
-        generation.context = context_span(stored, mask)
+        generation.context, generation.encoding = context_span(stored, mask), signature
         return WorkingTokens(generation.base, generation.context)
 
     def _live(self, handle: BranchHandle) -> _Generation:
@@ -534,6 +539,10 @@ class Session:
             logprobs_invalid=logprobs_invalid,
         )
         self.trie.set_checkpoint(node, step)
+        # The path is committed structure now; the hold only kept it while the generation ran.
+        self.trie.release(generation.attach)
+        if generation.instance_id is not None and self.instance_id is None:
+            self.instance_id = generation.instance_id
         chain.tip = step
         if version_stamp is not None and self.version_stamp is None:
             self.version_stamp = version_stamp
@@ -554,20 +563,30 @@ class Session:
         return finish_reason != "length"
 
     def drop(self, handle: BranchHandle) -> bool:
-        """The generation ends without committing (failed, cancelled, bad input): release its branch. Idempotent:
-        False when the handle had already committed or dropped."""
+        """The generation ends without committing (failed, cancelled, bad input): release its branch and remove
+        the pending trie structure only it needed (its shared encoding too), so the session is as if it had never
+        been asked. Idempotent: False when the handle had already committed or dropped. Outside ACTIVE the trie is
+        frozen for the export (and freed after it): nothing is removed then."""
         generation = handle._generation
         if generation.finished:
             return False
         generation.finished = True
         del self._generations[generation.generation_id]
         for effect in self.machine.send(session_sm.GenerationDropped()):
-            if isinstance(effect, session_sm.ReleaseBranch) and generation.chain_id is not None:
-                chain = self._chains[generation.chain_id]
-                for chain_effect in chain.machine.send(chain_sm.GenerationDropped()):
-                    if isinstance(chain_effect, chain_sm.DiscardChain):
-                        del self._chains[chain.chain_id]
+            if isinstance(effect, session_sm.ReleaseBranch):
+                if generation.chain_id is not None:
+                    chain = self._chains[generation.chain_id]
+                    for chain_effect in chain.machine.send(chain_sm.GenerationDropped()):
+                        if isinstance(chain_effect, chain_sm.DiscardChain):
+                            del self._chains[chain.chain_id]
+                self._release_prompt(generation)
         return True
+
+    def _release_prompt(self, generation: _Generation) -> None:
+        """Give back what the failed generation held in the trie: its encoding entry, then its attach node."""
+        if generation.context is not None:
+            generation.attach.release_encoding(generation.encoding, generation.context.context_ids)
+        self.trie.release(generation.attach)
 
     # -- finalize ----------------------------------------------------------------------------------------------------
 

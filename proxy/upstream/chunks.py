@@ -21,9 +21,12 @@ request aborted while queued or retracted ends with a chunk whose ``finish_reaso
 ``output_ids`` if it is complete (non-streaming), the logprob triples if they are complete, the single id if
 exactly one token is missing; otherwise it adds nothing. It never shrinks or duplicates what it already has.
 
-Invariants (checked, a violation raises ``UpstreamProtocolError``): token events have consecutive indices from 0;
-a cumulative chunk never has fewer ids than already received (quirk aside) and agrees with the last received
-id; where logprobs are present there is one triple per id and its id matches.
+Invariants (checked, a violation raises ``UpstreamProtocolError``): every chunk is a JSON object with a
+``meta_info`` object and an ``output_ids`` list; token events have consecutive indices from 0; every id is an
+integer inside the vocabulary (``0 <= id < vocab_size``, when the caller gives the tokenizer's size: an id the
+tokenizer cannot decode is a broken answer, never a token to train on); a cumulative chunk never has fewer ids than
+already received (quirk aside) and agrees with the last received id; where logprobs are present there is one
+triple per id, its id matches and its value is a number (or null).
 """
 
 from __future__ import annotations
@@ -116,11 +119,14 @@ class ChunkDecoder:
         incremental: bool = False,
         routed_experts_start_len: int | None = None,
         url: str | None = None,
+        vocab_size: int | None = None,
     ) -> None:
         self.rid = rid
         self.incremental = incremental
         self.routed_experts_start_len = routed_experts_start_len or 0
         self.url = url
+        self.vocab_size = vocab_size
+        """Token ids must be below it (None: any non-negative id)."""
         self._ids: list[int] = []
         self._logprobs: list[float | None] = []
         self._versions: list[str | None] = []
@@ -174,8 +180,10 @@ class ChunkDecoder:
             raise error_from_chunk(chunk["error"], url=self.url, partial=self.partial())
         meta = chunk.get("meta_info")
         ids = chunk.get("output_ids")
-        if not isinstance(meta, Mapping) or not isinstance(ids, list):
-            raise self._protocol_error("chunk lacks meta_info or output_ids")
+        if not isinstance(meta, Mapping):
+            raise self._protocol_error("chunk has no meta_info object")
+        if not isinstance(ids, list):
+            raise self._protocol_error("chunk has no output_ids list")
         try:
             finish = parse_finish_reason(meta.get("finish_reason"))
         except ValueError as exc:
@@ -248,15 +256,20 @@ class ChunkDecoder:
         for offset in range(start, len(ids)):
             token_id = ids[offset]
             if not isinstance(token_id, int) or isinstance(token_id, bool):
-                raise self._protocol_error(f"output id {token_id!r} is not an integer")
+                raise self._protocol_error(f"output id {str(token_id)[:40]!r} is not an integer")
+            if token_id < 0 or (self.vocab_size is not None and token_id >= self.vocab_size):
+                bound = f"ids 0 to {self.vocab_size - 1}" if self.vocab_size is not None else "ids are non-negative"
+                raise self._protocol_error(f"output token id {token_id} is outside the vocabulary ({bound})")
             logprob: float | None = None
             if logprobs is not None:
                 triple = logprobs[offset]
                 if _triple_id(triple) != token_id:
-                    raise self._protocol_error(f"logprob triple {triple!r} does not match output id {token_id}")
+                    raise self._protocol_error(
+                        f"logprob triple {str(triple)[:80]} does not match output id {token_id}"
+                    )
                 value = triple[0]
-                if value is not None and not isinstance(value, (int, float)):
-                    raise self._protocol_error(f"logprob {value!r} is not a number")
+                if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+                    raise self._protocol_error(f"logprob {str(value)[:40]!r} is not a number")
                 logprob = None if value is None else float(value)
             self._ids.append(token_id)
             self._logprobs.append(logprob)

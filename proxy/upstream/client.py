@@ -159,12 +159,14 @@ class SGLangClient:
         routed_experts_start_len: int | None = None,
         base_url: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        vocab_size: int | None = None,
     ) -> GenerateStream:
         """Stream ``POST /generate`` with ``input_ids``; see :class:`GenerateStream`.
 
         ``rid`` defaults to a fresh :func:`~proxy.upstream.request_ids.new_rid` (others are refused).
         ``routing_key`` is sent as ``X-SMG-Routing-Key``. ``base_url`` targets a worker instead of the router.
         ``extra_body`` adds top-level request fields (``logprob_start_len``, ``return_text_in_logprobs``, ...).
+        ``vocab_size`` (the tokenizer's): a generated id at or above it is an ``UpstreamProtocolError``.
         """
         rid, url, body = self._generate_request(
             input_ids, sampling_params, rid, base_url, stream=True, return_logprob=return_logprob,
@@ -176,6 +178,7 @@ class SGLangClient:
             incremental=self.incremental_streaming,
             routed_experts_start_len=routed_experts_start_len,
             url=url,
+            vocab_size=vocab_size,
         )
         return GenerateStream(self, url, body, _routing_headers(routing_key), decoder)
 
@@ -191,8 +194,10 @@ class SGLangClient:
         routed_experts_start_len: int | None = None,
         base_url: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        vocab_size: int | None = None,
     ) -> Finished:
-        """Non-streaming ``POST /generate``: the same :class:`Finished` value a stream ends with.
+        """Non-streaming ``POST /generate``: the same :class:`Finished` value a stream ends with (``vocab_size`` as
+        for :meth:`generate_stream`).
 
         SGLang notices a disconnected non-streaming request only on a 4 s poll; prefer the stream when the
         request may be cancelled.
@@ -203,7 +208,9 @@ class SGLangClient:
             extra_body=extra_body,
         )
         reply = await self._call("POST", url, body, headers=_routing_headers(routing_key), timeout=None)
-        decoder = ChunkDecoder(rid=rid, routed_experts_start_len=routed_experts_start_len, url=url)
+        decoder = ChunkDecoder(
+            rid=rid, routed_experts_start_len=routed_experts_start_len, url=url, vocab_size=vocab_size
+        )
         decoder.feed_chunk(reply)
         if decoder.result is None:
             raise UpstreamProtocolError("non-streaming /generate reply has no finish reason", url=url)

@@ -7,6 +7,8 @@ moment. ``st.random_module()`` varies trio's scheduling order (stack-notes 9). C
 
 - no commit succeeded after finalize started (once one was refused, none was accepted), none was refused before;
 - a failed or cancelled generation committed nothing, and no generation was left in flight;
+- failed generations left no residue: when finalize is called the trie holds one attach node per generation in
+  flight, and none at all (no pending node) when nothing is in flight;
 - every successful commit is a trained span of exactly one exported segment, and every segment's ids are the TITO
   concatenation along its path (what its last step sent upstream plus what it generated);
 - the registry never raised anything but the documented errors.
@@ -115,6 +117,11 @@ async def test_concurrent_generations_of_one_session_under_random_interleavings(
         for _ in range(finalize_after):
             await trio.lowlevel.checkpoint()
         log.append(("finalize called",))
+        view = reg.debug_view("s")
+        if view is not None and view.trie is not None:
+            assert reg._sessions["s"].session.trie.holds == view.in_flight
+            if not view.in_flight:
+                assert view.trie.pending == 0
         await reg.finalize("s", {"score": 1})
         log.append(("finalized",))
 

@@ -67,10 +67,14 @@ async def test_registry_sequential_steps_extend_one_chain_by_tito():
 async def test_registry_prepare_attaches_pending_nodes_that_are_never_exported():
     reg = registry()
     await turn(reg, "s", [SYS, U1], A1)
+    before = reg.debug_view("s").trie
     prepared = await reg.prepare("s", [SYS, U1, A1, T1])
+    view = reg.debug_view("s")
+    assert view.trie.pending == 1 and view.trie.nodes == before.nodes + 1 and view.in_flight == 1
     await reg.drop(prepared.handle)
     view = reg.debug_view("s")
-    assert view.trie.pending == 1 and view.in_flight == 0
+    # The failed generation took its pending node with it.
+    assert view.trie == before and view.in_flight == 0
     await reg.finalize("s")
     (segment,) = await reg.read(session_id="s")
     assert segment["messages"] == [SYS, U1, A1]

@@ -16,7 +16,10 @@ Requests extend any branch (echoing reasoning or dropping it), fork anywhere, re
 refreshes the node), change tools, provoke TITO failures; generations overlap (concurrent siblings), fail, hit the
 length limit; finalize happens once, after which every commit and prepare is refused. Invariants, from the issue:
 every committed step appears in exactly one exported segment as a generated span; each segment's ids equal the TITO
-concatenation along its path; pending nodes are never exported; no commit after finalize.
+concatenation along its path; pending nodes are never exported; no commit after finalize. A failed generation
+leaves nothing behind: the prompts the model counts as seen (for ``resample`` and ``history_rewritten``) are those of
+committed steps and of generations still in flight, never those of failed ones; with nothing in flight the trie has
+no pending node, and it holds one attach node per generation in flight.
 """
 
 from __future__ import annotations
@@ -90,8 +93,8 @@ class SessionVersusModel(RuleBasedStateMachine):
         self.tokenizer = FakeTokenizer()
         self.session = Session("s", SessionConfig(max_steps_per_session=None), self.tokenizer.end_of_turn_id)
         self.steps: list[ModelStep] = []
-        # Every message-list prefix attached so far, per tools value (pending structure included).
-        self.seen: dict[tuple, set] = {}
+        # The generations in flight (their prompts are pending structure in the trie).
+        self.live: list[Pending] = []
         self.chain_last: dict[int, int] = {}
         self.next_chain = 0
         self.answers = 0
@@ -117,7 +120,7 @@ class SessionVersusModel(RuleBasedStateMachine):
             return "session_start"
         if any(self.base_of(request, other) is not None for other in {s.tools for s in self.steps} - {tools}):
             return "context_changed"
-        seen = self.seen.get(tools, set())
+        seen = self.seen(tools)
         wanted = canon_all(request)
         if wanted[:1] not in seen:
             return "new_conversation"
@@ -140,6 +143,13 @@ class SessionVersusModel(RuleBasedStateMachine):
         else:
             reason = self.full_reason(request, tools)
         return None, reason, tuple(self.tokenizer.encode_full(list(request), TOOLS[tools], kwargs))
+
+    def seen(self, tools) -> set:
+        """Every message-list prefix in the trie under ``tools``: those of committed conversations and of the requests
+        still in flight (a failed request took its pending structure with it)."""
+        paths = [s.conversation for s in self.steps if s.tools == tools]
+        paths += [canon_all(g.request) for g in self.live if g.tools == tools]
+        return {path[:k] for path in paths for k in range(1, len(path) + 1)}
 
     # -- requests ----------------------------------------------------------------------------------------------------
 
@@ -200,10 +210,10 @@ class SessionVersusModel(RuleBasedStateMachine):
         assert (plan.boundary_reason.value if plan.boundary_reason else None) == reason
         assert (plan.base is None) == (base is None)
         event(f"prepare: {reason or ('fork or extend' if base is not None else '?')}")
-        seen = self.seen.setdefault(tools, set())
-        seen.update(canon_all(request[:k]) for k in range(1, len(request) + 1))
         self.in_flight += 1
-        return Pending(handle, request, tools, base, expected)
+        generation = Pending(handle, request, tools, base, expected)
+        self.live.append(generation)
+        return generation
 
     @rule(generation=consumes(pending), data=st.data())
     def commit(self, generation, data):
@@ -230,6 +240,7 @@ class SessionVersusModel(RuleBasedStateMachine):
         result = self.session.commit(generation.handle, span, finish_reason=finish, assistant_message=answer,
                                      key=message_key(answer), variant=reasoning_variant(answer), logprobs_invalid=False)
         self.in_flight -= 1
+        self.live.remove(generation)
         # The model's chain rule: in place when the base is still its chain's last step, else a new chain.
         base = generation.base
         if base is not None and self.chain_last[base.chain] == base.step_id:
@@ -243,7 +254,6 @@ class SessionVersusModel(RuleBasedStateMachine):
                          tuple(ids), {"length": "length_exhausted", "no-eot": "no_end_of_turn"}.get(outcome), chain)
         self.steps.append(step)
         self.chain_last[chain] = step.step_id
-        self.seen.setdefault(generation.tools, set()).add(step.conversation)
         assert result.step_id == step.step_id and result.refreshed == refreshed and result.extendable == step.extendable
         assert result.forked == (base is not None and chain != base.chain)
         event(f"commit: {'refreshed ' if refreshed else ''}{'forked' if result.forked else 'in place or new'}")
@@ -252,6 +262,7 @@ class SessionVersusModel(RuleBasedStateMachine):
     def fail(self, generation):
         assert self.session.drop(generation.handle)
         self.in_flight -= 1
+        self.live.remove(generation)
 
     @precondition(lambda self: self.exported is None and len(self.steps) >= self.finalize_after)
     @rule()
@@ -270,6 +281,7 @@ class SessionVersusModel(RuleBasedStateMachine):
             self.session.commit(generation.handle, span, finish_reason="stop", assistant_message=answer,
                                 key=message_key(answer), variant=None, logprobs_invalid=True)
         self.in_flight -= 1
+        self.live.remove(generation)
         assert self.session.machine.statistics().steps == len(self.steps)
         event("late commit rejected")
 
@@ -307,6 +319,14 @@ class SessionVersusModel(RuleBasedStateMachine):
         if view.trie is not None:
             distinct = {(s.tools, s.conversation, reasoning_variant(s.answer)) for s in self.steps}
             assert view.trie.checkpoints == len(distinct)
+        if self.exported is None:
+            # Failed generations leave no residue: pending nodes are exactly the paths of the generations in flight.
+            trie = self.session.trie
+            assert trie.holds == self.in_flight
+            if not self.in_flight:
+                assert view.trie.pending == 0
+            contexts = {s.tools for s in self.steps} | {g.tools for g in self.live}
+            assert view.trie.contexts == len(contexts)
 
 
 TestSessionVersusModel = SessionVersusModel.TestCase
