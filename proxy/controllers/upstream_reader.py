@@ -70,6 +70,7 @@ async def read_request(
     routed_experts_start_len: int | None = None,
     stream: bool = True,
     vocab_size: int | None = None,
+    top_logprobs_num: int = 0,
 ) -> ReadOutcome:
     """Stream one ``/generate`` request; ``on_tokens`` is awaited with the tokens of every read, in order, and
     ``on_finished`` called with the final event as soon as it arrives (before the stream is read to its end, during
@@ -80,18 +81,20 @@ async def read_request(
     early (a cancellation) closes the stream at once, which SGLang (and the embedded engine) treat as an abort.
     """
     finished: Finished | None = None
+    # The client's top_logprobs: SGLang's top-level top_logprobs_num (its OpenAI server's mapping).
+    extra = {"top_logprobs_num": top_logprobs_num} if top_logprobs_num else None
     if not stream:
         return await _read_whole(
             upstream, input_ids, sampling_params, rid=rid, routing_key=routing_key, on_tokens=on_tokens,
             on_finished=on_finished, return_routed_experts=return_routed_experts,
-            routed_experts_start_len=routed_experts_start_len, vocab_size=vocab_size,
+            routed_experts_start_len=routed_experts_start_len, vocab_size=vocab_size, extra_body=extra,
         )
     try:
         async with upstream.generate_stream(
             input_ids, sampling_params, rid=rid, routing_key=routing_key,
             return_routed_experts=return_routed_experts,
             routed_experts_start_len=routed_experts_start_len if return_routed_experts else None,
-            vocab_size=vocab_size,
+            vocab_size=vocab_size, extra_body=extra,
         ) as events:
             while batch := await events.receive_batch():
                 # The tokens of one read go together (one machine step); the final event comes after them.
@@ -123,6 +126,7 @@ async def _read_whole(
     return_routed_experts: bool,
     routed_experts_start_len: int | None,
     vocab_size: int | None,
+    extra_body: Mapping[str, Any] | None = None,
 ) -> ReadOutcome:
     """A non-streaming ``/generate``: its tokens are handed out in order once the answer arrives (an abort of the
     rid makes SGLang answer at once with the tokens generated so far), as one read, then the final event."""
@@ -131,14 +135,15 @@ async def _read_whole(
             input_ids, sampling_params, rid=rid, routing_key=routing_key,
             return_routed_experts=return_routed_experts,
             routed_experts_start_len=routed_experts_start_len if return_routed_experts else None,
-            vocab_size=vocab_size,
+            vocab_size=vocab_size, extra_body=extra_body,
         )
     except UpstreamError as exc:
         return ReadOutcome(failure=exc)
+    tops = finished.output_top_logprobs or ((),) * len(finished.output_ids)
     tokens = [
-        Token(index, token_id, logprob, version)
-        for index, (token_id, logprob, version) in enumerate(
-            zip(finished.output_ids, finished.output_logprobs, finished.weight_versions, strict=True)
+        Token(index, token_id, logprob, version, top)
+        for index, (token_id, logprob, version, top) in enumerate(
+            zip(finished.output_ids, finished.output_logprobs, finished.weight_versions, tops, strict=True)
         )
     ]
     if tokens:
