@@ -307,22 +307,35 @@ class SGLangClient:
 
         ``/v1/models`` (``max_model_len``: SGLang's own server), then ``/model_info`` (no such field in SGLang
         0.5.23, but read where one is present), then ``/server_info`` (the server args' ``context_length``: what
-        ``smg`` relays, its ``/v1/models`` dropping ``max_model_len``); deprecated names where the new are 404."""
+        ``smg`` relays, its ``/v1/models`` dropping ``max_model_len``); deprecated names where the new are 404.
+        Raises the ``UpstreamError`` when no endpoint could be reached at all (worth asking again soon)."""
+        unreachable: UpstreamError | None = None
+        answered = False
         try:
             for card in await self.models():
                 if card.max_model_len:
                     return card.max_model_len
-        except UpstreamError:
-            pass
+            answered = True
+        except (UpstreamHTTPError, UpstreamProtocolError):
+            answered = True
+        except UpstreamError as error:
+            unreachable = error
         for names in (("/model_info", "/get_model_info"), ("/server_info", "/get_server_info")):
             try:
                 body = await self._info(None, *names)
-            except UpstreamError:
+            except (UpstreamHTTPError, UpstreamProtocolError):
+                answered = True
                 continue
+            except UpstreamError as error:
+                unreachable = unreachable or error
+                continue
+            answered = True
             for field in ("max_model_len", "context_length", "max_context_length"):
                 value = body.get(field)
                 if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                     return value
+        if not answered and unreachable is not None:
+            raise unreachable
         return None
 
     async def _info(self, base_url: str | None, path: str, deprecated: str) -> Mapping[str, Any]:
