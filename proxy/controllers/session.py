@@ -333,6 +333,9 @@ class Session:
     _next_generation: int = attrs.field(default=0, init=False)
     # The epoch and version of the session's stamped steps (the first stamped commit sets it; spec 7).
     version_stamp: VersionStamp | None = attrs.field(default=None, init=False)
+    # The session's Idempotency-Key records (``proxy/controllers/idempotency.py``), created by the registry on first
+    # use; freed with the trie.
+    idempotency: Any = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.machine = session_sm.SessionMachine.new(self.config.max_steps_per_session)
@@ -466,6 +469,11 @@ class Session:
         stored = generation.attach.shared_encoding(signature, array("i", ids))
         generation.context = context_span(stored, mask)
         return WorkingTokens(generation.base, generation.context)
+
+    @staticmethod
+    def committed_step(handle: BranchHandle) -> int | None:
+        """The step the handle's generation committed, or None (not committed: in flight, dropped or rejected)."""
+        return handle._generation.step_id
 
     def _live(self, handle: BranchHandle) -> _Generation:
         """The handle's generation, refusing one that already committed or dropped."""
@@ -694,6 +702,7 @@ class Session:
         self.trie = None
         self._chains.clear()
         self._head = None
+        self.idempotency = None
 
     # -- reporting ---------------------------------------------------------------------------------------------------
 
