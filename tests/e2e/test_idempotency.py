@@ -189,6 +189,9 @@ async def test_a_repeat_waiting_for_a_first_attempt_that_fails_runs_itself(start
             while (await proxy.debug(session) or {}).get("in_flight") != 1:
                 await trio.sleep(0.01)
         nursery.start_soon(send, "repeat")
+        await trio.sleep(0.2)
+        # The repeat waits on the key: it is not admitted to the session beside the first.
+        assert (await proxy.debug(session))["in_flight"] == 1
         with trio.fail_after(10):
             while "first" not in answers:
                 await trio.sleep(0.01)
@@ -207,7 +210,9 @@ async def test_keys_are_per_session_and_freed_with_it(start_proxy) -> None:
     proxy = await start_proxy(script=script("idem-a") + script("idem-b"))
     body = {"model": "m", "messages": MESSAGES}
     first = await proxy.chat("idem-a", body, **{"Idempotency-Key": KEY})
-    # The same key in another session is another key: it generates there.
+    replayed = await proxy.chat("idem-a", body, **{"Idempotency-Key": KEY})
+    assert replayed.headers["Idempotent-Replayed"] == "true" and replayed.content == first.content
+    # The same key in another session is another key: another body is no reuse there, and it generates.
     other = await proxy.chat("idem-b", {**body, "temperature": 0.3}, **{"Idempotency-Key": KEY})
     assert first.status_code == other.status_code == 200 and "Idempotent-Replayed" not in other.headers
     assert generate_requests(proxy) == 2
