@@ -18,7 +18,8 @@ Operations (each O(path length), plus the hashing of the request's own messages)
 - :meth:`PrefixTrie.nearest_checkpoint` is the deepest checkpoint on the path (the step a generation continues);
 - :meth:`PrefixTrie.upsert_assistant` attaches a generated answer under its prompt: the same key and reasoning as an
   existing child refreshes that child (its checkpoint becomes the newest step: idempotent retry), anything else is
-  a new sibling (best-of-N).
+  a new sibling (best-of-N); :meth:`PrefixTrie.find_answer` finds that child without attaching anything (the
+  session asks the refreshed step's chain what the refresh does to the export before it commits).
 
 Which child an incoming message follows (the reasoning rule of spec 5.1): among the children with its key, the one
 with the same reasoning if that one holds a checkpoint; else the most recently committed one whatever its
@@ -293,6 +294,11 @@ class PrefixTrie:
         return found
 
     # -- committing -------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def find_answer(parent: TrieNode, key: MessageKey, variant: str | None) -> TrieNode | None:
+        """The child of ``parent`` a generated answer with this key and reasoning would refresh, if there is one."""
+        return _exact(parent.children.get(key, ()), variant)
 
     def upsert_assistant(
         self, parent: TrieNode, message: Any, key: MessageKey, variant: str | None
