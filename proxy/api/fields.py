@@ -119,26 +119,24 @@ def _all_encodable(value: Any) -> bool:
     stack = [value]
     while stack:
         item = stack.pop()
-        if type(item) is dict:
-            for key, child in item.items():
-                if type(key) is str and not (key.isascii() or _encodable(key)):
+        kind = type(item)
+        if kind is dict:
+            if not all(type(key) is not str or key.isascii() or _encodable(key) for key in item):
+                return False
+            children: Any = item.values()
+        elif kind is list:
+            children = item
+        else:
+            if kind is str and not _encodable(item):
+                return False
+            continue
+        for child in children:
+            kind = type(child)
+            if kind is str:
+                if not (child.isascii() or _encodable(child)):
                     return False
-                kind = type(child)
-                if kind is str:
-                    if not (child.isascii() or _encodable(child)):
-                        return False
-                elif kind is dict or kind is list:
-                    stack.append(child)
-        elif type(item) is list:
-            for child in item:
-                kind = type(child)
-                if kind is str:
-                    if not (child.isascii() or _encodable(child)):
-                        return False
-                elif kind is dict or kind is list:
-                    stack.append(child)
-        elif type(item) is str and not _encodable(item):
-            return False
+            elif kind is dict or kind is list:
+                stack.append(child)
     return True
 
 

@@ -32,8 +32,12 @@ LONG = " ".join(f"w{i}" for i in range(200))
 BODY = {"messages": MESSAGES, "chat_template_kwargs": NO_THINKING, "stream": True, "max_tokens": 400}
 
 
-def _controller(stack) -> GenerationController:
-    return GenerationController.from_services(stack.services)
+async def _unread_stream(stack, nursery: trio.Nursery):
+    """A streaming generation whose response opened (its first output taken) and whose body is then never read."""
+    request = ChatCompletionRequest.from_http(BODY, {"X-Session-Id": "s"})
+    generation = await GenerationController.from_services(stack.services).start(request, nursery)
+    await generation.first_output()
+    return generation
 
 
 async def _pause_resume_pause(stack, generation, bound: float) -> bool:
@@ -52,10 +56,8 @@ async def _pause_resume_pause(stack, generation, bound: float) -> bool:
 
 async def test_a_stream_nobody_reads_never_holds_a_pause(start_stack, mock_clock) -> None:
     stack = await start_stack(script=[{"session": "s", "output": LONG}], engine=SLOW, partial_rollout=True)
-    request = ChatCompletionRequest.from_http(BODY, {"X-Session-Id": "s"})
     async with trio.open_nursery() as nursery:
-        generation = await _controller(stack).start(request, nursery)
-        await generation.first_output()  # the response opened; then its body is never read
+        generation = await _unread_stream(stack, nursery)
         assert await _pause_resume_pause(stack, generation, bound=60.0)
         state = stack.gate.statistics()
         assert (state.state, state.in_flight, state.waiting) == ("PAUSED", 0, 1)
@@ -76,10 +78,8 @@ async def test_planted_bug_driver_waiting_on_its_client_before_a_continuation_ha
     monkeypatch.setattr(gm, "WAITS_FOR_CLIENT", (gm.StartUpstream,))
     stack = await start_stack(script=[{"session": "s", "output": LONG}], engine=SLOW, partial_rollout=True,
                               pause_abort_timeout=3600.0)
-    request = ChatCompletionRequest.from_http(BODY, {"X-Session-Id": "s"})
     async with trio.open_nursery() as nursery:
-        generation = await _controller(stack).start(request, nursery)
-        await generation.first_output()
+        generation = await _unread_stream(stack, nursery)
         assert not await _pause_resume_pause(stack, generation, bound=60.0)
         state = stack.gate.statistics()
         assert (state.state, state.in_flight) == ("PAUSING", 1)
@@ -146,10 +146,8 @@ async def test_the_pause_bound_rescues_a_wedged_driver_by_failing_it_closed(star
     monkeypatch.setattr(gm, "WAITS_FOR_CLIENT", (gm.StartUpstream,))
     stack = await start_stack(script=[{"session": "s", "output": LONG}], engine=SLOW, partial_rollout=True,
                               pause_abort_timeout=5.0)
-    request = ChatCompletionRequest.from_http(BODY, {"X-Session-Id": "s"})
     async with trio.open_nursery() as nursery:
-        generation = await _controller(stack).start(request, nursery)
-        await generation.first_output()
+        generation = await _unread_stream(stack, nursery)
         await generated_at_least(stack.engine, 40)
         await stack.post("/v1/rollout/pause")
         await stack.post("/v1/rollout/resume", {"weight_version": "v1"})
