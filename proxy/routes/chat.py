@@ -35,7 +35,9 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     @app.post("/v1/chat/completions")
     async def chat_completions() -> Response:
         body = parse_json_body(await request.get_data())
-        chat = ChatCompletionRequest.from_http(body, request.headers)
+        chat = ChatCompletionRequest.from_http(
+            body, request.headers, tool_call_type=services.config.effective_tool_call_type
+        )
         generation = await controller.start(chat, app.nursery)
         # However this exchange ends (a disconnect before the body starts included), the generation hears of it.
         on_request_end(request.scope, generation.client_gone)
