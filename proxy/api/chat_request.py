@@ -21,7 +21,9 @@ Body fields:
 | ``model`` | string, optional | ``model`` (``None`` when absent or ``""``: the app answers with the served model's name) |
 | ``messages`` | non-empty array of messages (below) | ``messages``: a tuple of fresh, cleaned dicts |
 | ``tools`` | array of ``{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}`` | ``tools`` (``None`` when absent or ``[]``); names non-empty and unique |
-| ``tool_choice`` | ``"none"``, ``"auto"``, ``"required"``, ``{"type": "function", "function": {"name"}}`` | :class:`ToolChoice` |
+| ``tool_choice`` | ``"none"``, ``"auto"``, ``"required"``, ``{"type": "function", "function": {"name"}}`` | :class:`ToolChoice` (``None``: ``auto``) |
+| ``parallel_tool_calls`` | boolean | ``parallel_tool_calls`` (default true) |
+| ``response_format`` | ``{"type": "text"}``, ``{"type": "json_object"}``, ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"?}}`` | :class:`~proxy.api.constraints.ResponseFormat` |
 | ``temperature`` | number in [0, 2] | ``temperature`` |
 | ``top_p`` | number in (0, 1] (SGLang refuses 0) | ``top_p`` |
 | ``top_k``, ``min_p``, ``presence_penalty``, ``frequency_penalty``, ``repetition_penalty`` | SGLang sampling extras: int >= -1 (0 refused); [0, 1]; [-2, 2]; [-2, 2]; (0, 2] | same names |
@@ -59,8 +61,14 @@ Decisions:
   declared tool; ``required`` or a named choice without tools is refused). Tool calls in the history may name
   tools that are no longer declared (a session's tools may change): they are recorded as given.
 - **Deprecated or unserved OpenAI fields** that change nothing the proxy records (``user``, ``metadata``,
-  ``parallel_tool_calls``, ``response_format``, ``logit_bias``, ``reasoning_effort``...) are ignored, like
-  unknown fields; they appear in ``ignored_fields``.
+  ``logit_bias``, ``reasoning_effort``...) are ignored, like unknown fields; they appear in ``ignored_fields``.
+- **Tool choice and response format** behave as in SGLang 0.5.23's OpenAI server (:mod:`proxy.api.constraints`
+  has the references): ``none`` renders the template without tools and parses no tool calls
+  (:attr:`ChatCompletionRequest.template_tools`, :attr:`ChatCompletionRequest.parse_tools`); a named choice
+  renders that tool alone; ``required``, a named choice, ``auto`` with a ``strict`` tool, and ``response_format``
+  ``json_object`` / ``json_schema`` constrain decoding (:attr:`ChatCompletionRequest.constraint_params`, computed
+  here for the server's tool-call format). ``required`` or a named choice together with a ``response_format``
+  that constrains is refused (400, SGLang's message).
 
 :meth:`ChatCompletionRequest.to_sampling_params` maps the sampling fields onto SGLang's ``sampling_params`` (the
 one place that mapping lives).
@@ -74,6 +82,8 @@ from typing import Any
 
 import attrs
 
+from proxy.api.constraints import ResponseFormat, conflict_error, is_forcing
+from proxy.api.constraints import constraint_params as build_constraint_params
 from proxy.api.errors import ApiError
 from proxy.api.fields import (
     INT32_MAX,
@@ -106,6 +116,9 @@ ROUTING_KEY_HEADER = "x-smg-routing-key"
 INSTANCE_HEADER = "x-instance-id"
 TURN_HEADER = "x-turn-id"
 
+#: the tool-call format whose SGLang constraints are built when the caller names none (the qwen3 build model's)
+DEFAULT_TOOL_CALL_TYPE = "qwen25"
+
 # The body fields this module reads; every other top-level key is reported in ``ignored_fields``.
 _READ_FIELDS = frozenset(
     {
@@ -113,6 +126,7 @@ _READ_FIELDS = frozenset(
         "frequency_penalty", "repetition_penalty", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
         "stream", "stream_options", "logprobs", "top_logprobs", "chat_template_kwargs", "return_token_ids",
         "response_mask", "session_id", "instance_id", "turn_id", "functions", "function_call",
+        "parallel_tool_calls", "response_format",
     }
 )
 
@@ -174,6 +188,11 @@ class ChatCompletionRequest:
     messages: tuple[dict[str, Any], ...]
     tools: tuple[dict[str, Any], ...] | None = None
     tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
+    #: the constrained-decoding keys of ``sampling_params`` (``json_schema`` or ``structural_tag``), as SGLang
+    #: 0.5.23's OpenAI server builds them for tool_choice and response_format (see proxy.api.constraints)
+    constraint_params: dict[str, str] = attrs.field(factory=dict)
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -197,8 +216,13 @@ class ChatCompletionRequest:
     ignored_fields: tuple[str, ...] = ()
 
     @classmethod
-    def from_http(cls, body: Any, headers: Mapping[str, str]) -> ChatCompletionRequest:
-        """Validate a parsed JSON body and the request headers; raises ``ApiError`` (4xx) and nothing else."""
+    def from_http(
+        cls, body: Any, headers: Mapping[str, str], *, tool_call_type: str = DEFAULT_TOOL_CALL_TYPE
+    ) -> ChatCompletionRequest:
+        """Validate a parsed JSON body and the request headers; raises ``ApiError`` (4xx) and nothing else.
+
+        ``tool_call_type`` is the served model's tool-call format (``qwen25`` or ``qwen3_coder``): the
+        constrained-decoding parameters depend on it, as in SGLang."""
         body = require_object(body)
         header = _header_reader(headers)
         session_id, source = _session_id(body, header)
@@ -233,6 +257,16 @@ class ChatCompletionRequest:
         top_k = optional_int(body, "top_k", -1, INT32_MAX)
         if top_k == 0:
             raise ApiError.invalid_request("top_k must be -1 (all tokens) or at least 1, not 0", "top_k")
+        tool_choice = ToolChoice.from_json(body.get("tool_choice"), tool_names)
+        parallel_tool_calls = optional_bool(body, "parallel_tool_calls")
+        parallel_tool_calls = True if parallel_tool_calls is None else parallel_tool_calls
+        response_format = ResponseFormat.from_json(body.get("response_format"))
+        mode, name = (tool_choice.mode, tool_choice.name) if tool_choice is not None else (None, None)
+        if is_forcing(mode) and response_format is not None and response_format.constrains:
+            raise conflict_error()
+        constraints = build_constraint_params(
+            tools, mode, name, response_format, parallel_tool_calls=parallel_tool_calls, tool_call_type=tool_call_type
+        )
         return cls(
             session_id=session_id,
             session_id_source=source,
@@ -241,7 +275,10 @@ class ChatCompletionRequest:
             model=model or None,
             messages=_messages(body.get("messages")),
             tools=tools,
-            tool_choice=ToolChoice.from_json(body.get("tool_choice"), tool_names),
+            tool_choice=tool_choice,
+            parallel_tool_calls=parallel_tool_calls,
+            response_format=response_format,
+            constraint_params=constraints,
             temperature=optional_float(body, "temperature", 0.0, 2.0),
             top_p=optional_float(body, "top_p", 0.0, 1.0, low_open=True),
             top_k=top_k,
@@ -270,7 +307,8 @@ class ChatCompletionRequest:
         context ends": an omitted key would mean SGLang's default of 128). ``temperature_override`` is
         ``--rollout-temperature``. Only fields the client set are sent, all within the gateway's whitelist:
         temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, stop (a list),
-        sampling_seed (from ``seed``).
+        sampling_seed (from ``seed``); then the constrained-decoding keys of ``tool_choice`` / ``response_format``
+        (:attr:`constraint_params`: ``json_schema``, or ``structural_tag``, which ``smg`` 1.13 drops).
         """
         params: dict[str, Any] = {"max_new_tokens": max_new_tokens}
         temperature = temperature_override if temperature_override is not None else self.temperature
@@ -287,7 +325,41 @@ class ChatCompletionRequest:
         ):
             if value is not None:
                 params[key] = value
+        params.update(self.constraint_params)
         return params
+
+    @property
+    def template_tools(self) -> tuple[dict[str, Any], ...] | None:
+        """The tools the chat template renders, i.e. what the model is offered (SGLang 0.5.23, serving_chat.py
+        ``_process_messages`` L1858-1873): none for ``tool_choice: "none"``, only the named tool for a named
+        choice, else all of them. This, not ``tools``, is the session's context (a change starts a segment)."""
+        choice = self.tool_choice
+        if self.tools is None or choice is None:
+            return self.tools
+        if choice.mode == "none":
+            return None
+        if choice.mode == "function":
+            return tuple(tool for tool in self.tools if tool["function"]["name"] == choice.name)
+        return self.tools
+
+    def tool_choice_unmet(self, call_names: Iterable[str]) -> bool:
+        """Whether an answer with calls to ``call_names`` misses what ``required`` (a call) or a named choice
+        (a call to that tool) asked for. SGLang answers such an output as parsed (text, no calls, finish_reason
+        stop) and logs a warning (serving_chat.py ``_process_tool_calls`` L3218-3226); so does the proxy."""
+        choice = self.tool_choice
+        if choice is None or not is_forcing(choice.mode):
+            return False
+        names = list(call_names)
+        return not names if choice.mode == "required" else choice.name not in names
+
+    @property
+    def parse_tools(self) -> tuple[dict[str, Any], ...] | None:
+        """The tools whose calls are parsed from the output: none for ``tool_choice: "none"`` (SGLang runs no
+        tool-call parser then, serving_chat.py ``_tool_call_parsing_active`` L1080-1092), else every declared
+        tool (also for a named choice, as SGLang)."""
+        if self.tool_choice is not None and self.tool_choice.mode == "none":
+            return None
+        return self.tools
 
     def wants_token_ids(self, server_default: bool) -> bool:
         """Whether the response carries the token extension fields (the request's flag, else the server's)."""

@@ -390,7 +390,9 @@ class Generation:
         window = await controller.context_window.tokens()
         try:
             prepared = await controller.sessions.prepare(
-                request.session_id, request.messages, tools=request.tools,
+                # The tools the template renders (none for tool_choice none, the named one for a named choice):
+                # what the model sees is the session's context.
+                request.session_id, request.messages, tools=request.template_tools,
                 chat_template_kwargs=request.chat_template_kwargs, response_mask=request.response_mask,
                 instance_id=request.instance_id, turn_id=request.turn_id,
             )
@@ -771,7 +773,7 @@ class Generation:
         self._decoder = TextDecoder(controller.tokenizer, end_ids=controller._end_ids, stop=request.stop)
         if request.stream:
             self._stream = controller.parser.stream(
-                request.tools, session_id=request.session_id, step_index=self._step_index,
+                request.parse_tools, session_id=request.session_id, step_index=self._step_index,
                 reasoning_open_at_start=self._reasoning_open,
             )
 
@@ -824,7 +826,7 @@ class Generation:
                     message = self._stream.message
                 else:
                     message = await parser.parse_final(
-                        self._decoder.text, request.tools, session_id=request.session_id,
+                        self._decoder.text, request.parse_tools, session_id=request.session_id,
                         step_index=self._step_index, reasoning_open_at_start=self._reasoning_open,
                     )
             except UpstreamError as exc:
@@ -836,6 +838,11 @@ class Generation:
             self._apply(self._send(failure_event(failure)))
             return
         self.message = message
+        if request.tool_choice_unmet(call.name for call in message.tool_calls):
+            # Answered as parsed, like SGLang (its "Required tool call missing" warning): the constraint was not
+            # applied upstream (a gateway that drops structural_tag) or the output was cut short.
+            log.warning("generation %s: tool_choice %s not met by the output", self.completion_id,
+                        request.tool_choice)
         self._apply(self._send(ParseDone()))
 
     async def _commit(self) -> None:

@@ -43,7 +43,9 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     @app.post("/v1/chat/completions")
     async def chat_completions() -> Response:
         body = parse_json_body(await request.get_data())
-        chat = ChatCompletionRequest.from_http(body, request.headers)
+        chat = ChatCompletionRequest.from_http(
+            body, request.headers, tool_call_type=services.config.effective_tool_call_type
+        )
         key = idempotency.key_from_headers(request.headers)
         keys = sessions.idempotency_keys(chat.session_id) if key is not None else None
         if keys is None:

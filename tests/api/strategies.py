@@ -214,6 +214,12 @@ OPTIONAL_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "turn_id": ascii_ids | st.integers(0, 1000),
     "user": st.text(max_size=5),
     "parallel_tool_calls": st.booleans(),
+    "response_format": st.sampled_from([
+        {"type": "text"},
+        {"type": "json_object"},
+        {"type": "json_schema", "json_schema": {"name": "answer", "strict": True, "schema": {
+            "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}},
+    ]),
     "some_future_field": json_values,
 }
 
@@ -233,6 +239,9 @@ def valid_bodies(draw: st.DrawFn) -> dict[str, Any]:
         choice = draw(st.sampled_from(choices + names))
         if draw(st.booleans()):
             body["tool_choice"] = choice if choice in choices else {"type": "function", "function": {"name": choice}}
+    if body.get("tool_choice") not in (None, "none", "auto") and body.get("response_format", {}).get("type") != "text":
+        # A forced call and an output constraint cannot both hold (SGLang refuses the pair): keep the call.
+        body.pop("response_format", None)
     return body
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from werkzeug.datastructures import Headers
 
 from proxy.api.chat_request import ChatCompletionRequest, ToolChoice
+from proxy.api.constraints import ResponseFormat
 from proxy.api.errors import ApiError, ErrorCode
 from tests.api import strategies as s
 
@@ -134,8 +135,12 @@ def test_from_http_round_trips_every_field_of_valid_bodies(body: dict, headers: 
     assert request.return_token_ids == body.get("return_token_ids")
     mask = body.get("response_mask")
     assert request.response_mask == (tuple(mask) if mask is not None else None)
-    known = {"user", "parallel_tool_calls", "some_future_field"}
+    known = {"user", "some_future_field"}
     assert request.ignored_fields == tuple(sorted(known & set(body)))
+    assert request.parallel_tool_calls is body.get("parallel_tool_calls", True)
+    response_format = body.get("response_format")
+    assert request.response_format == (None if response_format is None else ResponseFormat(
+        response_format["type"], response_format.get("json_schema", {}).get("schema")))
 
     params = request.to_sampling_params(request.max_tokens)
     assert params["max_new_tokens"] == request.max_tokens

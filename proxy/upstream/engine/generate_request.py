@@ -11,6 +11,8 @@ from typing import Any
 
 import attrs
 
+from .constraints import Constraint
+
 #: ``max_new_tokens`` when the key is omitted (SamplingParams default).
 DEFAULT_MAX_NEW_TOKENS = 128
 
@@ -90,6 +92,10 @@ class SamplingParams:
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
     min_new_tokens: int = 0
+    #: the request's json_schema / regex / ebnf / structural_tag (at most one), compiled when it is scheduled
+    constraint: Constraint | None = None
+    #: the ``sampling_params`` object as received (for the request log)
+    received: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
     def from_json(cls, params: Any) -> SamplingParams:
@@ -150,6 +156,7 @@ class SamplingParams:
         stop_ids = () if stop_token_ids is None else tuple(_int_list(stop_token_ids, "stop_token_ids"))
         for key in ("ignore_eos", "skip_special_tokens", "no_stop_trim", "spaces_between_special_tokens"):
             _bool(params, key, False)
+        constraint = Constraint.from_params(params)
         return cls(
             max_new_tokens=max_new_tokens,
             max_new_tokens_given=given and max_new_tokens is not None,
@@ -160,6 +167,8 @@ class SamplingParams:
             skip_special_tokens=_bool(params, "skip_special_tokens", True),
             no_stop_trim=_bool(params, "no_stop_trim", False),
             min_new_tokens=min_new_tokens,
+            constraint=constraint,
+            received=dict(params),
         )
 
 

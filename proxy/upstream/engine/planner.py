@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from .constraints import Grammar
 from .policy import THINK_DISABLED, default_plain_text, default_reply, filler_text
 from .script import ScriptBook, ScriptEntry
 from .tokenizer import EngineTokenizer
@@ -66,8 +67,9 @@ class Planner:
         self._header = tuple(self.tokenizer.encode("<|im_start|>assistant\n"))
         self._filler = tuple(self.tokenizer.encode(filler_text(self.seed)))
 
-    def plan(self, input_ids: Sequence[int], keys: Sequence[str]) -> Plan:
-        """The plan for a request whose session keys are ``keys`` (most specific first)."""
+    def plan(self, input_ids: Sequence[int], keys: Sequence[str], grammar: Grammar | None = None) -> Plan:
+        """The plan for a request whose session keys are ``keys`` (most specific first). A script entry is emitted
+        as written; the default policy writes output that satisfies ``grammar`` (the request's constraint)."""
         session_key = keys[0]
         opened = self.book.take_open(session_key)
         if opened is not None:
@@ -79,7 +81,7 @@ class Planner:
             if entry.eos:
                 tokens += (self.tokenizer.im_end_id,)
             return Plan(tokens, 0, self._filler, entry, session_key)
-        return self._default_plan(input_ids, session_key)
+        return self._default_plan(input_ids, session_key, grammar)
 
     def finished(self, plan: Plan, emitted: int, finish_type: str | None) -> None:
         """Leave a script entry open for its session when a request stopped before the entry's end (never one with a
@@ -90,7 +92,7 @@ class Planner:
         if reached < len(plan.tokens):
             self.book.leave_open(plan.session_key, plan.entry, plan.tokens, reached)
 
-    def _default_plan(self, input_ids: Sequence[int], session_key: str) -> Plan:
+    def _default_plan(self, input_ids: Sequence[int], session_key: str, grammar: Grammar | None = None) -> Plan:
         tk = self.tokenizer
         header_at = self._last_header(input_ids)
         so_far = list(input_ids[header_at + len(self._header) :]) if header_at >= 0 else []
@@ -100,7 +102,9 @@ class Planner:
         context = tk.decode(list(input_ids[:header_at]), skip_special_tokens=False)
         so_far_text = tk.decode(so_far, skip_special_tokens=False)
         thinking = not so_far_text.startswith(THINK_DISABLED)
-        reply = default_reply(context, seed=self.seed, thinking=thinking, xml_default=tk.uses_xml_tool_calls)
+        reply = default_reply(
+            context, seed=self.seed, thinking=thinking, xml_default=tk.uses_xml_tool_calls, grammar=grammar
+        )
         tokens = tuple(tk.encode(reply)) + (tk.im_end_id,)
         if list(tokens[: len(so_far)]) != so_far:
             # The partial reply does not match the plan token by token: continue from its text if possible.

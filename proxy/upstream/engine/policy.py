@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from .constraints import Grammar, RenderContext
 from .determinism import stable_hash
 
 IM_START = "<|im_start|>"
@@ -142,15 +143,25 @@ def render_tool_call(name: str, arguments: dict[str, Any], *, xml: bool) -> str:
     return "".join(parts)
 
 
-def default_reply(context: str, *, seed: int, thinking: bool, xml_default: bool) -> str:
+def default_reply(
+    context: str, *, seed: int, thinking: bool, xml_default: bool, grammar: Grammar | None = None
+) -> str:
     """The full assistant reply for a conversation, from just after the assistant header (no end token).
 
     ``thinking=False`` when the prompt disabled reasoning (its assistant turn starts with an empty think block):
     the reply then starts with that empty block, which the prompt already holds.
+
+    Under a ``grammar`` (the request's constraint) the answer after the reasoning is what the grammar admits
+    (:meth:`Grammar.render`): SGLang's reasoning parser keeps the reasoning free and applies the grammar from the
+    token after ``</think>``, so the constrained part follows it directly.
     """
     view = analyze_prompt(context)
     h = stable_hash("reply", seed, context)
     topic = _topic(view.user_text)
+    if grammar is not None:
+        constrained = _constrained_reply(view, h, seed, grammar, thinking=thinking)
+        if constrained is not None:
+            return constrained
     xml = view.xml_tool_calls or (xml_default and not view.tools)
     if view.tools and not view.after_tool_response:
         function = view.tools[h % len(view.tools)]
@@ -166,6 +177,22 @@ def default_reply(context: str, *, seed: int, thinking: bool, xml_default: bool)
     if not thinking:
         return THINK_DISABLED + body
     return f"{THINK_OPEN}{reasoning}\n</think>\n\n{body}"
+
+
+def _constrained_reply(view: PromptView, h: int, seed: int, grammar: Grammar, *, thinking: bool) -> str | None:
+    topic = _topic(view.user_text)
+    answer = f"Here is a short answer about {topic}. {_sentence(h + 1, 10)}"
+    context = RenderContext(
+        tools=view.tools, user_text=view.user_text, wants_call=bool(view.tools) and not view.after_tool_response,
+        free_text=answer, seed=seed,
+    )
+    body = grammar.render(context)
+    if body is None:
+        return None
+    if not thinking:
+        return THINK_DISABLED + body
+    reasoning = f"The user wrote {topic}. The answer must follow the requested format. {_sentence(h + 3, 6)}"
+    return f"{THINK_OPEN}{reasoning}\n</think>{body}"
 
 
 def default_plain_text(prompt: str, *, seed: int) -> str:

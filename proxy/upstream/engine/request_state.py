@@ -63,6 +63,8 @@ class RequestRecord:
     source: str
     #: Phase when it finished (a BLOCKED one was never admitted).
     finished_in: Phase
+    #: The request's ``sampling_params`` as received (constraints included), for tests to inspect.
+    sampling_params: dict[str, Any] = attrs.field(factory=dict, repr=False)
 
     @property
     def input_ids(self) -> tuple[int, ...]:
@@ -102,6 +104,8 @@ class RequestState:
     drop_after: int | None = None
     #: The phase the request was in when it finished.
     finished_from: Phase | None = None
+    #: The abort message of a constraint that did not compile (the request finishes with a 400 abort at once).
+    grammar_error: str | None = None
     #: True while a decode step is in progress (between the gate and the token).
     in_step: bool = False
     step_scope: trio.CancelScope | None = None
@@ -147,4 +151,5 @@ class RequestState:
             stream=self.request.stream,
             source=self.plan.source if self.plan is not None else "",
             finished_in=self.finished_from or self.phase,
+            sampling_params=self.request.sampling.received,
         )

@@ -31,6 +31,7 @@ import attrs
 import trio
 
 from .config import EngineConfig
+from .constraints import GrammarError
 from .determinism import token_logprob
 from .generate_request import GenerateRequest
 from .planner import Planner
@@ -229,12 +230,21 @@ class Engine:
         room = context - prompt_len
         state.max_new_tokens = room if sampling.max_new_tokens is None else min(sampling.max_new_tokens, room)
         state.input_ids = input_ids
-        state.plan = self.planner.plan(input_ids, state.session_keys)
-        entry = state.plan.entry
-        if entry is not None and entry.error_status is not None:
-            raise InjectedHTTPError(entry.error_status, f"Injected fault (script entry {entry.index})")
-        if entry is not None and entry.drop_after is not None and request.stream:
-            state.drop_after = entry.drop_after
+        grammar = None
+        constraint = sampling.constraint
+        if constraint is not None:
+            # SGLang compiles the grammar in the scheduler: a failure finishes the request with a 400 abort.
+            try:
+                grammar = constraint.compile()
+            except GrammarError as exc:
+                state.grammar_error = constraint.abort_message(exc)
+        if state.grammar_error is None:
+            state.plan = self.planner.plan(input_ids, state.session_keys, grammar)
+            entry = state.plan.entry
+            if entry is not None and entry.error_status is not None:
+                raise InjectedHTTPError(entry.error_status, f"Injected fault (script entry {entry.index})")
+            if entry is not None and entry.drop_after is not None and request.stream:
+                state.drop_after = entry.drop_after
         state.phase = Phase.RUNNING
         self._active[request.rid] = state
         self._notify()
@@ -261,6 +271,10 @@ class Engine:
     async def _generate(self, state: RequestState) -> None:
         request = state.request
         prompt_len = len(state.input_ids)
+        if state.grammar_error is not None:
+            await trio.lowlevel.checkpoint()
+            self._finish(state, self._bad_request_abort(state.grammar_error))
+            return
         if request.return_logprob and request.logprob_start_len > prompt_len:
             self._finish(state, self._bad_request_abort(
                 f"logprob_start_len ({request.logprob_start_len}) is larger than prompt length ({prompt_len})"))
