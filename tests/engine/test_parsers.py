@@ -163,7 +163,7 @@ def test_tool_call_ends_reasoning_only_when_no_think_end_follows() -> None:
     assert split("plan<tool_call>x", "deepseek-r1") == ("plan<tool_call>x", "")
 
 
-async def test_split(client: httpx.AsyncClient) -> None:
+async def test_separate_reasoning(client: httpx.AsyncClient) -> None:
     """§5.2: ``{"reasoning_text", "text"}``; ``return_blocks`` adds ``reasoning_blocks``, ``text_blocks``,
     ``blocks`` (``parse_non_stream_blocks``: a text block always); "text before a missing <think> counts as normal
     text unless qwen3-thinking is used"; names are looked up lower-cased; an unknown one is a 500."""
