@@ -5,8 +5,10 @@ Theory of operation
 A *chain* is a run of committed steps whose tokens were built incrementally, each step's checkpoint extending the
 previous one by TITO (spec sections 2 and 5). It is exported as one segment. Its first step either starts from
 scratch (a full encode) or extends a checkpoint owned by another chain (a *fork*: the two chains share that prefix
-in memory, and the prefix is trained in the chain that owns it). Every committed step is owned by exactly one chain:
-the one whose tip it became (architecture invariant 6).
+in memory, and the prefix is trained in the chain that owns it). Every committed step occupies exactly one position
+of one chain: the one whose tip it became, or the position of the step it refreshed (below). The segment is the walk
+back from the tip, so each position is trained once and a step replaced by a refresh is not (architecture
+invariant 6).
 
 The machine counts, it does not know generations by name. ``steps`` is the number of steps the chain owns; its
 tip is step number ``steps``. A generation whose nearest checkpoint is the chain's step ``at`` asks first
@@ -24,6 +26,22 @@ siblings never overwrite each other. A commit that cannot be extended further (`
 chain. A chain created for a generation that starts a new segment is PENDING until that generation commits
 (``FirstStepCommitted``) or drops (ABANDONED: a failed generation commits nothing); forks are created at commit
 and receive their ``FirstStepCommitted`` at once.
+
+*Refreshes* (spec 5.2, idempotent retry: the same answer to the same prompt refreshes the trie node; seed 001: same
+input, same output, same node, and one segment for it). A generation that committed the same message as the chain's
+step ``at``, over the same checkpoint (the same position: both full encodes, or both extending the same position of
+the same chain), asks
+``RefreshRequested(at, close_reason)`` instead of committing a step of its own:
+
+- at the tip, ending the same way (``close_reason`` equal to the chain's): ``TipRefreshed``; the new step replaces
+  the tip at the same position (the segment holds it, once; nothing else changes: the counts, the state, a CLOSED
+  chain's reason). Generations that were extending the old tip still extend that position in place (their tokens
+  continue the old step, which their segment then holds);
+- below the tip, ending at a turn boundary: ``StepShadowed``; the chain already continued past that position, so
+  its segment keeps the step it was continued from and the new step is exported nowhere (it only becomes the node's
+  newest checkpoint, which later generations fork from);
+- otherwise (it ends differently: at the length limit or without the end-of-turn token where the step did not, or
+  the reverse): ``RefreshDeclined``; the generation commits as a step of its own (in place, a fork or a new segment).
 
 ``ExportRequested`` (the session is finalizing) exports every chain that owns a step (``ExportSegment``) and
 abandons pending ones (``DiscardChain``); counted generations still in flight are rejected by the session machine
@@ -97,7 +115,16 @@ class ExportRequested:
     """The session is finalizing: export the chain as a segment, or abandon it if it owns no step."""
 
 
-EVENTS = (ExtensionRequested, ExtensionCommitted, FirstStepCommitted, GenerationDropped, ExportRequested)
+@attrs.frozen
+class RefreshRequested:
+    """A generation committed the same answer as the chain's step ``at``, over the same checkpoint (a refresh)."""
+
+    at: int
+    close_reason: CloseReason | None = None
+
+
+EVENTS = (ExtensionRequested, ExtensionCommitted, FirstStepCommitted, GenerationDropped, ExportRequested,
+          RefreshRequested)
 
 
 # ---- Effects: what the session controller must do ----------------------------------------------------------------
@@ -129,6 +156,27 @@ class TipAdvanced:
     """The committed step is now the chain's tip, at position ``step``."""
 
     step: int
+
+
+@attrs.frozen
+class TipRefreshed:
+    """The refreshing step replaces the chain's tip at position ``step`` (the old tip is no longer exported)."""
+
+    step: int
+
+
+@attrs.frozen
+class StepShadowed:
+    """The refreshing step is the node's newest checkpoint at position ``step``, below the tip: exported nowhere."""
+
+    step: int
+
+
+@attrs.frozen
+class RefreshDeclined:
+    """Not a refresh of this chain: the step ends differently; commit it as a step of its own."""
+
+    at: int
 
 
 @attrs.frozen
@@ -258,6 +306,17 @@ def _drop(state: State, chain: ChainData, event: GenerationDropped) -> Goto:
     return Goto(state if state is State.CLOSED else _settled(left), left)
 
 
+def _refresh(state: State, chain: ChainData, event: RefreshRequested) -> Goto:
+    """The same answer as step ``at``: replace the tip, shadow a step below it, or decline (it ends differently)."""
+    _position(chain, event.at)
+    if event.at == chain.steps:
+        if event.close_reason == chain.close_reason:
+            return Goto(state, chain, [TipRefreshed(event.at)])
+    elif event.close_reason is None:
+        return Goto(state, chain, [StepShadowed(event.at)])
+    return Goto(state, chain, [RefreshDeclined(event.at)])
+
+
 def _export(state: State, chain: ChainData, event: ExportRequested) -> Goto:
     """Finalize: the chain becomes one segment."""
     return Goto(State.EXPORTED, chain, [ExportSegment(chain.steps)])
@@ -288,6 +347,12 @@ TABLE = TransitionTable.build(
             Branch(State.OPEN, [ForkAt], when="at < steps"),
         ),
         on(State.OPEN, ExportRequested, _export, Branch(State.EXPORTED, [ExportSegment])),
+        on(
+            State.OPEN, RefreshRequested, _refresh,
+            Branch(State.OPEN, [TipRefreshed], when="at == steps, same close_reason"),
+            Branch(State.OPEN, [StepShadowed], when="at < steps, extendable"),
+            Branch(State.OPEN, [RefreshDeclined], when="ends differently"),
+        ),
         # EXTENDING: counted generations commit (in place while the tip has not moved) or drop.
         on(
             State.EXTENDING, ExtensionRequested, _request_open,
@@ -308,6 +373,12 @@ TABLE = TransitionTable.build(
             Branch(State.OPEN, when="last extender"),
         ),
         on(State.EXTENDING, ExportRequested, _export, Branch(State.EXPORTED, [ExportSegment])),
+        on(
+            State.EXTENDING, RefreshRequested, _refresh,
+            Branch(State.EXTENDING, [TipRefreshed], when="at == steps, same close_reason"),
+            Branch(State.EXTENDING, [StepShadowed], when="at < steps, extendable"),
+            Branch(State.EXTENDING, [RefreshDeclined], when="ends differently"),
+        ),
         # CLOSED: the tip starts new segments; generations that were extending it fork or drop.
         on(
             State.CLOSED, ExtensionRequested, _request_closed,
@@ -317,6 +388,12 @@ TABLE = TransitionTable.build(
         on(State.CLOSED, ExtensionCommitted, _commit_closed, Branch(State.CLOSED, [ForkAt], when="at < steps")),
         on(State.CLOSED, GenerationDropped, _drop, Branch(State.CLOSED, when="extenders > 0")),
         on(State.CLOSED, ExportRequested, _export, Branch(State.EXPORTED, [ExportSegment])),
+        on(
+            State.CLOSED, RefreshRequested, _refresh,
+            Branch(State.CLOSED, [TipRefreshed], when="at == steps, same close_reason"),
+            Branch(State.CLOSED, [StepShadowed], when="at < steps, extendable"),
+            Branch(State.CLOSED, [RefreshDeclined], when="ends differently"),
+        ),
     ],
 )
 
@@ -341,7 +418,7 @@ class ChainMachine(Machine):
 
 __all__ = [
     "State", "CloseReason", "ExtensionRequested", "ExtensionCommitted", "FirstStepCommitted", "GenerationDropped",
-    "ExportRequested", "EVENTS", "ExtendTip", "ForkAt", "StartNewSegment", "TipAdvanced", "ExportSegment",
-    "DiscardChain",
+    "ExportRequested", "RefreshRequested", "EVENTS", "ExtendTip", "ForkAt", "StartNewSegment", "TipAdvanced",
+    "TipRefreshed", "StepShadowed", "RefreshDeclined", "ExportSegment", "DiscardChain",
     "ChainData", "ChainStatistics", "TABLE", "ChainMachine",
 ]

@@ -246,14 +246,22 @@ def _counts_match(world: GateWorld) -> bool:
 # the chain machine says whether it extends the tip, forks, or starts a new segment (a closed tip). A prepared
 # generation may fail (upstream failure, client gone), have its incremental encode fail (it moves to a new
 # segment), or commit a step that ends at a turn boundary or at the length limit (which closes its chain).
-# Finalize exports every chain (``ExportRequested``) and records each exported segment's owned steps; a failed export
+# It may also commit the same answer as an earlier step over the same checkpoint position (an idempotent retry,
+# spec 5.2): the controller asks that step's chain (``RefreshRequested``), which replaces its tip, shadows the
+# step below the tip, or declines (the step then commits as usual). Which earlier step: the newest of any position
+# whose base sits where the generation's base sits (the trie's node is abstracted away: an over-approximation).
+# Every step occupies one (chain, position); a chain's steps are the walk back from its tip through the bases.
+# Finalize exports every chain (``ExportRequested``) and records each exported segment's steps; a failed export
 # keeps them (``KeepForRetry``) and the next finalize runs the same export again (``RetryExport``).
 #
 # Invariants (architecture.md 4, 5, 6 and the bookkeeping behind them):
 # 1. ``each_generation_commits_at_most_once``; 2. ``failed_or_rejected_generations_commit_nothing``;
-# 3. ``no_commit_after_session_left_active``; 4. ``every_committed_step_owned_by_exactly_one_chain``;
+# 3. ``no_commit_after_session_left_active``; 4. ``every_committed_step_owned_by_exactly_one_chain`` (it holds
+# one position of one chain, and that position exists);
 # 5. ``chains_are_token_paths`` (a chain's steps extend one another: a sibling never overwrites a tip);
-# 6. ``every_committed_step_in_exactly_one_exported_segment`` (once exported; no segment without a step);
+# 6. ``every_committed_step_in_exactly_one_exported_segment`` (once exported; no segment without a step): a step
+# a refresh superseded (replaced, shadowed, or replaced back by a generation that was extending it) is in none, and
+# another step of its position is in one;
 # 7. ``machines_accept_every_event``; 8. ``no_committed_step_lost_by_a_failed_export`` (only an abort of an active
 # session discards steps). Final states: every generation ended, the session finalized (or drained, or aborted).
 
@@ -305,11 +313,14 @@ class ChainRecord:
 
 @attrs.frozen
 class StepRecord:
-    """A committed step: its generation, the step it extends (0: none), and the session state that accepted it."""
+    """A committed step: its generation, the step it extends (0: none), the session state that accepted it, and
+    the position it holds (chain index, 1-based position; -1 until its commit placed it)."""
 
     generation: int
     base: int
     accepted_in: str
+    chain: int = -1
+    position: int = -1
 
 
 @attrs.frozen(cache_hash=True)
@@ -429,8 +440,38 @@ def session_with_generations(
             return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "new", fresh))
         return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "new"))
 
+    def slot(world: SessionWorld, step_id: int) -> tuple[int, int] | None:
+        """Where a step sits (None for no step: a full encode)."""
+        if not step_id:
+            return None
+        record = world.steps[step_id - 1]
+        return record.chain, record.position
+
+    def refresh_targets(world: SessionWorld, gen: AbstractGeneration) -> list[int]:
+        """The steps a commit of ``gen`` may refresh: the newest step of every position whose base sits where the
+        generation's base sits."""
+        newest: dict[tuple[int, int], int] = {}
+        for k, record in enumerate(world.steps, start=1):
+            if record.chain >= 0 and slot(world, record.base) == slot(world, gen.base):
+                newest[(record.chain, record.position)] = k
+        return sorted(newest.values())
+
+    def place(world: SessionWorld, step_id: int, c: int, position: int, tip: bool) -> SessionWorld:
+        """Record the step's position; when it is the chain's tip, the chain's steps are the walk back from it."""
+        steps = world.steps[:step_id - 1] + (attrs.evolve(world.steps[step_id - 1], chain=c, position=position),)
+        steps += world.steps[step_id:]
+        world = attrs.evolve(world, steps=steps)
+        if not tip:
+            return world
+        walk, k = [], step_id
+        while k and steps[k - 1].chain == c:
+            walk.append(k)
+            k = steps[k - 1].base
+        record = attrs.evolve(world.chains[c], steps=tuple(reversed(walk)), base=k)
+        return attrs.evolve(world, chains=with_chain(world.chains, c, record))
+
     @guarded
-    def commit(world: SessionWorld, i: int, closes: bool) -> SessionWorld:
+    def commit(world: SessionWorld, i: int, closes: bool, target: int = 0) -> SessionWorld:
         gen = world.generations[i]
         accepted_in = world.session.state.name
         snapshot, effects = feed(session_cls, world.session, session_sm.CommitRequested())
@@ -442,6 +483,21 @@ def session_with_generations(
         world = attrs.evolve(world, steps=world.steps + (StepRecord(i, gen.base, accepted_in),))
         world = set_gen(world, i, attrs.evolve(gen, phase=GenPhase.COMMITTED))
         close = chain_sm.CloseReason.LENGTH_EXHAUSTED if closes else None
+        if target:
+            # The same answer as step ``target``: ask its chain what the refresh does.
+            c, at = slot(world, target)
+            world, effects = send_chain(world, c, chain_sm.RefreshRequested(at, close))
+            for effect in effects:
+                if isinstance(effect, (chain_sm.TipRefreshed, chain_sm.StepShadowed)):
+                    if gen.chain >= 0:
+                        # The generation's own chain (pending, or counted on) ends without its step.
+                        world, chain_effects = send_chain(world, gen.chain, chain_sm.GenerationDropped())
+                        world = discard_if_told(world, gen.chain, chain_effects)
+                    return place(world, step_id, c, effect.step, isinstance(effect, chain_sm.TipRefreshed))
+            if not any(isinstance(e, chain_sm.RefreshDeclined) for e in effects):
+                refused = _Refused(f"RefreshRequested answered {effects}")
+                refused.world = world
+                raise refused
         if gen.mode == "fork" or gen.chain < 0:
             world, c = new_chain(world, gen.base)
             world, effects = send_chain(world, c, chain_sm.FirstStepCommitted(close))
@@ -455,13 +511,12 @@ def session_with_generations(
             if any(isinstance(e, chain_sm.ForkAt) for e in effects):
                 world, c = new_chain(world, gen.base)
                 world, effects = send_chain(world, c, chain_sm.FirstStepCommitted(close))
-        if not any(isinstance(e, chain_sm.TipAdvanced) for e in effects):
+        advanced = [e for e in effects if isinstance(e, chain_sm.TipAdvanced)]
+        if not advanced:
             refused = _Refused(f"commit answered {effects}")
             refused.world = world
             raise refused
-        record = world.chains[c]
-        grown = attrs.evolve(record, steps=record.steps + (step_id,))
-        return attrs.evolve(world, chains=with_chain(world.chains, c, grown))
+        return place(world, step_id, c, advanced[0].step, True)
 
     @guarded
     def fail(world: SessionWorld, i: int) -> SessionWorld:
@@ -558,6 +613,9 @@ def session_with_generations(
             if gen.phase is GenPhase.PREPARED:
                 moves.append((f"{name}: commit", commit(world, i, False)))
                 moves.append((f"{name}: commit (length)", commit(world, i, True)))
+                for k in refresh_targets(world, gen):
+                    moves.append((f"{name}: commit the same answer as s{k}", commit(world, i, False, k)))
+                    moves.append((f"{name}: commit the same answer as s{k} (length)", commit(world, i, True, k)))
                 moves.append((f"{name}: fail", fail(world, i)))
                 if gen.mode in ("tip", "fork"):
                     moves.append((f"{name}: tito fails", tito_fails(world, i)))
@@ -570,8 +628,7 @@ def session_with_generations(
                   lambda w: not any(w.generations[s.generation].phase in (GenPhase.FAILED, GenPhase.REJECTED)
                                     for s in w.steps)),
         Invariant("no_commit_after_session_left_active", lambda w: all(s.accepted_in == "ACTIVE" for s in w.steps)),
-        Invariant("every_committed_step_owned_by_exactly_one_chain",
-                  lambda w: all(sum(k in c.steps for c in w.chains) == 1 for k in range(1, len(w.steps) + 1))),
+        Invariant("every_committed_step_owned_by_exactly_one_chain", _positions_held),
         Invariant("chains_are_token_paths", _chains_are_paths),
         Invariant("every_committed_step_in_exactly_one_exported_segment", _exported_once),
         Invariant("machines_accept_every_event", lambda w: w.error is None),
@@ -595,6 +652,19 @@ def _replace_any(items: tuple, i: int, item: object) -> tuple:
     return items[:i] + (item,) + items[i + 1:]
 
 
+def _positions_held(world: SessionWorld) -> bool:
+    """Every committed step holds one position of one chain, and the chain has that position; each chain's steps
+    hold its positions 1, 2, ... in order."""
+    for record in world.steps:
+        if record.chain < 0 or not 1 <= record.position <= len(world.chains[record.chain].steps):
+            return False
+    for c, chain in enumerate(world.chains):
+        for position, step_id in enumerate(chain.steps, start=1):
+            if (world.steps[step_id - 1].chain, world.steps[step_id - 1].position) != (c, position):
+                return False
+    return True
+
+
 def _chains_are_paths(world: SessionWorld) -> bool:
     """Each chain's steps extend one another, starting from the chain's base."""
     for record in world.chains:
@@ -607,9 +677,16 @@ def _chains_are_paths(world: SessionWorld) -> bool:
 
 
 def _exported_once(world: SessionWorld) -> bool:
-    """Once exported: every committed step is in exactly one segment, and no segment is empty."""
+    """Once exported: every committed step is in at most one segment, and one that is in none was superseded by a
+    refresh (another step of its position is exported); no segment is empty."""
     if world.exported is None:
         return True
     if any(not segment for segment in world.exported):
         return False
-    return all(sum(k in segment for segment in world.exported) == 1 for k in range(1, len(world.steps) + 1))
+    exported_positions = {(world.steps[k - 1].chain, world.steps[k - 1].position)
+                          for segment in world.exported for k in segment}
+    for k, record in enumerate(world.steps, start=1):
+        count = sum(k in segment for segment in world.exported)
+        if count > 1 or (count == 0 and (record.chain, record.position) not in exported_positions):
+            return False
+    return True

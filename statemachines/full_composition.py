@@ -47,8 +47,9 @@ Abstractions (the argument for each is in docs/model-checking.md)
    turn of the head (the tip of the chain holding the latest committed step), or, with ``splices``, on the first step
    of the head's chain below its tip (a fork at prepare). Concurrent siblings on one tip fork at commit; a closed tip
    starts a new segment. Richer trees (any chain's tip, TITO failures, step limits, session abort, a failed export,
-   drains) are ``compositions.session_with_generations``'s; they reach a generation only through prepare, commit and
-   drop, which are all here.
+   drains, the same answer committed again over the same checkpoint: a refresh) are
+   ``compositions.session_with_generations``'s; they reach a generation only through prepare, commit and drop,
+   which are all here.
 2. *Prepare is one step* (admission, trie walk, tokenize, ``Prepared``, the gate's answer): the registry makes it one
    unit that completes or rolls back; a disconnect during it is a disconnect in RECEIVED.
 3. *SGLang after an abort* may deliver any number of tokens up to the request's limit before its abort finish (the

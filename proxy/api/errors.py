@@ -26,6 +26,7 @@ they do not know. Some codes also carry response headers (``Retry-After``).
 | ``upstream_unavailable`` | 502 (or 503) | upstream_error | SGLang unreachable, connection refused or reset, stream cut, timeout |
 | ``upstream_error`` | 502 | upstream_error | SGLang answered with an error (an abort with a message, a 4xx/5xx body) |
 | ``upstream_aborted`` | 502 | upstream_error | SGLang aborted the request although the proxy did not ask it to |
+| ``upstream_protocol_error`` | 502 | upstream_error | SGLang's answer broke its protocol (not JSON, a missing field, a token id outside the vocabulary, logprobs not matching the ids); nothing was committed |
 | ``weight_version_changed`` | 502 | server_error | SGLang's weights changed under one running upstream request; the step would mix versions |
 | ``paused_timeout`` | 503 | server_error | the rollout gate stayed paused longer than ``--pause-wait-timeout``; ``Retry-After`` header |
 | ``generation_restarted`` | 503 | server_error | (streaming, as an SSE error event) without partial rollout a pause discarded tokens the client had already received; retry the step |
@@ -72,6 +73,7 @@ class ErrorCode(enum.StrEnum):
     UPSTREAM_UNAVAILABLE = "upstream_unavailable"
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_ABORTED = "upstream_aborted"
+    UPSTREAM_PROTOCOL_ERROR = "upstream_protocol_error"
     WEIGHT_VERSION_CHANGED = "weight_version_changed"
     PAUSED_TIMEOUT = "paused_timeout"
     GENERATION_RESTARTED = "generation_restarted"
@@ -102,6 +104,7 @@ ERROR_TABLE: Mapping[ErrorCode, tuple[int, str]] = {
     ErrorCode.UPSTREAM_UNAVAILABLE: (502, UPSTREAM_ERROR_TYPE),
     ErrorCode.UPSTREAM_ERROR: (502, UPSTREAM_ERROR_TYPE),
     ErrorCode.UPSTREAM_ABORTED: (502, UPSTREAM_ERROR_TYPE),
+    ErrorCode.UPSTREAM_PROTOCOL_ERROR: (502, UPSTREAM_ERROR_TYPE),
     ErrorCode.WEIGHT_VERSION_CHANGED: (502, SERVER_ERROR),
     ErrorCode.PAUSED_TIMEOUT: (503, SERVER_ERROR),
     ErrorCode.GENERATION_RESTARTED: (503, SERVER_ERROR),

@@ -6,8 +6,9 @@ answer of an agent that sets no ``max_tokens``. An explicit number needs the win
 
 1. ``--context-window`` when given (the operator knows best);
 2. else what the upstream reports (``SGLangClient.context_length``: ``/v1/models``' ``max_model_len``, then
-   ``/model_info``, then ``/server_info``), asked at start-up and, while unknown, again at most every
-   :data:`RETRY_SECONDS` when a request needs it (an upstream that was down at start-up is asked once it is back);
+   ``/model_info``, then ``/server_info``), asked at start-up and, while unknown, again by the next request when the
+   upstream could not be reached (an upstream that was down at start-up is asked once it is back), at most every
+   :data:`RETRY_SECONDS` when it answered without saying;
 3. else the tokenizer's ``model_max_length`` (``tokenizer_config.json``), with a warning: the model's own limit,
    which a server may lower but never raise.
 
@@ -30,8 +31,8 @@ log = logging.getLogger("dressage_proxy.context_window")
 
 #: how long a request waits for the upstream's answer about the window
 ASK_TIMEOUT = 2.0
-#: how often an unknown window is asked for again
-RETRY_SECONDS = 5.0
+#: how often an upstream that answers without a window is asked again
+RETRY_SECONDS = 60.0
 #: the window when neither the operator, the upstream nor the tokenizer says (SGLang's common default)
 LAST_RESORT = 32768
 
@@ -56,13 +57,15 @@ class ContextWindow:
 
     async def refresh(self) -> int | None:
         """Ask the upstream now (bounded); the reported window, or None when it does not say."""
-        self._asked_at = trio.current_time()
         with trio.move_on_after(ASK_TIMEOUT):
             try:
                 reported = await self.upstream.context_length()
             except UpstreamError as exc:
-                log.info("context window: the upstream cannot say yet (%s)", exc)
-                reported = None
+                # Unreachable: the next request asks again (its own upstream call would fail anyway).
+                log.info("context window: the upstream cannot be reached yet (%s)", exc)
+                return self._reported
+            # It answered, with or without a window: ask again only after RETRY_SECONDS.
+            self._asked_at = trio.current_time()
             if reported is not None and reported != self._reported:
                 log.info("context window: %d tokens, as the upstream reports", reported)
                 self._reported = reported

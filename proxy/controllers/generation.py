@@ -249,6 +249,8 @@ class Generation:
     # The step's generated tokens (kept across continuations; cleared by a restart). Same lengths.
     ids: list[int] = attrs.field(factory=list, init=False)
     logprobs: list[float | None] = attrs.field(factory=list, init=False)
+    # Each token's top alternatives (shown to the client when it asked for top_logprobs; never recorded).
+    tops: list[tuple[tuple[int, float], ...]] = attrs.field(factory=list, init=False)
     versions: list[str | None] = attrs.field(factory=list, init=False)
     routed: list[Any] = attrs.field(factory=list, init=False)
     message: ParsedMessage | None = attrs.field(default=None, init=False)
@@ -606,7 +608,8 @@ class Generation:
                     on_tokens=self._on_tokens, on_finished=finished.append,
                     return_routed_experts=config.use_rollout_routing_replay,
                     routed_experts_start_len=routed_start,
-                    stream=self._streams_upstream,
+                    stream=self._streams_upstream, vocab_size=self.controller.tokenizer.vocab_size,
+                    top_logprobs_num=request.top_logprobs if request.logprobs else 0,
                 )
             finally:
                 self._request_scope = None
@@ -737,6 +740,7 @@ class Generation:
         for token in tokens:
             self.ids.append(token.token_id)
             self.logprobs.append(token.logprob)
+            self.tops.append(token.top_logprobs)
             pieces.append(feed(token.token_id))
         self.versions.extend([effect.weight_version] * effect.count)
         self._request_accepted += effect.count
@@ -752,6 +756,7 @@ class Generation:
         """DiscardPartial: the step restarts from scratch; forget every generated token."""
         self.ids.clear()
         self.logprobs.clear()
+        self.tops.clear()
         self.versions.clear()
         self.routed.clear()
         self._rows_end = self._rows_start
@@ -874,7 +879,7 @@ class Generation:
         else:
             self._output.emit(self._render.completion(
                 message, truncated=finish is FinishKind.LENGTH, usage=usage, prompt_ids=self.prompt_ids,
-                ids=self.ids, logprobs=self.logprobs, versions=self.versions,
+                ids=self.ids, logprobs=self.logprobs, versions=self.versions, tops=self.tops,
             ))
         await self._output.flush()
         self._output.close()

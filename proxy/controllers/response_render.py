@@ -26,6 +26,7 @@ from proxy.api import (
     TokenLogprob,
     ToolCall,
     ToolCallDelta,
+    TopLogprob,
     Usage,
     render_completion,
     sse_events,
@@ -104,7 +105,7 @@ class ResponseRenderer:
             return delta
         tokens, self._unattached = self._unattached, []
         logprobs = tuple(
-            self.token_logprob(token.token_id, token.logprob)
+            self.token_logprob(token.token_id, token.logprob, token.top_logprobs)
             for token, _ in tokens if token.logprob is not None and token.token_id not in self._end_ids
         )
         extras = None
@@ -122,6 +123,7 @@ class ResponseRenderer:
     def completion(
         self, message: ParsedMessage, *, truncated: bool, usage: Usage, prompt_ids: Sequence[int],
         ids: Sequence[int], logprobs: Sequence[float | None], versions: Sequence[str | None],
+        tops: Sequence[tuple[tuple[int, float], ...]] = (),
     ) -> dict[str, Any]:
         """The ``chat.completion`` object."""
         turn = AssistantTurn(
@@ -131,9 +133,10 @@ class ResponseRenderer:
         )
         entries = None
         if self.request.logprobs:
+            alternatives = tops or ((),) * len(ids)
             entries = [
-                self.token_logprob(token_id, value)
-                for token_id, value in zip(ids, logprobs, strict=True)
+                self.token_logprob(token_id, value, top)
+                for token_id, value, top in zip(ids, logprobs, alternatives, strict=True)
                 if value is not None and token_id not in self._end_ids
             ]
         extras = None
@@ -145,9 +148,18 @@ class ResponseRenderer:
             )
         return render_completion(self.meta, turn, usage, logprobs=entries, extras=extras)
 
-    def token_logprob(self, token_id: int, logprob: float) -> TokenLogprob:
+    def token_logprob(self, token_id: int, logprob: float, top: Sequence[tuple[int, float]] = ()) -> TokenLogprob:
+        """One token's OpenAI logprob entry, with up to the request's ``top_logprobs`` alternatives."""
+        text, data = self._token_text(token_id)
+        alternatives = []
+        for alt_id, alt_logprob in top[: self.request.top_logprobs]:
+            alt_text, alt_data = self._token_text(alt_id)
+            alternatives.append(TopLogprob(alt_text, alt_logprob, alt_data))
+        return TokenLogprob(text, logprob, data, tuple(alternatives))
+
+    def _token_text(self, token_id: int) -> tuple[str, tuple[int, ...]]:
         data = self._tokenizer.token_bytes(token_id)
-        return TokenLogprob(data.decode("utf-8", "replace"), logprob, tuple(data))
+        return data.decode("utf-8", "replace"), tuple(data)
 
 
 __all__ = ["ResponseRenderer"]

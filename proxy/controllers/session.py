@@ -17,8 +17,13 @@ A generation's lifecycle:
 3. generate, outside the lock.
 4. :meth:`Session.commit` (critical section): accepted only while the session is active; the step goes to the chain
    the chain machine names (in place, or a fork when a sibling moved the tip first) and the answer is upserted in
-   the trie (same message: the node is refreshed; different: a sibling). Or :meth:`Session.drop`: nothing is
-   committed and the branch is released.
+   the trie (same message: the node is refreshed; different: a sibling). A refresh over the same checkpoint
+   position (an idempotent retry: both full encodes, or both extending the same position of the same chain) asks
+   the refreshed step's chain (``RefreshRequested``): the new step replaces that chain's tip, or, if the chain was
+   continued past it, becomes the node's newest checkpoint without being exported; either way the export holds the
+   answer once (spec 5.2, seed 001). Or :meth:`Session.drop`: nothing is committed, the branch is released, and the
+   pending trie nodes only this generation needed are removed (a failed request leaves the session as if it had
+   never been made; ``prefix_trie.py`` has the ownership rule).
 
 Finalize: :meth:`Session.begin_finalize` (``FinalizeRequested``) collects every chain's tip for export;
 :meth:`Session.export_completed` reports the stored export and frees the trie. :meth:`Session.export_failed` keeps
@@ -185,6 +190,12 @@ def tokenize_plan(tokenizer: Any, plan: EncodePlan) -> list[int] | TitoFailure:
     return list(tokenizer.encode_full(list(plan.messages), tools, kwargs))
 
 
+def _position_of(step: Step | None) -> tuple[int, int] | None:
+    """Where a checkpoint sits: (chain, position), None for no checkpoint (a full encode). Steps that share a
+    position answer the same prompt over the same checkpoint position, so they are interchangeable in a segment."""
+    return None if step is None else (step.chain_id, step.position)
+
+
 @attrs.define(eq=False)
 class _Generation:
     """A generation's record inside its session; reached only through its handle."""
@@ -201,10 +212,16 @@ class _Generation:
     boundary_detail: str | None
     turn_id: str | None
     tito_failed: bool = False
-    # The context tokens this step adds (set after tokenization).
+    # The request's instance id: the session takes it when the step commits (a failed request leaves nothing).
+    instance_id: str | None = None
+    # The context tokens this step adds (set after tokenization), and the shared-encoding entry they are held in on
+    # the attach node (its signature), given back if the generation fails.
     context: TokenSpan | None = None
+    encoding: Any = None
     # Committed or dropped: a handle ends exactly once (architecture invariant 4).
     finished: bool = False
+    # The step it committed (None: not committed).
+    step_id: int | None = None
 
 
 @attrs.frozen(eq=False)
@@ -229,6 +246,11 @@ class CommitResult:
     forked: bool
     # False when the step did not end with the end-of-turn token: a continuation will start a new segment.
     extendable: bool
+    # A refresh that replaced its chain's tip: the step it replaced (exported no more; this step is, in its place).
+    replaced_step: int | None = None
+    # A refresh of a checkpoint its chain had continued past: this step is the node's newest checkpoint (later
+    # continuations fork from it) but no segment holds it; the chain keeps the step it was continued from.
+    shadowed: bool = False
 
 
 @attrs.frozen
@@ -324,6 +346,9 @@ class Session:
     _next_generation: int = attrs.field(default=0, init=False)
     # The epoch and version of the session's stamped steps (the first stamped commit sets it; spec 7).
     version_stamp: VersionStamp | None = attrs.field(default=None, init=False)
+    # The session's Idempotency-Key records (``proxy/controllers/idempotency.py``), created by the registry on first
+    # use; freed with the trie.
+    idempotency: Any = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.machine = session_sm.SessionMachine.new(self.config.max_steps_per_session)
@@ -349,9 +374,8 @@ class Session:
                 raise MaxStepsExceededError(effect.limit, effect.steps, effect.in_flight)
             if isinstance(effect, session_sm.SessionClosed):
                 raise SessionFinalizedError(effect.reason)
-        # Admitted (AdmitGeneration).
-        if instance_id is not None and self.instance_id is None:
-            self.instance_id = instance_id
+        # Admitted (AdmitGeneration). From here to the return nothing raises: the trie holds the attach node for the
+        # generation, and its commit or drop gives the hold back.
         kwargs = effective_template_kwargs(chat_template_kwargs, self.config.default_template_kwargs)
         ckey = context_key(tools, kwargs)
         trie = self.trie
@@ -363,6 +387,7 @@ class Session:
         generation = _Generation(
             generation_id=f"{self.session_id}#g{self._next_generation}", attach=attach, base=base,
             mode=_Mode.NEW_SEGMENT, chain_id=None, at=0, boundary_reason=None, boundary_detail=None, turn_id=turn_id,
+            instance_id=instance_id,
         )
         if base is not None:
             generation.at = base.position
@@ -455,8 +480,13 @@ class Session:
         generation = self._live(handle)
         signature = ("full",) if generation.base is None else ("after", generation.base.step_id)
         stored = generation.attach.shared_encoding(signature, array("i", ids))
-        generation.context = context_span(stored, mask)
+        generation.context, generation.encoding = context_span(stored, mask), signature
         return WorkingTokens(generation.base, generation.context)
+
+    @staticmethod
+    def committed_step(handle: BranchHandle) -> int | None:
+        """The step the handle's generation committed, or None (not committed: in flight, dropped or rejected)."""
+        return handle._generation.step_id
 
     def _live(self, handle: BranchHandle) -> _Generation:
         """The handle's generation, refusing one that already committed or dropped."""
@@ -510,18 +540,37 @@ class Session:
         if not extendable:
             length = finish_reason == "length"
             close = chain_sm.CloseReason.LENGTH_EXHAUSTED if length else chain_sm.CloseReason.NO_END_OF_TURN
-        if generation.mode is _Mode.FORK:
-            chain, forked, effects = self._start_chain(close)
-        else:
-            chain, forked = self._chains[generation.chain_id], False
-            if generation.mode is _Mode.EXTEND_TIP:
-                effects = chain.machine.send(chain_sm.ExtensionCommitted(generation.at, close))
+        boundary_reason = generation.boundary_reason.value if generation.boundary_reason is not None else None
+        boundary_detail = generation.boundary_detail
+        replaced, shadowed, forked = None, False, False
+        refresh = self._refresh(generation, key, variant, close)
+        if refresh is not None:
+            # The same answer over the same checkpoint (an idempotent retry): the step takes the position of the
+            # step it refreshes, and the generation's own chain bookkeeping ends without a step.
+            chain, effect, old = refresh
+            position = effect.step
+            if isinstance(effect, chain_sm.TipRefreshed):
+                replaced = old
+                if generation.base is None:
+                    # The segment still begins for the reason the replaced step began it: a retry of a first turn
+                    # is the same sample again, not a resample beside it.
+                    boundary_reason, boundary_detail = old.boundary_reason, old.boundary_detail
             else:
-                effects = chain.machine.send(chain_sm.FirstStepCommitted(close))
-            if any(isinstance(effect, chain_sm.ForkAt) for effect in effects):
-                # A sibling moved (or closed) the tip since this generation's prepare: commit into a new chain.
+                shadowed = True
+            self._release_chain(generation)
+        else:
+            if generation.mode is _Mode.FORK:
                 chain, forked, effects = self._start_chain(close)
-        position = next(effect.step for effect in effects if isinstance(effect, chain_sm.TipAdvanced))
+            else:
+                chain = self._chains[generation.chain_id]
+                if generation.mode is _Mode.EXTEND_TIP:
+                    effects = chain.machine.send(chain_sm.ExtensionCommitted(generation.at, close))
+                else:
+                    effects = chain.machine.send(chain_sm.FirstStepCommitted(close))
+                if any(isinstance(effect, chain_sm.ForkAt) for effect in effects):
+                    # A sibling moved (or closed) the tip since this generation's prepare: commit into a new chain.
+                    chain, forked, effects = self._start_chain(close)
+            position = next(effect.step for effect in effects if isinstance(effect, chain_sm.TipAdvanced))
         node, refreshed = self.trie.upsert_assistant(generation.attach, assistant_message, key, variant)
         self._committed += 1
         step = Step(
@@ -529,16 +578,48 @@ class Session:
             position=position, node=node,
             generation_id=generation.generation_id, finish_reason=finish_reason, extendable=extendable,
             turn_id=generation.turn_id,
-            boundary_reason=generation.boundary_reason.value if generation.boundary_reason is not None else None,
-            boundary_detail=generation.boundary_detail, tito_failed=generation.tito_failed,
+            boundary_reason=boundary_reason, boundary_detail=boundary_detail, tito_failed=generation.tito_failed,
             logprobs_invalid=logprobs_invalid,
         )
         self.trie.set_checkpoint(node, step)
-        chain.tip = step
+        # The path is committed structure now; the hold only kept it while the generation ran.
+        self.trie.release(generation.attach)
+        if generation.instance_id is not None and self.instance_id is None:
+            self.instance_id = generation.instance_id
+        if not shadowed:
+            chain.tip = step
         if version_stamp is not None and self.version_stamp is None:
             self.version_stamp = version_stamp
         self._head = step
-        return CommitResult(step.step_id, chain.chain_id, refreshed, forked, extendable)
+        generation.step_id = step.step_id
+        return CommitResult(step.step_id, chain.chain_id, refreshed, forked, extendable,
+                            replaced.step_id if replaced is not None else None, shadowed)
+
+    def _refresh(
+        self, generation: _Generation, key: MessageKey, variant: str | None, close: chain_sm.CloseReason | None
+    ) -> tuple[_Chain, chain_sm.TipRefreshed | chain_sm.StepShadowed, Step] | None:
+        """If the answer refreshes a committed node over the same checkpoint position, ask the chain of the node's
+        newest step what the refresh does (replace its tip, or shadow a step it continued past): that chain, the
+        machine's answer and the refreshed step. None: the step commits as a step of its own (no such node, another
+        checkpoint position, or it ends differently)."""
+        node = PrefixTrie.find_answer(generation.attach, key, variant)
+        old = node.checkpoint if node is not None else None
+        if old is None or _position_of(old.base) != _position_of(generation.base):
+            return None
+        chain = self._chains[old.chain_id]
+        for effect in chain.machine.send(chain_sm.RefreshRequested(old.position, close)):
+            if isinstance(effect, (chain_sm.TipRefreshed, chain_sm.StepShadowed)):
+                return chain, effect, old
+        return None
+
+    def _release_chain(self, generation: _Generation) -> None:
+        """A generation that committed as a refresh leaves the chain it was counted on (or created) without a step."""
+        if generation.chain_id is None:
+            return
+        chain = self._chains[generation.chain_id]
+        for effect in chain.machine.send(chain_sm.GenerationDropped()):
+            if isinstance(effect, chain_sm.DiscardChain):
+                del self._chains[chain.chain_id]
 
     def _start_chain(self, close: chain_sm.CloseReason | None) -> tuple[_Chain, bool, list[Any]]:
         """A new chain whose first step is being committed (a fork): the chain, True, the machine's effects."""
@@ -554,20 +635,30 @@ class Session:
         return finish_reason != "length"
 
     def drop(self, handle: BranchHandle) -> bool:
-        """The generation ends without committing (failed, cancelled, bad input): release its branch. Idempotent:
-        False when the handle had already committed or dropped."""
+        """The generation ends without committing (failed, cancelled, bad input): release its branch and remove
+        the pending trie structure only it needed (its shared encoding too), so the session is as if it had never
+        been asked. Idempotent: False when the handle had already committed or dropped. Outside ACTIVE the trie is
+        frozen for the export (and freed after it): nothing is removed then."""
         generation = handle._generation
         if generation.finished:
             return False
         generation.finished = True
         del self._generations[generation.generation_id]
         for effect in self.machine.send(session_sm.GenerationDropped()):
-            if isinstance(effect, session_sm.ReleaseBranch) and generation.chain_id is not None:
-                chain = self._chains[generation.chain_id]
-                for chain_effect in chain.machine.send(chain_sm.GenerationDropped()):
-                    if isinstance(chain_effect, chain_sm.DiscardChain):
-                        del self._chains[chain.chain_id]
+            if isinstance(effect, session_sm.ReleaseBranch):
+                if generation.chain_id is not None:
+                    chain = self._chains[generation.chain_id]
+                    for chain_effect in chain.machine.send(chain_sm.GenerationDropped()):
+                        if isinstance(chain_effect, chain_sm.DiscardChain):
+                            del self._chains[chain.chain_id]
+                self._release_prompt(generation)
         return True
+
+    def _release_prompt(self, generation: _Generation) -> None:
+        """Give back what the failed generation held in the trie: its encoding entry, then its attach node."""
+        if generation.context is not None:
+            generation.attach.release_encoding(generation.encoding, generation.context.context_ids)
+        self.trie.release(generation.attach)
 
     # -- finalize ----------------------------------------------------------------------------------------------------
 
@@ -643,6 +734,7 @@ class Session:
         self.trie = None
         self._chains.clear()
         self._head = None
+        self.idempotency = None
 
     # -- reporting ---------------------------------------------------------------------------------------------------
 

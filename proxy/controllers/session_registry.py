@@ -49,6 +49,7 @@ from proxy.controllers.errors import (
     SessionAbortedError,
     SessionFinalizedError,
 )
+from proxy.controllers.idempotency import IdempotencyKeys
 from proxy.controllers.session import (
     BranchHandle,
     CommitResult,
@@ -273,6 +274,21 @@ class SessionRegistry:
                 variant=reasoning_variant(assistant_message), logprobs_invalid=not aligned,
                 version_stamp=version_stamp,
             )
+
+    @staticmethod
+    def committed_step(handle: BranchHandle) -> int | None:
+        """The step id the handle's generation committed, or None (in flight, dropped, or its commit was rejected)."""
+        return Session.committed_step(handle)
+
+    def idempotency_keys(self, session_id: str) -> IdempotencyKeys | None:
+        """The session's Idempotency-Key records (created on first use, like the session itself), or None once the
+        session's data was freed (finalized, aborted): a request then meets the session's refusal as usual."""
+        session = self._controller(session_id).session
+        if session.trie is None:
+            return None
+        if session.idempotency is None:
+            session.idempotency = IdempotencyKeys()
+        return session.idempotency
 
     def check_version(self, handle: BranchHandle, stamp: VersionStamp) -> None:
         """Before a step generates (no partial rollout): raise ``TrajectoryVersionChangedError`` if ``stamp`` (the

@@ -17,11 +17,17 @@ backend's failures:
 | connect / write / pool timeout | 504 | ``upstream_unavailable`` |
 | HTTP 408, 429, 503 (overloaded, retry later) | 503 | ``upstream_unavailable`` |
 | HTTP 400-499 otherwise, an in-stream 4xx error chunk, a 400 abort | 400 | ``upstream_error`` (the request was refused: the SDKs must not retry it) |
-| HTTP 5xx otherwise, an error chunk, an error abort, a malformed stream | 502 | ``upstream_error`` |
+| HTTP 5xx otherwise, an error chunk, an error abort | 502 | ``upstream_error`` |
+| an answer that breaks the protocol: not JSON, no ``meta_info`` or ``output_ids``, a token id outside the vocabulary, logprobs not one per id or not matching the ids, an unknown finish reason, a malformed HTTP response | 502 | ``upstream_protocol_error`` |
+
+Every message says what went wrong without the upstream's URL (an internal address the client has no use for); the
+URL stays on the ``UpstreamError`` for the logs. A protocol error ends the generation like any failure: nothing is
+committed and the session is as before (the request can be retried).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +36,7 @@ import attrs
 from proxy.upstream.errors import (
     UpstreamError,
     UpstreamHTTPError,
+    UpstreamProtocolError,
     UpstreamStreamCut,
     UpstreamTimeout,
     UpstreamUnavailable,
@@ -38,6 +45,8 @@ from proxy.upstream.events import FinishAbort, Finished, FinishLength, FinishSto
 from statemachines.generation import FinishKind, UpstreamAborted, UpstreamFailed, UpstreamFinished
 
 _RETRY_LATER = frozenset({408, 429, 503})
+
+log = logging.getLogger("dressage_proxy.upstream")
 
 
 @attrs.frozen
@@ -60,26 +69,32 @@ async def read_request(
     return_routed_experts: bool = False,
     routed_experts_start_len: int | None = None,
     stream: bool = True,
+    vocab_size: int | None = None,
+    top_logprobs_num: int = 0,
 ) -> ReadOutcome:
     """Stream one ``/generate`` request; ``on_tokens`` is awaited with the tokens of every read, in order, and
     ``on_finished`` called with the final event as soon as it arrives (before the stream is read to its end, during
-    which a cancellation may still come: the caller then knows the request had finished anyway).
+    which a cancellation may still come: the caller then knows the request had finished anyway). ``vocab_size``
+    (the tokenizer's) bounds the token ids the answer may hold: an id outside it is a protocol error.
 
     Returns the final event or the ``UpstreamError`` (tokens received before it were handed out already). Leaving
     early (a cancellation) closes the stream at once, which SGLang (and the embedded engine) treat as an abort.
     """
     finished: Finished | None = None
+    # The client's top_logprobs: SGLang's top-level top_logprobs_num (its OpenAI server's mapping).
+    extra = {"top_logprobs_num": top_logprobs_num} if top_logprobs_num else None
     if not stream:
         return await _read_whole(
             upstream, input_ids, sampling_params, rid=rid, routing_key=routing_key, on_tokens=on_tokens,
             on_finished=on_finished, return_routed_experts=return_routed_experts,
-            routed_experts_start_len=routed_experts_start_len,
+            routed_experts_start_len=routed_experts_start_len, vocab_size=vocab_size, extra_body=extra,
         )
     try:
         async with upstream.generate_stream(
             input_ids, sampling_params, rid=rid, routing_key=routing_key,
             return_routed_experts=return_routed_experts,
             routed_experts_start_len=routed_experts_start_len if return_routed_experts else None,
+            vocab_size=vocab_size, extra_body=extra,
         ) as events:
             while batch := await events.receive_batch():
                 # The tokens of one read go together (one machine step); the final event comes after them.
@@ -110,6 +125,8 @@ async def _read_whole(
     on_finished: Callable[[Finished], None] | None,
     return_routed_experts: bool,
     routed_experts_start_len: int | None,
+    vocab_size: int | None,
+    extra_body: Mapping[str, Any] | None = None,
 ) -> ReadOutcome:
     """A non-streaming ``/generate``: its tokens are handed out in order once the answer arrives (an abort of the
     rid makes SGLang answer at once with the tokens generated so far), as one read, then the final event."""
@@ -118,13 +135,15 @@ async def _read_whole(
             input_ids, sampling_params, rid=rid, routing_key=routing_key,
             return_routed_experts=return_routed_experts,
             routed_experts_start_len=routed_experts_start_len if return_routed_experts else None,
+            vocab_size=vocab_size, extra_body=extra_body,
         )
     except UpstreamError as exc:
         return ReadOutcome(failure=exc)
+    tops = finished.output_top_logprobs or ((),) * len(finished.output_ids)
     tokens = [
-        Token(index, token_id, logprob, version)
-        for index, (token_id, logprob, version) in enumerate(
-            zip(finished.output_ids, finished.output_logprobs, finished.weight_versions, strict=True)
+        Token(index, token_id, logprob, version, top)
+        for index, (token_id, logprob, version, top) in enumerate(
+            zip(finished.output_ids, finished.output_logprobs, finished.weight_versions, tops, strict=True)
         )
     ]
     if tokens:
@@ -136,7 +155,11 @@ async def _read_whole(
 
 def failure_event(error: UpstreamError) -> UpstreamFailed:
     """An upstream (or parser-backend) failure as the machine's ``UpstreamFailed`` (see the module's table)."""
-    message = f"upstream SGLang error: {error}"
+    if isinstance(error, UpstreamProtocolError):
+        # The operator's view keeps the URL: which upstream sends broken answers.
+        log.warning("upstream protocol error: %s", error)
+        return UpstreamFailed(502, "upstream_protocol_error", f"SGLang's answer broke the protocol: {describe(error)}")
+    message = f"upstream SGLang error: {describe(error)}"
     if isinstance(error, UpstreamHTTPError):
         if error.status in _RETRY_LATER:
             return UpstreamFailed(503, "upstream_unavailable", message)
@@ -148,6 +171,17 @@ def failure_event(error: UpstreamError) -> UpstreamFailed:
     if isinstance(error, (UpstreamUnavailable, UpstreamStreamCut)):
         return UpstreamFailed(502, "upstream_unavailable", message)
     return UpstreamFailed(502, "upstream_error", message)
+
+
+def describe(error: UpstreamError) -> str:
+    """What went wrong, for the client: the error's message (with the HTTP status, and how many tokens had arrived),
+    never the upstream's URL."""
+    text = error.message
+    if isinstance(error, UpstreamHTTPError):
+        text = f"HTTP {error.status}: {text}"
+    if error.partial is not None and error.partial.output_ids:
+        text += f" (after {len(error.partial.output_ids)} tokens)"
+    return text
 
 
 def ending_event(outcome: ReadOutcome, tokens: int) -> UpstreamFinished | UpstreamAborted | UpstreamFailed:
@@ -175,4 +209,4 @@ def ending_event(outcome: ReadOutcome, tokens: int) -> UpstreamFinished | Upstre
     return UpstreamAborted(tokens)
 
 
-__all__ = ["ReadOutcome", "ending_event", "failure_event", "read_request"]
+__all__ = ["ReadOutcome", "describe", "ending_event", "failure_event", "read_request"]

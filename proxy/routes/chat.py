@@ -8,6 +8,10 @@ Thin on purpose (``docs/request-path.md`` describes the whole path). The body is
 - streaming: wait for the first SSE bytes (or the ``ApiError`` to answer with its status, nothing sent yet), then
   answer 200 ``text/event-stream`` with a body that only drains the generation's output channel.
 
+With an ``Idempotency-Key`` header (``proxy/controllers/idempotency.py``) the key is claimed in the session first: a
+recorded answer is replayed at once, a different request under the key is 422, a run of the same request is waited
+for; the request that holds the claim records its answer if its step committed, or frees the key.
+
 A client that disconnects cancels this handler (quart-trio's disconnect watcher) or closes the body generator; the
 generation turns either into ``ClientDisconnected``. A disconnect in the window after the handler returned and
 before quart started the body runs neither: the end of the exchange (``proxy/request_end.py``) calls
@@ -20,30 +24,63 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from proxy.api import ChatCompletionRequest, dumps, parse_json_body
+from proxy.controllers import idempotency
 from proxy.controllers.generation import GenerationController
 from proxy.request_end import on_request_end
 from proxy.services import ProxyServices
 
 #: response headers of a stream: no caching, no proxy buffering (nginx honours X-Accel-Buffering)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+JSON = "application/json"
+SSE = "text/event-stream"
 
 
 def register(app: QuartTrio, services: ProxyServices) -> None:
     controller = GenerationController.from_services(services)
     app.extensions["dressage_generation_controller"] = controller
+    sessions = services.sessions
 
     @app.post("/v1/chat/completions")
     async def chat_completions() -> Response:
         body = parse_json_body(await request.get_data())
         chat = ChatCompletionRequest.from_http(body, request.headers)
-        generation = await controller.start(chat, app.nursery)
-        # However this exchange ends (a disconnect before the body starts included), the generation hears of it.
-        on_request_end(request.scope, generation.client_gone)
-        if not chat.stream:
-            completion = await generation.result()
-            return Response(dumps(completion), status=200, content_type="application/json")
-        first = await generation.first_output()
-        response = Response(generation.sse_body(first), status=200, content_type="text/event-stream")
+        key = idempotency.key_from_headers(request.headers)
+        keys = sessions.idempotency_keys(chat.session_id) if key is not None else None
+        if keys is None:
+            return await answer(chat, None)
+        claim = await keys.claim(key, idempotency.fingerprint(body))
+        if isinstance(claim, idempotency.RecordedResponse):
+            response = Response(claim.body, status=200, content_type=claim.content_type)
+            response.headers.update(idempotency.replay_headers(claim, SSE_HEADERS))
+            return response
+        return await answer(chat, claim)
+
+    async def answer(chat: ChatCompletionRequest, claim: idempotency.Claim | None) -> Response:
+        """Generate and answer; with a claim, record a committed answer under its key (or free the key)."""
+        handed_over = False
+        try:
+            generation = await controller.start(chat, app.nursery)
+            # However this exchange ends (a disconnect before the body starts included), the generation hears of it.
+            on_request_end(request.scope, generation.client_gone)
+            if not chat.stream:
+                payload = dumps(await generation.result())
+                step_id = sessions.committed_step(generation.prepared.handle)
+                if claim is not None and step_id is not None:
+                    claim.record(idempotency.RecordedResponse(payload, JSON, False, step_id))
+                return Response(payload, status=200, content_type=JSON)
+            first = await generation.first_output()
+            sse = generation.sse_body(first)
+            if claim is not None:
+                # The stream's body records the answer at its end (or frees the key).
+                handle = generation.prepared.handle
+                sse = idempotency.RecordingBody(sse, claim, lambda: sessions.committed_step(handle), SSE)
+                # A body quart never started records nothing: the exchange's end frees the key (no-op if recorded).
+                on_request_end(request.scope, claim.release)
+                handed_over = True
+        finally:
+            if claim is not None and not handed_over:
+                claim.release()  # a no-op once recorded
+        response = Response(sse, status=200, content_type=SSE)
         response.headers.update(SSE_HEADERS)
         response.timeout = None  # never cut a stream (stack-notes pitfall 2; the app-wide timeouts are off too)
         return response

@@ -113,6 +113,7 @@ class TitoTokenizer(abc.ABC):
         self._template = chat_template
         self.source = source
         self._added: dict[int, str] = {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()}
+        self._vocab_size: int = tokenizer.get_vocab_size(with_added_tokens=True)
         self.end_of_turn_id = self._special_id(self.END_OF_TURN)
         self.turn_start_id = self._special_id(self.TURN_START)
         self.think_open_id = self._special_id(self.THINK_OPEN)
@@ -125,6 +126,11 @@ class TitoTokenizer(abc.ABC):
         self._gen_prompt_ids: dict[str, tuple[int, ...]] = {}
         self._token_bytes: dict[int, bytes] = {}
         self._check_template()
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids are ``0 <= id < vocab_size`` (added tokens included): the ids an upstream may generate."""
+        return self._vocab_size
 
     # -- construction -------------------------------------------------------------------------------------------
 

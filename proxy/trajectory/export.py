@@ -12,7 +12,10 @@ What a segment holds: the TITO concatenation of the spans of every step on its t
 prefix consistency however long the trajectory). A step's generated tokens are *trained* (loss mask 1, logprobs
 given) only in the segment of the chain that owns the step; in a segment that merely shares it as a prefix (a fork)
 they are context: mask 0, logprob 0.0. So every committed step is a generated span of exactly one segment
-(architecture invariant 6) and the shared prefix of best-of-N siblings is trained once.
+(architecture invariant 6) and the shared prefix of best-of-N siblings is trained once. The one exception is an
+idempotent retry (the same answer over the same checkpoint position, spec 5.2): it takes the position of the step
+it refreshes (a chain's path is the walk back from its tip), so the answer is exported once and the superseded
+step is in no segment (``docs/sessions.md``).
 
 Segment dict (JSON-ready; ``/trajectory/read`` answers ``{"data": [segment, ...]}``):
 

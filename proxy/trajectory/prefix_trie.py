@@ -12,17 +12,27 @@ Operations (each O(path length), plus the hashing of the request's own messages)
 
 - :meth:`PrefixTrie.match` walks the request's messages from a context node, longest prefix first;
 - :meth:`PrefixTrie.attach` adds the unmatched suffix as *pending* nodes: prompt structure only, never a
-  checkpoint, never exported (a generation that fails leaves them behind as harmless structure, reused by the next
-  request with the same prompt);
+  checkpoint, never exported. The generation *holds* the node its answer will attach to until it commits or fails;
+  :meth:`PrefixTrie.release` gives the hold back, and a generation that failed takes its pending structure with it
+  (below);
 - :meth:`PrefixTrie.nearest_checkpoint` is the deepest checkpoint on the path (the step a generation continues);
 - :meth:`PrefixTrie.upsert_assistant` attaches a generated answer under its prompt: the same key and reasoning as an
   existing child refreshes that child (its checkpoint becomes the newest step: idempotent retry), anything else is
-  a new sibling (best-of-N).
+  a new sibling (best-of-N); :meth:`PrefixTrie.find_answer` finds that child without attaching anything (the
+  session asks the refreshed step's chain what the refresh does to the export before it commits).
 
 Which child an incoming message follows (the reasoning rule of spec 5.1): among the children with its key, the one
 with the same reasoning if that one holds a checkpoint; else the most recently committed one whatever its
 reasoning (an agent that drops or trims reasoning when echoing continues its chain; siblings that differ only in
 reasoning are resolved to the latest committed); else the uncommitted one with the same reasoning; else the newest.
+
+Failed generations leave nothing (``release``): a pending node lives only as long as an in-flight generation
+holds it or a node below it, so the pending nodes are exactly the paths of the generations in flight. Holds are
+counted per node (concurrent requests of one session may share pending nodes: two samples of one new prompt, or a
+request that extends another's still-pending prompt), so a failure removes exactly the pending leaves no one else
+needs, walking up while the parent is pending, unheld and childless; a context node left without children goes too.
+A commit turns the path into committed structure (``set_checkpoint``), which is never removed. The holds live in a
+dict of the trie, not in the nodes (only in-flight generations have one; nodes stay small).
 
 The trie is plain data with no lock: the session controller owns it and mutates it only inside its short critical
 sections.
@@ -86,18 +96,32 @@ class TrieNode:
     # A step was committed on this node or below it: the node is no longer pending.
     committed_below: bool = False
     # The context ids generations attached here encoded, by what they extend: siblings that encode the same
-    # context share one array (best-of-N over a prompt). Created on first use.
-    encodings: dict[Any, Any] | None = None
+    # context share one array (best-of-N over a prompt). Each entry is ``[ids, holders]``: the generations and steps
+    # using it (a failed generation gives its use back; the last one out removes the entry). Created on first use.
+    encodings: dict[Any, list[Any]] | None = None
 
     def shared_encoding(self, signature: Any, ids: Any) -> Any:
-        """``ids``, or an equal array already encoded here for the same ``signature`` (then stored only once)."""
+        """``ids``, or an equal array already encoded here for the same ``signature`` (then stored only once).
+        The caller holds the entry until :meth:`release_encoding` (a committed step keeps it for good)."""
         if self.encodings is None:
             self.encodings = {}
         known = self.encodings.get(signature)
-        if known is not None and known == ids:
-            return known
-        self.encodings[signature] = ids
+        if known is not None and known[0] == ids:
+            known[1] += 1
+            return known[0]
+        self.encodings[signature] = [ids, 1]
         return ids
+
+    def release_encoding(self, signature: Any, ids: Any) -> None:
+        """A generation that used ``ids`` (as returned by :meth:`shared_encoding`) failed: give its use back."""
+        known = self.encodings.get(signature) if self.encodings is not None else None
+        if known is None or known[0] is not ids:
+            return  # replaced meanwhile by another encoding for the signature: nothing of this one is stored
+        known[1] -= 1
+        if not known[1]:
+            del self.encodings[signature]
+            if not self.encodings:
+                self.encodings = None
 
     def child_variants(self) -> Iterator[TrieNode]:
         """Every child, all variants."""
@@ -148,6 +172,8 @@ class PrefixTrie:
     pending: int = 0
     checkpoints: int = 0
     _serial: int = 0
+    # Nodes held by in-flight generations (their attach nodes), with how many generations hold each.
+    _holds: dict[TrieNode, int] = attrs.field(factory=dict, repr=False)
 
     def _new(self, kind: NodeKind, key: Any, variant: str | None, message: Any, parent: TrieNode) -> TrieNode:
         """Create a child of ``parent`` (the caller has checked it does not exist)."""
@@ -196,11 +222,50 @@ class PrefixTrie:
         variants: Sequence[str | None],
     ) -> TrieNode:
         """Add ``messages`` below ``node`` as pending nodes (the caller matched everything above); the last one is
-        returned: it is where the generation's answer will attach."""
+        returned: it is where the generation's answer will attach, held by the caller until :meth:`release`."""
         for message, key, variant in zip(messages, keys, variants, strict=True):
             node = self._new(NodeKind.MESSAGE, key, variant, message, node)
             self.pending += 1
+        self._holds[node] = self._holds.get(node, 0) + 1
         return node
+
+    def release(self, node: TrieNode) -> int:
+        """Give back a hold that :meth:`attach` returned (the generation committed or failed). Pending nodes no
+        generation needs any more go: from ``node`` up, while a node is pending, unheld and childless; then its
+        context if that was left empty. Returns how many nodes were removed (O(that many))."""
+        held = self._holds[node] - 1
+        if held:
+            self._holds[node] = held
+            return 0
+        del self._holds[node]
+        removed = 0
+        while (node.kind is NodeKind.MESSAGE and not node.committed_below and not node.children
+               and node not in self._holds):
+            parent = node.parent
+            self._unlink(node)
+            self.pending -= 1
+            removed += 1
+            node = parent
+        if node.kind is NodeKind.CONTEXT and not node.children:
+            self._unlink(node)
+            removed += 1
+        return removed
+
+    def _unlink(self, node: TrieNode) -> None:
+        """Remove a childless node from its parent."""
+        parent = node.parent
+        children = parent.children
+        variants = children.pop(node.key)
+        if len(variants) > 1:
+            children[node.key] = tuple(other for other in variants if other is not node)
+        elif not children:
+            parent.children = _NO_CHILDREN
+        self.size -= 1
+
+    @property
+    def holds(self) -> int:
+        """Holds given out and not released (one per in-flight generation)."""
+        return sum(self._holds.values())
 
     @staticmethod
     def nearest_checkpoint(node: TrieNode) -> Step | None:
@@ -229,6 +294,11 @@ class PrefixTrie:
         return found
 
     # -- committing -------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def find_answer(parent: TrieNode, key: MessageKey, variant: str | None) -> TrieNode | None:
+        """The child of ``parent`` a generated answer with this key and reasoning would refresh, if there is one."""
+        return _exact(parent.children.get(key, ()), variant)
 
     def upsert_assistant(
         self, parent: TrieNode, message: Any, key: MessageKey, variant: str | None

@@ -21,9 +21,12 @@ request aborted while queued or retracted ends with a chunk whose ``finish_reaso
 ``output_ids`` if it is complete (non-streaming), the logprob triples if they are complete, the single id if
 exactly one token is missing; otherwise it adds nothing. It never shrinks or duplicates what it already has.
 
-Invariants (checked, a violation raises ``UpstreamProtocolError``): token events have consecutive indices from 0;
-a cumulative chunk never has fewer ids than already received (quirk aside) and agrees with the last received
-id; where logprobs are present there is one triple per id and its id matches.
+Invariants (checked, a violation raises ``UpstreamProtocolError``): every chunk is a JSON object with a
+``meta_info`` object and an ``output_ids`` list; token events have consecutive indices from 0; every id is an
+integer inside the vocabulary (``0 <= id < vocab_size``, when the caller gives the tokenizer's size: an id the
+tokenizer cannot decode is a broken answer, never a token to train on); a cumulative chunk never has fewer ids than
+already received (quirk aside) and agrees with the last received id; where logprobs are present there is one
+triple per id, its id matches and its value is a number (or null).
 """
 
 from __future__ import annotations
@@ -116,14 +119,18 @@ class ChunkDecoder:
         incremental: bool = False,
         routed_experts_start_len: int | None = None,
         url: str | None = None,
+        vocab_size: int | None = None,
     ) -> None:
         self.rid = rid
         self.incremental = incremental
         self.routed_experts_start_len = routed_experts_start_len or 0
         self.url = url
+        self.vocab_size = vocab_size
+        """Token ids must be below it (None: any non-negative id)."""
         self._ids: list[int] = []
         self._logprobs: list[float | None] = []
         self._versions: list[str | None] = []
+        self._tops: list[tuple[tuple[int, float], ...]] = []
         self._text = ""
         self.result: Finished | None = None
         """The final event once a chunk with a finish reason arrived."""
@@ -174,8 +181,10 @@ class ChunkDecoder:
             raise error_from_chunk(chunk["error"], url=self.url, partial=self.partial())
         meta = chunk.get("meta_info")
         ids = chunk.get("output_ids")
-        if not isinstance(meta, Mapping) or not isinstance(ids, list):
-            raise self._protocol_error("chunk lacks meta_info or output_ids")
+        if not isinstance(meta, Mapping):
+            raise self._protocol_error("chunk has no meta_info object")
+        if not isinstance(ids, list):
+            raise self._protocol_error("chunk has no output_ids list")
         try:
             finish = parse_finish_reason(meta.get("finish_reason"))
         except ValueError as exc:
@@ -187,16 +196,20 @@ class ChunkDecoder:
         logprobs = meta.get("output_token_logprobs")
         if logprobs is not None and not isinstance(logprobs, list):
             raise self._protocol_error("output_token_logprobs is not a list")
+        # The alternatives are display data: a list aligned with the logprobs, else none (never a failure).
+        tops = meta.get("output_top_logprobs")
+        if not (isinstance(tops, list) and logprobs is not None and len(tops) == len(logprobs)):
+            tops = None
         quirk = isinstance(finish, FinishAbort) and "prompt_tokens" not in meta
 
         if quirk:
-            events = self._feed_quirk(ids, logprobs, meta, version)
+            events = self._feed_quirk(ids, logprobs, meta, version, tops)
         elif self.incremental:
             if logprobs is not None and len(logprobs) != len(ids):
                 raise self._protocol_error(f"{len(ids)} new ids but {len(logprobs)} logprob triples")
-            events = self._append(ids, logprobs, 0, version)
+            events = self._append(ids, logprobs, 0, version, tops)
         else:
-            events = self._feed_cumulative(ids, logprobs, version)
+            events = self._feed_cumulative(ids, logprobs, version, tops)
 
         text = chunk.get("text")
         if isinstance(text, str):
@@ -209,7 +222,9 @@ class ChunkDecoder:
 
     # -- internals -------------------------------------------------------------------------------------------
 
-    def _feed_cumulative(self, ids: list[Any], logprobs: list[Any] | None, version: str | None) -> list[Event]:
+    def _feed_cumulative(
+        self, ids: list[Any], logprobs: list[Any] | None, version: str | None, tops: list[Any] | None = None
+    ) -> list[Event]:
         received = len(self._ids)
         if len(ids) < received:
             raise self._protocol_error(f"cumulative chunk has {len(ids)} ids, fewer than the {received} received")
@@ -217,10 +232,11 @@ class ChunkDecoder:
             raise self._protocol_error(f"cumulative chunk disagrees with received token {received - 1}")
         if logprobs is not None and len(logprobs) != len(ids):
             raise self._protocol_error(f"{len(ids)} ids but {len(logprobs)} logprob triples")
-        return self._append(ids, logprobs, received, version)
+        return self._append(ids, logprobs, received, version, tops)
 
     def _feed_quirk(
-        self, ids: list[Any], logprobs: list[Any] | None, meta: Mapping[str, Any], version: str | None
+        self, ids: list[Any], logprobs: list[Any] | None, meta: Mapping[str, Any], version: str | None,
+        tops: list[Any] | None,
     ) -> list[Event]:
         """Final chunk of a request aborted while queued or retracted (see the module docstring)."""
         received = len(self._ids)
@@ -228,7 +244,7 @@ class ChunkDecoder:
         if not isinstance(total, int) or isinstance(total, bool) or total <= received:
             return []  # nothing we have not seen (or no way to tell): keep our own accumulation
         if not self.incremental and len(ids) == total:
-            return self._feed_cumulative(ids, logprobs, version)  # complete list (non-streaming body)
+            return self._feed_cumulative(ids, logprobs, version, tops)  # complete list (non-streaming body)
         if logprobs is not None and len(logprobs) == total:
             if received and _triple_id(logprobs[received - 1]) != self._ids[-1]:
                 raise self._protocol_error("abort chunk's logprobs disagree with the received tokens")
@@ -240,28 +256,37 @@ class ChunkDecoder:
         return []  # tokens the stream never showed are lost; Finished.completion_tokens tells how many
 
     def _append(
-        self, ids: list[Any], logprobs: list[Any] | None, start: int, version: str | None
+        self, ids: list[Any], logprobs: list[Any] | None, start: int, version: str | None,
+        tops: list[Any] | None = None,
     ) -> list[Event]:
-        """Record ``ids[start:]`` (with ``logprobs[start:]`` when present) as new tokens."""
+        """Record ``ids[start:]`` (with ``logprobs[start:]`` and their alternatives ``tops[start:]`` when present) as
+        new tokens."""
         events: list[Event] = []
         index = len(self._ids)
         for offset in range(start, len(ids)):
             token_id = ids[offset]
             if not isinstance(token_id, int) or isinstance(token_id, bool):
-                raise self._protocol_error(f"output id {token_id!r} is not an integer")
+                raise self._protocol_error(f"output id {str(token_id)[:40]!r} is not an integer")
+            if token_id < 0 or (self.vocab_size is not None and token_id >= self.vocab_size):
+                bound = f"ids 0 to {self.vocab_size - 1}" if self.vocab_size is not None else "ids are non-negative"
+                raise self._protocol_error(f"output token id {token_id} is outside the vocabulary ({bound})")
             logprob: float | None = None
+            top = _alternatives(tops[offset]) if tops is not None else ()
             if logprobs is not None:
                 triple = logprobs[offset]
                 if _triple_id(triple) != token_id:
-                    raise self._protocol_error(f"logprob triple {triple!r} does not match output id {token_id}")
+                    raise self._protocol_error(
+                        f"logprob triple {str(triple)[:80]} does not match output id {token_id}"
+                    )
                 value = triple[0]
-                if value is not None and not isinstance(value, (int, float)):
-                    raise self._protocol_error(f"logprob {value!r} is not a number")
+                if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+                    raise self._protocol_error(f"logprob {str(value)[:40]!r} is not a number")
                 logprob = None if value is None else float(value)
             self._ids.append(token_id)
             self._logprobs.append(logprob)
             self._versions.append(version)
-            events.append(Token(index, token_id, logprob, version))
+            self._tops.append(top)
+            events.append(Token(index, token_id, logprob, version, top))
             index += 1
         return events
 
@@ -292,10 +317,25 @@ class ChunkDecoder:
             routed_experts=experts,
             text=self._text,
             meta_info=meta,
+            output_top_logprobs=tuple(self._tops) if any(self._tops) else (),
         )
 
     def _protocol_error(self, message: str) -> UpstreamProtocolError:
         return UpstreamProtocolError(message, url=self.url, partial=self.partial())
+
+
+def _alternatives(entry: Any) -> tuple[tuple[int, float], ...]:
+    """One position's ``output_top_logprobs`` entry (triples ``[logprob, token_id, text]``, or null) as
+    (token id, logprob) pairs; malformed triples are skipped (alternatives are for display, never recorded)."""
+    if not isinstance(entry, list):
+        return ()
+    pairs = []
+    for triple in entry:
+        if (isinstance(triple, (list, tuple)) and len(triple) >= 2 and isinstance(triple[1], int)
+                and not isinstance(triple[1], bool) and isinstance(triple[0], (int, float))
+                and not isinstance(triple[0], bool)):
+            pairs.append((triple[1], float(triple[0])))
+    return tuple(pairs)
 
 
 def _triple_id(triple: Any) -> Any:

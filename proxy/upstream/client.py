@@ -159,12 +159,14 @@ class SGLangClient:
         routed_experts_start_len: int | None = None,
         base_url: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        vocab_size: int | None = None,
     ) -> GenerateStream:
         """Stream ``POST /generate`` with ``input_ids``; see :class:`GenerateStream`.
 
         ``rid`` defaults to a fresh :func:`~proxy.upstream.request_ids.new_rid` (others are refused).
         ``routing_key`` is sent as ``X-SMG-Routing-Key``. ``base_url`` targets a worker instead of the router.
         ``extra_body`` adds top-level request fields (``logprob_start_len``, ``return_text_in_logprobs``, ...).
+        ``vocab_size`` (the tokenizer's): a generated id at or above it is an ``UpstreamProtocolError``.
         """
         rid, url, body = self._generate_request(
             input_ids, sampling_params, rid, base_url, stream=True, return_logprob=return_logprob,
@@ -176,6 +178,7 @@ class SGLangClient:
             incremental=self.incremental_streaming,
             routed_experts_start_len=routed_experts_start_len,
             url=url,
+            vocab_size=vocab_size,
         )
         return GenerateStream(self, url, body, _routing_headers(routing_key), decoder)
 
@@ -191,8 +194,10 @@ class SGLangClient:
         routed_experts_start_len: int | None = None,
         base_url: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        vocab_size: int | None = None,
     ) -> Finished:
-        """Non-streaming ``POST /generate``: the same :class:`Finished` value a stream ends with.
+        """Non-streaming ``POST /generate``: the same :class:`Finished` value a stream ends with (``vocab_size`` as
+        for :meth:`generate_stream`).
 
         SGLang notices a disconnected non-streaming request only on a 4 s poll; prefer the stream when the
         request may be cancelled.
@@ -203,7 +208,9 @@ class SGLangClient:
             extra_body=extra_body,
         )
         reply = await self._call("POST", url, body, headers=_routing_headers(routing_key), timeout=None)
-        decoder = ChunkDecoder(rid=rid, routed_experts_start_len=routed_experts_start_len, url=url)
+        decoder = ChunkDecoder(
+            rid=rid, routed_experts_start_len=routed_experts_start_len, url=url, vocab_size=vocab_size
+        )
         decoder.feed_chunk(reply)
         if decoder.result is None:
             raise UpstreamProtocolError("non-streaming /generate reply has no finish reason", url=url)
@@ -300,22 +307,35 @@ class SGLangClient:
 
         ``/v1/models`` (``max_model_len``: SGLang's own server), then ``/model_info`` (no such field in SGLang
         0.5.23, but read where one is present), then ``/server_info`` (the server args' ``context_length``: what
-        ``smg`` relays, its ``/v1/models`` dropping ``max_model_len``); deprecated names where the new are 404."""
+        ``smg`` relays, its ``/v1/models`` dropping ``max_model_len``); deprecated names where the new are 404.
+        Raises the ``UpstreamError`` when no endpoint could be reached at all (worth asking again soon)."""
+        unreachable: UpstreamError | None = None
+        answered = False
         try:
             for card in await self.models():
                 if card.max_model_len:
                     return card.max_model_len
-        except UpstreamError:
-            pass
+            answered = True
+        except (UpstreamHTTPError, UpstreamProtocolError):
+            answered = True
+        except UpstreamError as error:
+            unreachable = error
         for names in (("/model_info", "/get_model_info"), ("/server_info", "/get_server_info")):
             try:
                 body = await self._info(None, *names)
-            except UpstreamError:
+            except (UpstreamHTTPError, UpstreamProtocolError):
+                answered = True
                 continue
+            except UpstreamError as error:
+                unreachable = unreachable or error
+                continue
+            answered = True
             for field in ("max_model_len", "context_length", "max_context_length"):
                 value = body.get(field)
                 if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                     return value
+        if not answered and unreachable is not None:
+            raise unreachable
         return None
 
     async def _info(self, base_url: str | None, path: str, deprecated: str) -> Mapping[str, Any]:

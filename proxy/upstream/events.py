@@ -170,6 +170,9 @@ class Token:
     """From ``meta_info.output_token_logprobs``; None when logprobs were not requested."""
     weight_version: str | None
     """``meta_info.weight_version`` of the chunk that delivered this token (SGLang labels chunks, not tokens)."""
+    top_logprobs: tuple[tuple[int, float], ...] = ()
+    """(token id, logprob) of the most likely tokens at this position, from ``meta_info.output_top_logprobs``
+    (the request's ``top_logprobs_num``; empty when not asked)."""
 
 
 @attrs.frozen
@@ -207,6 +210,8 @@ class Finished:
     text: str
     meta_info: Mapping[str, Any] = attrs.field(eq=False, repr=False, factory=dict)
     """The final chunk's raw ``meta_info`` (extra keys: timings, ``num_retractions``, ...)."""
+    output_top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
+    """Each token's alternatives (``Token.top_logprobs``), one entry per token; empty when none were asked."""
 
     @property
     def partial(self) -> Partial:

@@ -28,6 +28,7 @@ NAMED = {
     ErrorCode.UPSTREAM_ERROR: lambda: ApiError.upstream_error("SGLang said 500"),
     ErrorCode.PAUSED_TIMEOUT: lambda: ApiError.paused_timeout(30.0, 5.0),
     ErrorCode.UPSTREAM_ABORTED: lambda: ApiError.of(ErrorCode.UPSTREAM_ABORTED, "aborted upstream"),
+    ErrorCode.UPSTREAM_PROTOCOL_ERROR: lambda: ApiError.of(ErrorCode.UPSTREAM_PROTOCOL_ERROR, "token id 999999"),
     ErrorCode.WEIGHT_VERSION_CHANGED: lambda: ApiError.of(ErrorCode.WEIGHT_VERSION_CHANGED, "v1 -> v2 mid-request"),
     ErrorCode.GENERATION_RESTARTED: lambda: ApiError.of(ErrorCode.GENERATION_RESTARTED, "restarted"),
     ErrorCode.RESUME_REFUSED: lambda: ApiError.of(ErrorCode.RESUME_REFUSED, "a pause is in progress"),
@@ -45,7 +46,7 @@ EXPECTED_STATUS = {
     ErrorCode.PAUSED_TIMEOUT: 503, ErrorCode.NOT_FOUND: 404, ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.REQUEST_TOO_LARGE: 413, ErrorCode.INTERNAL_ERROR: 500, ErrorCode.UPSTREAM_ABORTED: 502,
     ErrorCode.WEIGHT_VERSION_CHANGED: 502, ErrorCode.GENERATION_RESTARTED: 503, ErrorCode.RESUME_REFUSED: 409,
-    ErrorCode.EXPORT_FAILED: 500,
+    ErrorCode.EXPORT_FAILED: 500, ErrorCode.UPSTREAM_PROTOCOL_ERROR: 502,
 }
 
 

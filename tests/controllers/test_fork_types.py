@@ -82,7 +82,10 @@ def check_export(tokenizer, turns: list[Turn], segments: list[dict]) -> None:
                 assert found >= 0, (content, text)
                 position = found + len(content)
         assert sum(segment["loss_mask"]) == sum(len(by_step[s].generated) for s in trained_spans(segment))
-    assert owners == {t.result.step_id: 1 for t in turns}
+    # Every step is trained exactly once, but a step an idempotent retry replaced or shadowed (the same answer is
+    # trained once, in the step the segment holds).
+    superseded = {t.result.replaced_step for t in turns} | {t.result.step_id for t in turns if t.result.shadowed}
+    assert owners == {t.result.step_id: 1 for t in turns if t.result.step_id not in superseded}
     # Ordered by commit order: the session's last interaction is last.
     assert [s["tip_step"] for s in segments] == sorted(s["tip_step"] for s in segments)
 
@@ -172,10 +175,13 @@ async def test_fork_idempotent_retry_refreshes_the_node(real_tokenizer):
     # The client timed out and retries with the same history; the model answers the same.
     retry = await turn(reg, "s", [SYS, USER, A1, T1], A2, tools=TOOLS, salt=9)
     assert retry.result.refreshed and retry.context == t2.context
+    assert retry.result.replaced_step == t2.result.step_id
     assert reg.debug_view("s").trie.checkpoints == 2
     t3 = await turn(reg, "s", [SYS, USER, A1, T1, A2, T2], A3, tools=TOOLS)
-    assert t3.result.chain_id == retry.result.chain_id
+    assert t3.result.chain_id == retry.result.chain_id == t1.result.chain_id
     segments = await export(reg)
+    # One segment: the retry took the first attempt's place (its logprobs are the ones kept).
+    assert [s["step_ids"] for s in segments] == [[1, 3, 4]]
     check_export(real_tokenizer, [t1, t2, retry, t3], segments)
 
 

@@ -438,11 +438,17 @@ def test_failure_event_maps_every_upstream_error_to_a_stable_code() -> None:
         (UpstreamHTTPError(400, "too long"), (400, "upstream_error")),
         (UpstreamHTTPError(500, "boom"), (502, "upstream_error")),
         (UpstreamErrorChunk(400, "bad sampling"), (400, "upstream_error")),
-        (UpstreamProtocolError("garbage"), (502, "upstream_error")),
+        (UpstreamProtocolError("garbage"), (502, "upstream_protocol_error")),
     ]
     for error, expected in cases:
         event = failure_event(error)
         assert (event.status, event.code) == expected, error
+    # The client learns what went wrong, never the upstream's (internal) URL.
+    url = "http://10.0.0.7:30000/generate"
+    for error in (UpstreamProtocolError("output token id 999999 is outside the vocabulary", url=url),
+                  UpstreamHTTPError(500, "boom", url=url), UpstreamStreamCut("cut", url=url)):
+        event = failure_event(error)
+        assert error.message in event.message and "10.0.0.7" not in event.message, event
 
 
 def finished(reason: Any) -> Finished:

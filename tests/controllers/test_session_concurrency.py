@@ -7,8 +7,11 @@ moment. ``st.random_module()`` varies trio's scheduling order (stack-notes 9). C
 
 - no commit succeeded after finalize started (once one was refused, none was accepted), none was refused before;
 - a failed or cancelled generation committed nothing, and no generation was left in flight;
-- every successful commit is a trained span of exactly one exported segment, and every segment's ids are the TITO
-  concatenation along its path (what its last step sent upstream plus what it generated);
+- failed generations left no residue: when finalize is called the trie holds one attach node per generation in
+  flight, and none at all (no pending node) when nothing is in flight;
+- every successful commit is a trained span of exactly one exported segment, but a refresh (the same answer over
+  the same checkpoint position, which the export holds once) or the step it replaced; every segment's ids are the
+  TITO concatenation along its path (what its last step sent upstream plus what it generated);
 - the registry never raised anything but the documented errors.
 """
 
@@ -69,6 +72,8 @@ async def test_concurrent_generations_of_one_session_under_random_interleavings(
     reg = SessionRegistry(FakeTokenizer(), config=SessionConfig(max_steps_per_session=None))
     log: list[tuple] = []
     committed: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    # Steps an idempotent retry made interchangeable: the refreshing step and the step it replaced.
+    superseded: set[int] = set()
 
     async def generation(index: int, plan: Plan) -> None:
         messages, tree_answer = REQUESTS[plan.request]
@@ -103,6 +108,10 @@ async def test_concurrent_generations_of_one_session_under_random_interleavings(
                     return
                 log.append(("commit", index, result.step_id))
                 committed[result.step_id] = (context, tuple(ids))
+                if result.refreshed:
+                    superseded.add(result.step_id)
+                if result.replaced_step is not None:
+                    superseded.add(result.replaced_step)
             except ConnectionError:
                 log.append(("failed", index))
             finally:
@@ -115,6 +124,11 @@ async def test_concurrent_generations_of_one_session_under_random_interleavings(
         for _ in range(finalize_after):
             await trio.lowlevel.checkpoint()
         log.append(("finalize called",))
+        view = reg.debug_view("s")
+        if view is not None and view.trie is not None:
+            assert reg._sessions["s"].session.trie.holds == view.in_flight
+            if not view.in_flight:
+                assert view.trie.pending == 0
         await reg.finalize("s", {"score": 1})
         log.append(("finalized",))
 
@@ -147,7 +161,10 @@ async def test_concurrent_generations_of_one_session_under_random_interleavings(
         for step_id, span in trained_spans(segment).items():
             assert span == list(committed[step_id][1])
             trained[step_id] = trained.get(step_id, 0) + 1
-    assert trained == {step_id: 1 for step_id in committed}
+    # A refresh (the same answer over the same checkpoint position) is trained once: either the refreshing step or
+    # the one it refreshed, whichever the segment's path holds.
+    assert set(trained.values()) <= {1}
+    assert set(committed) - set(trained) <= superseded
     assert [s["tip_step"] for s in segments] == sorted(s["tip_step"] for s in segments)
     event(f"{len(committed)} committed, {len(refused)} refused, {kinds.count('cancelled')} cancelled")
     event(f"{len(segments)} segment(s), {sum(1 for s in segments if s['forked_from_step'])} forked")

@@ -67,10 +67,14 @@ async def test_registry_sequential_steps_extend_one_chain_by_tito():
 async def test_registry_prepare_attaches_pending_nodes_that_are_never_exported():
     reg = registry()
     await turn(reg, "s", [SYS, U1], A1)
+    before = reg.debug_view("s").trie
     prepared = await reg.prepare("s", [SYS, U1, A1, T1])
+    view = reg.debug_view("s")
+    assert view.trie.pending == 1 and view.trie.nodes == before.nodes + 1 and view.in_flight == 1
     await reg.drop(prepared.handle)
     view = reg.debug_view("s")
-    assert view.trie.pending == 1 and view.in_flight == 0
+    # The failed generation took its pending node with it.
+    assert view.trie == before and view.in_flight == 0
     await reg.finalize("s")
     (segment,) = await reg.read(session_id="s")
     assert segment["messages"] == [SYS, U1, A1]
@@ -293,18 +297,113 @@ async def test_registry_concurrent_siblings_of_one_parent_never_overwrite_each_o
         assert segment["token_ids"][: len(t1.checkpoint)] == list(t1.checkpoint)
 
 
-async def test_registry_same_answer_refreshes_the_node_and_the_retry_is_its_own_segment():
+async def test_registry_same_answer_replaces_the_tip_and_the_export_holds_it_once():
     reg = registry()
     t1 = await turn(reg, "s", [SYS, U1], A1)
     retry = await turn(reg, "s", [SYS, U1], A1, salt=5)
     assert retry.result.refreshed and retry.prepared.boundary_reason == "resample"
-    assert reg.debug_view("s").trie.checkpoints == 1
-    # A continuation follows the newest checkpoint of the node: the retry's chain.
+    assert retry.result.replaced_step == 1 and not retry.result.shadowed and not retry.result.forked
+    assert retry.result.chain_id == t1.result.chain_id
+    assert reg.debug_view("s").trie.checkpoints == 1 and reg.debug_view("s").branches == 1
+    # A continuation follows the newest checkpoint of the node: the retry's step, in the same chain.
     t3 = await turn(reg, "s", [SYS, U1, A1, T1], A2)
-    assert t3.result.chain_id == retry.result.chain_id != t1.result.chain_id
+    assert t3.result.chain_id == t1.result.chain_id and t3.prepared.encode.value == "incremental"
+    await reg.finalize("s")
+    (segment,) = await reg.read(session_id="s")
+    assert segment["step_ids"] == [2, 3] and segment["tip_step"] == 3
+    # The segment still begins for the first attempt's reason; the retry's logprobs are the ones kept.
+    assert segment["boundary_reason"] == "session_start"
+    assert segment["token_ids"] == list(t3.checkpoint)
+    assert trained_spans(segment) == {2: list(retry.generated), 3: list(t3.generated)}
+    context = len(retry.context)
+    assert segment["logprobs"][context:len(retry.checkpoint)] == pytest.approx([-6 - i / 1000
+                                                                                for i in range(len(retry.generated))])
+
+
+async def test_registry_retry_of_a_later_turn_replaces_that_turn_in_its_chain():
+    reg = registry()
+    t1 = await turn(reg, "s", [SYS, U1], A1)
+    t2 = await turn(reg, "s", [SYS, U1, A1, T1], A2)
+    retry = await turn(reg, "s", [SYS, U1, A1, T1], A2, salt=3)
+    assert retry.result.replaced_step == t2.result.step_id and retry.result.chain_id == t1.result.chain_id
+    assert retry.context == t2.context
+    await reg.finalize("s")
+    (segment,) = await reg.read(session_id="s")
+    assert segment["step_ids"] == [1, 3] and segment["token_ids"] == list(retry.checkpoint)
+
+
+async def test_registry_concurrent_identical_answers_are_one_segment():
+    reg = registry()
+    t1 = await turn(reg, "s", [SYS, U1], A1)
+    first = await reg.prepare("s", [SYS, U1, A1, T1])
+    second = await reg.prepare("s", [SYS, U1, A1, T1])
+    ids = model_output(A2)
+    one = await reg.commit(first.handle, ids, None, None, None, "stop", A2)
+    two = await reg.commit(second.handle, ids, None, None, None, "stop", A2)
+    assert not one.refreshed and one.chain_id == t1.result.chain_id
+    assert two.refreshed and two.replaced_step == one.step_id and not two.forked
+    view = reg.debug_view("s")
+    assert view.branches == 1 and view.in_flight == 0
+    await reg.finalize("s")
+    (segment,) = await reg.read(session_id="s")
+    assert segment["step_ids"] == [1, 3]
+
+
+async def test_registry_retry_of_a_continued_checkpoint_is_shadowed_and_exported_nowhere():
+    reg = registry()
+    t1 = await turn(reg, "s", [SYS, U1], A1)
+    t2 = await turn(reg, "s", [SYS, U1, A1, T1], A2)
+    # The agent re-sends the first request after it had continued: the same answer, an intermediate checkpoint.
+    again = await turn(reg, "s", [SYS, U1], A1, salt=4)
+    assert again.result.refreshed and again.result.shadowed and again.result.replaced_step is None
+    await reg.finalize("s")
+    (segment,) = await reg.read(session_id="s")
+    # The continued branch keeps the tokens it was built on: step 1, then step 2.
+    assert segment["step_ids"] == [1, 2] and segment["token_ids"] == list(t2.checkpoint)
+    assert trained_spans(segment) == {1: list(t1.generated), 2: list(t2.generated)}
+
+
+async def test_registry_a_continuation_of_a_shadowed_checkpoint_forks_from_it():
+    reg = registry()
+    await turn(reg, "s", [SYS, U1], A1)
+    await turn(reg, "s", [SYS, U1, A1, T1], A2)
+    again = await turn(reg, "s", [SYS, U1], A1, salt=4)
+    other = await turn(reg, "s", [SYS, U1, A1, {"role": "tool", "tool_call_id": "call_0", "content": "9"}], A3)
+    assert other.result.forked and other.prepared.tokens.base.step_id == again.result.step_id
     await reg.finalize("s")
     segments = await reg.read(session_id="s")
-    assert [s["tip_step"] for s in segments] == [1, 3]
+    assert [s["step_ids"] for s in segments] == [[1, 2], [3, 4]]
+    # The shadowed step is context in the fork (it is trained nowhere: the same answer is trained in step 1).
+    assert trained_spans(segment_by_tip(segments, 4)) == {4: list(other.generated)}
+
+
+async def test_registry_a_generation_extending_a_replaced_tip_still_extends_its_position():
+    reg = registry()
+    t1 = await turn(reg, "s", [SYS, U1], A1)
+    extending = await reg.prepare("s", [SYS, U1, A1, T1])
+    retry = await turn(reg, "s", [SYS, U1], A1, salt=2)
+    assert retry.result.replaced_step == t1.result.step_id
+    ids = model_output(A2)
+    late = await reg.commit(extending.handle, ids, None, None, None, "stop", A2)
+    assert late.chain_id == t1.result.chain_id and not late.forked
+    await reg.finalize("s")
+    (segment,) = await reg.read(session_id="s")
+    # Its tokens continue step 1, so its segment holds step 1; the retry (the same answer) is exported nowhere.
+    assert segment["step_ids"] == [1, 3]
+    assert segment["token_ids"] == list(extending.input_ids()) + ids
+
+
+async def test_registry_same_message_ending_differently_is_not_a_refresh_of_the_export():
+    reg = registry()
+    await turn(reg, "s", [SYS, U1], A2)
+    cut = await turn(reg, "s", [SYS, U1], A2, truncate=2)
+    # The node is refreshed (its checkpoint is the newest step) but the tokens end at the length limit where the
+    # first ended its turn: a sample of its own.
+    assert cut.result.refreshed and cut.result.replaced_step is None and not cut.result.shadowed
+    assert cut.result.chain_id != 1 and not cut.result.extendable
+    await reg.finalize("s")
+    segments = await reg.read(session_id="s")
+    assert [s["step_ids"] for s in segments] == [[1], [2]]
 
 
 async def test_registry_finalize_during_export_waits_and_gets_the_same_result():

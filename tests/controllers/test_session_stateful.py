@@ -10,13 +10,20 @@ its conversation (request plus answer) and its token state, and predicts from th
   limit, means a full encode, else TITO after the base (and a full encode when the fragment fails);
 - the boundary reason of every full encode (session start, context change, new conversation, resample, rewrite,
   length exhausted, TITO failure);
-- the chain of every commit: its base's chain when the base is still that chain's last step, else a new chain.
+- the chain of every commit: its base's chain when the base still sits at that chain's last position, else a new
+  chain; and for the same answer as an earlier step over the same checkpoint position (an idempotent retry), that
+  step's position: it replaces it at the chain's tip when it ends the same way, it is shadowed (exported nowhere)
+  below the tip when it ends at a turn boundary, and it is a step of its own otherwise.
 
 Requests extend any branch (echoing reasoning or dropping it), fork anywhere, retry exactly (the same answer
 refreshes the node), change tools, provoke TITO failures; generations overlap (concurrent siblings), fail, hit the
 length limit; finalize happens once, after which every commit and prepare is refused. Invariants, from the issue:
-every committed step appears in exactly one exported segment as a generated span; each segment's ids equal the TITO
-concatenation along its path; pending nodes are never exported; no commit after finalize.
+every chain position appears in exactly one exported segment as a generated span (a step a retry replaced or
+shadowed in none, the answer once); each segment's ids equal the TITO concatenation along its path; pending nodes
+are never exported; no commit after finalize. A failed generation leaves nothing behind: the prompts the model
+counts as seen (for ``resample`` and ``history_rewritten``) are those of committed steps and of generations still
+in flight, never those of failed ones; with nothing in flight the trie has no pending node, and it holds one attach
+node per generation in flight.
 """
 
 from __future__ import annotations
@@ -60,11 +67,17 @@ def canon_all(messages) -> tuple:
 class ModelStep:
     """A committed step as the model sees it."""
 
-    def __init__(self, step_id, request, answer, tools, context, generated, close, chain):
+    def __init__(self, step_id, request, answer, tools, context, generated, close, chain, position, base):
         self.step_id, self.request, self.answer, self.tools = step_id, request, answer, tools
         self.conversation = canon_all(request + (answer,))
         # close: None when TITO can extend the step, else the boundary reason of whatever continues it.
         self.context, self.generated, self.close, self.chain = context, generated, close, chain
+        # Its position in its chain, and the step its tokens extend (None: a full encode).
+        self.position, self.base = position, base
+
+    @property
+    def slot(self) -> tuple[int, int]:
+        return self.chain, self.position
 
     @property
     def extendable(self) -> bool:
@@ -73,6 +86,11 @@ class ModelStep:
     @property
     def checkpoint(self) -> tuple:
         return self.context + self.generated
+
+
+def slot_of(step: ModelStep | None) -> tuple[int, int] | None:
+    """Where a checkpoint sits (None: no checkpoint, a full encode)."""
+    return None if step is None else step.slot
 
 
 class Pending:
@@ -90,9 +108,12 @@ class SessionVersusModel(RuleBasedStateMachine):
         self.tokenizer = FakeTokenizer()
         self.session = Session("s", SessionConfig(max_steps_per_session=None), self.tokenizer.end_of_turn_id)
         self.steps: list[ModelStep] = []
-        # Every message-list prefix attached so far, per tools value (pending structure included).
-        self.seen: dict[tuple, set] = {}
-        self.chain_last: dict[int, int] = {}
+        # The generations in flight (their prompts are pending structure in the trie).
+        self.live: list[Pending] = []
+        # chain -> its number of positions, and the step at its tip.
+        self.chain_length: dict[int, int] = {}
+        self.chain_tip: dict[int, ModelStep] = {}
+        self.real_chain: dict[int, int] = {}
         self.next_chain = 0
         self.answers = 0
         self.in_flight = 0
@@ -117,7 +138,7 @@ class SessionVersusModel(RuleBasedStateMachine):
             return "session_start"
         if any(self.base_of(request, other) is not None for other in {s.tools for s in self.steps} - {tools}):
             return "context_changed"
-        seen = self.seen.get(tools, set())
+        seen = self.seen(tools)
         wanted = canon_all(request)
         if wanted[:1] not in seen:
             return "new_conversation"
@@ -140,6 +161,13 @@ class SessionVersusModel(RuleBasedStateMachine):
         else:
             reason = self.full_reason(request, tools)
         return None, reason, tuple(self.tokenizer.encode_full(list(request), TOOLS[tools], kwargs))
+
+    def seen(self, tools) -> set:
+        """Every message-list prefix in the trie under ``tools``: those of committed conversations and of the requests
+        still in flight (a failed request took its pending structure with it)."""
+        paths = [s.conversation for s in self.steps if s.tools == tools]
+        paths += [canon_all(g.request) for g in self.live if g.tools == tools]
+        return {path[:k] for path in paths for k in range(1, len(path) + 1)}
 
     # -- requests ----------------------------------------------------------------------------------------------------
 
@@ -200,10 +228,10 @@ class SessionVersusModel(RuleBasedStateMachine):
         assert (plan.boundary_reason.value if plan.boundary_reason else None) == reason
         assert (plan.base is None) == (base is None)
         event(f"prepare: {reason or ('fork or extend' if base is not None else '?')}")
-        seen = self.seen.setdefault(tools, set())
-        seen.update(canon_all(request[:k]) for k in range(1, len(request) + 1))
         self.in_flight += 1
-        return Pending(handle, request, tools, base, expected)
+        generation = Pending(handle, request, tools, base, expected)
+        self.live.append(generation)
+        return generation
 
     @rule(generation=consumes(pending), data=st.data())
     def commit(self, generation, data):
@@ -230,28 +258,49 @@ class SessionVersusModel(RuleBasedStateMachine):
         result = self.session.commit(generation.handle, span, finish_reason=finish, assistant_message=answer,
                                      key=message_key(answer), variant=reasoning_variant(answer), logprobs_invalid=False)
         self.in_flight -= 1
-        # The model's chain rule: in place when the base is still its chain's last step, else a new chain.
+        self.live.remove(generation)
+        close = {"length": "length_exhausted", "no-eot": "no_end_of_turn"}.get(outcome)
+        same = [s for s in self.steps if s.conversation == canon_all(generation.request + (answer,))
+                and s.tools == generation.tools and reasoning_variant(s.answer) == reasoning_variant(answer)]
+        refreshed = bool(same)
         base = generation.base
-        if base is not None and self.chain_last[base.chain] == base.step_id:
-            chain = base.chain
+        # The model's refresh rule: the same answer as the newest identical step, over the same checkpoint position.
+        old = same[-1] if same else None
+        kind = None
+        if old is not None and slot_of(old.base) == slot_of(base):
+            if old.position == self.chain_length[old.chain]:
+                kind = "replaced" if old.close == close else None
+            elif close is None:
+                kind = "shadowed"
+        forked = False
+        if kind is not None:
+            chain, position = old.slot
+        elif base is not None and self.chain_length[base.chain] == base.position:
+            # The model's chain rule: in place when the base still sits at its chain's last position.
+            chain, position = base.chain, base.position + 1
         else:
             self.next_chain += 1
-            chain = self.next_chain
-        refreshed = any(s.conversation == canon_all(generation.request + (answer,)) and s.tools == generation.tools
-                        and reasoning_variant(s.answer) == reasoning_variant(answer) for s in self.steps)
+            chain, position, forked = self.next_chain, 1, base is not None
         step = ModelStep(len(self.steps) + 1, generation.request, answer, generation.tools, generation.context,
-                         tuple(ids), {"length": "length_exhausted", "no-eot": "no_end_of_turn"}.get(outcome), chain)
+                         tuple(ids), close, chain, position, base)
         self.steps.append(step)
-        self.chain_last[chain] = step.step_id
-        self.seen.setdefault(generation.tools, set()).add(step.conversation)
+        if kind != "shadowed":
+            self.chain_length[chain] = position
+            self.chain_tip[chain] = step
         assert result.step_id == step.step_id and result.refreshed == refreshed and result.extendable == step.extendable
-        assert result.forked == (base is not None and chain != base.chain)
-        event(f"commit: {'refreshed ' if refreshed else ''}{'forked' if result.forked else 'in place or new'}")
+        assert result.forked == forked
+        # The session numbers chains its own way (pending ones included): the model's chains map one to one.
+        assert self.real_chain.setdefault(chain, result.chain_id) == result.chain_id
+        assert len(set(self.real_chain.values())) == len(self.real_chain)
+        assert result.replaced_step == (old.step_id if kind == "replaced" else None)
+        assert result.shadowed == (kind == "shadowed")
+        event(f"commit: {kind or ('refreshed apart' if refreshed else 'forked' if forked else 'in place or new')}")
 
     @rule(generation=consumes(pending))
     def fail(self, generation):
         assert self.session.drop(generation.handle)
         self.in_flight -= 1
+        self.live.remove(generation)
 
     @precondition(lambda self: self.exported is None and len(self.steps) >= self.finalize_after)
     @rule()
@@ -270,6 +319,7 @@ class SessionVersusModel(RuleBasedStateMachine):
             self.session.commit(generation.handle, span, finish_reason="stop", assistant_message=answer,
                                 key=message_key(answer), variant=None, logprobs_invalid=True)
         self.in_flight -= 1
+        self.live.remove(generation)
         assert self.session.machine.statistics().steps == len(self.steps)
         event("late commit rejected")
 
@@ -277,10 +327,10 @@ class SessionVersusModel(RuleBasedStateMachine):
 
     def check_export(self, segments: list[dict]) -> None:
         by_id = {s.step_id: s for s in self.steps}
-        chains = {s.chain for s in self.steps}
-        # One segment per chain, ending at its last step, in commit order; pending structure never exported.
-        assert [seg["tip_step"] for seg in segments] == sorted(self.chain_last[c] for c in chains)
+        # One segment per chain, ending at its tip, in commit order; pending structure never exported.
+        assert [seg["tip_step"] for seg in segments] == sorted(tip.step_id for tip in self.chain_tip.values())
         trained: dict[int, int] = {}
+        expected: dict[int, int] = {}
         for segment in segments:
             tip = by_id[segment["tip_step"]]
             # The segment is the TITO concatenation along its path.
@@ -294,8 +344,16 @@ class SessionVersusModel(RuleBasedStateMachine):
                     assert record["concat_response_mask"][context:] == [1] * len(step.generated)
                     assert step.chain == tip.chain
                     trained[step.step_id] = trained.get(step.step_id, 0) + 1
-        # Every committed step is a generated span of exactly one segment.
-        assert trained == {s.step_id: 1 for s in self.steps}
+            # The model's walk: back from the tip through the bases, one step per position of the chain.
+            walk, step = [], tip
+            while step is not None and step.chain == tip.chain:
+                walk.append(step)
+                step = step.base
+            assert [s.position for s in walk] == list(range(self.chain_length[tip.chain], 0, -1))
+            expected.update((s.step_id, 1) for s in walk)
+        # Every chain position is a generated span of exactly one segment; a step an idempotent retry replaced or
+        # shadowed is in none (the answer is trained once, in the step its segment holds).
+        assert trained == expected
 
     def teardown(self):
         event(f"committed steps: {min(len(self.steps) // 5 * 5, 20)}+")
@@ -307,6 +365,14 @@ class SessionVersusModel(RuleBasedStateMachine):
         if view.trie is not None:
             distinct = {(s.tools, s.conversation, reasoning_variant(s.answer)) for s in self.steps}
             assert view.trie.checkpoints == len(distinct)
+        if self.exported is None:
+            # Failed generations leave no residue: pending nodes are exactly the paths of the generations in flight.
+            trie = self.session.trie
+            assert trie.holds == self.in_flight
+            if not self.in_flight:
+                assert view.trie.pending == 0
+            contexts = {s.tools for s in self.steps} | {g.tools for g in self.live}
+            assert view.trie.contexts == len(contexts)
 
 
 TestSessionVersusModel = SessionVersusModel.TestCase

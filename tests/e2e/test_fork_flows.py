@@ -166,5 +166,7 @@ async def test_retry_with_an_identical_answer_refreshes_the_node_and_the_chain_c
                                                      {"role": "tool", "content": "9", "tool_call_id": call_id}])
     assert final.choices[0].message.content == "It is 9."
     segments = await proxy.segments(session)
-    assert [segment["step_ids"] for segment in segments] == [[1], [2, 3]]
-    assert segments[1]["token_ids"] == final.model_extra["prompt_token_ids"] + final.model_extra["token_ids"]
+    # The retry replaced the first attempt at the chain's tip: one segment holds the answer once.
+    assert [segment["step_ids"] for segment in segments] == [[2, 3]]
+    assert segments[0]["token_ids"] == final.model_extra["prompt_token_ids"] + final.model_extra["token_ids"]
+    assert segments[0]["boundary_reason"] == "session_start"

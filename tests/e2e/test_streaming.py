@@ -129,3 +129,40 @@ async def test_streaming_is_real_tokens_reach_the_client_while_the_engine_genera
     assert "".join(text) == words
     assert seen_while_running == 1  # the first words arrived while the engine was still generating the rest
     assert "".join(logprob_tokens) == words
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_top_logprobs_returns_n_alternatives_per_token_and_the_trajectory_keeps_the_chosen_logprob(
+    start_proxy, stream
+) -> None:
+    """``logprobs`` + ``top_logprobs: 3`` is SGLang's ``top_logprobs_num`` (issue 14, item 4): each token entry has
+    three alternatives, most likely first, the chosen token among them with its own logprob (the engine's
+    synthetic alternatives put the sampled token first); the recorded step keeps only the chosen logprobs."""
+    proxy = await start_proxy(script=[{"session": "*", "output": "six times seven is forty-two"}] * 2)
+    session = f"top-{stream}"
+    async with proxy.async_client() as client:
+        kwargs = dict(model="m", messages=MESSAGES, logprobs=True, top_logprobs=3,
+                      extra_headers={"X-Session-Id": session}, extra_body={"return_token_ids": True,
+                                                                          "chat_template_kwargs": {"enable_thinking": False}})
+        entries, token_logprobs = [], []
+        if stream:
+            async for chunk in await client.chat.completions.create(stream=True, **kwargs):
+                extra = chunk.model_extra or {}
+                token_logprobs += extra.get("token_logprobs") or []
+                for choice in chunk.choices:
+                    if choice.logprobs and choice.logprobs.content:
+                        entries += choice.logprobs.content
+        else:
+            completion = await client.chat.completions.create(**kwargs)
+            entries = completion.choices[0].logprobs.content
+            token_logprobs = completion.model_extra["token_logprobs"]
+    assert entries
+    for entry in entries:
+        assert len(entry.top_logprobs) == 3
+        values = [alt.logprob for alt in entry.top_logprobs]
+        assert values == sorted(values, reverse=True)
+        assert (entry.top_logprobs[0].token, entry.top_logprobs[0].logprob) == (entry.token, entry.logprob)
+        assert entry.top_logprobs[1].token != entry.token
+    (segment,) = await proxy.segments(session)
+    trained = [value for value, mask in zip(segment["logprobs"], segment["loss_mask"]) if mask]
+    assert trained == token_logprobs

@@ -15,6 +15,7 @@ import trio
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
 from proxy.upstream.engine import EngineConfig, serve_engine
+from proxy.upstream.engine.script import PROTOCOL_FAULTS
 from tests.e2e.harness import Proxy
 
 SYSTEM = {"role": "system", "content": "You are terse."}
@@ -194,3 +195,86 @@ async def test_client_disconnect_mid_stream_cancels_the_upstream_request_and_com
     assert retry.status_code == 200 and words.startswith(retry.json()["choices"][0]["message"]["content"])
     assert retry.json()["choices"][0]["finish_reason"] == "length"
     assert [segment["step_ids"] for segment in await proxy.segments(session)] == [[1]]
+
+
+# -- answers that break SGLang's protocol (issue 13, item 6) ---------------------------------------------------------
+
+ONE, TWO = "One.", "Two, and a few more words after that."
+SESSION_FIELDS = ("trajectory_id", "parent_traj_id", "rollout_id")
+
+
+def as_if_alone(segments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Segments without what names the session (its id, its generations' ids): what two sessions that lived the same
+    steps share."""
+    out = []
+    for segment in segments:
+        segment = {k: v for k, v in segment.items() if k not in SESSION_FIELDS}
+        segment["steps"] = [{k: v for k, v in step.items() if k != "generation_id"} for step in segment["steps"]]
+        out.append(segment)
+    return out
+
+
+async def protocol_error_of(proxy: Proxy, session: str, messages: list[dict], *, stream: bool) -> dict[str, Any]:
+    """The error a request meets: an HTTP 502 (non-streaming, or nothing streamed yet), or an SSE error event and
+    ``[DONE]`` after the tokens that arrived intact (the stream had opened)."""
+    body = {"messages": messages, "stream": stream}
+    async with httpx.AsyncClient(timeout=30) as client:
+        async with client.stream("POST", proxy.url + "/v1/chat/completions", json=body,
+                                 headers={"X-Session-Id": session}) as response:
+            raw = b"".join([chunk async for chunk in response.aiter_bytes()])
+    if response.status_code != 200:
+        assert stream is False or response.status_code == 502, raw
+        assert response.status_code == 502, raw
+        return json.loads(raw)["error"]
+    assert stream, raw
+    events = [frame[len(b"data: "):] for frame in raw.split(b"\n\n") if frame]
+    assert events[-1] == b"[DONE]" and all(b'"error"' not in event for event in events[:-2]), raw
+    return json.loads(events[-2])["error"]
+
+
+@pytest.mark.parametrize("fault", sorted(PROTOCOL_FAULTS))
+async def test_an_answer_that_breaks_the_protocol_is_a_clear_502_and_leaves_the_session_as_before(
+    start_proxy, fault
+) -> None:
+    """Each scripted protocol fault, for a streaming client (the fault hits token 2: the tokens before it were
+    streamed) and a non-streaming one (its upstream request is non-streaming too: worker URLs are known): a 502
+    ``upstream_protocol_error`` that says what was wrong and names no internal address; nothing is committed; the
+    retry succeeds and the export equals that of a session that never met the fault."""
+    modes = {"stream": True, "whole": False}
+    script = [{"session": "control", "output": output} for output in (ONE, TWO)]
+    for mode in modes:
+        script += [
+            {"session": mode, "output": ONE},
+            {"session": mode, "output": TWO, "protocol_fault": fault, "fault_after": 2},
+            {"session": mode, "output": TWO},
+        ]
+    proxy = await start_proxy(script=script, engine={"token_rate": 200.0})
+    first_turn = [SYSTEM, {"role": "user", "content": "first"}]
+
+    async def step(session: str, messages: list[dict]) -> dict[str, Any]:
+        response = await proxy.chat(session, {"messages": messages})
+        assert response.status_code == 200, response.text
+        return response.json()["choices"][0]["message"]
+
+    answer = await step("control", first_turn)
+    second_turn = first_turn + [answer, {"role": "user", "content": "second"}]
+    assert (await step("control", second_turn))["content"] == TWO
+    for mode, stream in modes.items():
+        assert await step(mode, first_turn) == answer
+        before = (await settled(proxy, mode))["trie"]
+        error = await protocol_error_of(proxy, mode, second_turn, stream=stream)
+        assert (error["code"], error["type"]) == ("upstream_protocol_error", "upstream_error"), (mode, error)
+        message = error["message"]
+        assert message.startswith("SGLang's answer broke the protocol: "), message
+        assert proxy.engine_handle.url not in message and "127.0.0.1" not in message and "Traceback" not in message
+        expected = {
+            "token_out_of_vocab": "outside the vocabulary", "negative_token_id": "outside the vocabulary",
+            "logprobs_short": "logprob triples", "logprobs_mismatch": "does not match output id",
+            "no_output_ids": "no output_ids", "no_meta_info": "no meta_info", "not_json": "not JSON",
+            "bad_finish_reason": "unknown finish_reason",
+        }[fault]
+        assert expected in message, message
+        view = await settled(proxy, mode)
+        assert (view["steps"], view["trie"]) == (1, before)
+        assert (await step(mode, second_turn))["content"] == TWO
+        assert as_if_alone(await proxy.segments(mode)) == as_if_alone(await proxy.segments("control")), mode

@@ -12,8 +12,10 @@ import pytest
 import trio
 import trio.testing
 
+from proxy.upstream.client import SGLangClient
 from proxy.upstream.engine import EngineConfig, Engine
-from proxy.upstream.engine.script import ScriptError
+from proxy.upstream.engine.script import PROTOCOL_FAULTS, ScriptError
+from proxy.upstream.errors import UpstreamProtocolError
 
 from .conftest import CHAT_PROMPT, StartEngine, client_for, stream_events
 
@@ -77,7 +79,9 @@ async def test_script_file(start_engine: StartEngine, tmp_path: Path) -> None:
 def test_invalid_script_is_rejected(qwen3_path: Path) -> None:
     """A malformed entry fails at start-up with its index, not at request time."""
     for bad in ({"session": "s"}, {"session": "", "output": "x"}, {"session": "s", "output": "x", "oops": 1},
-                {"session": "s", "output": "x", "error_status": 200}):
+                {"session": "s", "output": "x", "error_status": 200},
+                {"session": "s", "output": "x", "protocol_fault": "gremlins"},
+                {"session": "s", "output": "x", "protocol_fault": "not_json", "fault_after": -1}):
         with pytest.raises(ScriptError):
             Engine(EngineConfig(tokenizer_path=qwen3_path, script_lines=[bad]))
 
@@ -174,3 +178,38 @@ async def test_global_faults(start_engine: StartEngine) -> None:
         assert (await client.post("/generate", json={"text": "Hi", "stream": True})).status_code == 500
         with pytest.raises(httpx.RemoteProtocolError):  # request 5 is the 2nd stream: cut after 3 tokens
             await stream_events(client, {"text": "Hi"})
+
+
+FAULTY = "one two three four five six seven"
+
+
+@pytest.mark.parametrize("fault", sorted(PROTOCOL_FAULTS))
+@pytest.mark.parametrize("mode", ["stream", "incremental-stream", "whole"])
+async def test_script_protocol_faults_break_the_answer_where_they_say(
+    start_engine: StartEngine, fault: str, mode: str
+) -> None:
+    """``protocol_fault``: the answer breaks SGLang's protocol from output token ``fault_after`` on; the project's
+    own decoder (told the vocabulary size) refuses it with a protocol error after exactly the intact tokens; the
+    entry is used up (the session's next request gets its next entry, not a resumption of the broken one)."""
+    stream, incremental = mode != "whole", mode.startswith("incremental")
+    handle = await start_engine(incremental_streaming_output=incremental, token_rate=200.0, script_lines=[
+        {"session": "k", "output": FAULTY, "protocol_fault": fault, "fault_after": 2},
+        {"session": "k", "output": "fine"},
+    ])
+    tk = handle.engine.tokenizer
+    prompt = tk.encode(CHAT_PROMPT)
+    async with SGLangClient.single_server(handle.url, incremental_streaming=incremental) as upstream:
+        with pytest.raises(UpstreamProtocolError) as info:
+            if stream:
+                async with upstream.generate_stream(prompt, routing_key="k", vocab_size=tk.vocab_size) as events:
+                    async for _ in events:
+                        pass
+            else:
+                await upstream.generate(prompt, routing_key="k", vocab_size=tk.vocab_size)
+        kept = list(info.value.partial.output_ids) if info.value.partial is not None else []
+        # What was accepted is intact, and nothing from the faulty position on (but for the finish reason, which
+        # only the final chunk carries).
+        assert kept == (tk.encode(FAULTY) + [IM_END])[: len(kept)]
+        assert fault == "bad_finish_reason" or len(kept) <= 2
+        finished = await upstream.generate(prompt, routing_key="k", vocab_size=tk.vocab_size)
+        assert finished.text == "fine"

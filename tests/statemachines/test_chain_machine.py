@@ -27,9 +27,13 @@ from statemachines.chain import (
     FirstStepCommitted,
     ForkAt,
     GenerationDropped,
+    RefreshDeclined,
+    RefreshRequested,
     StartNewSegment,
     State,
+    StepShadowed,
     TipAdvanced,
+    TipRefreshed,
 )
 from statemachines.core import IllegalTransition, Snapshot, TableError
 
@@ -53,6 +57,7 @@ SAMPLE = {
     FirstStepCommitted: FirstStepCommitted(),
     GenerationDropped: GenerationDropped(),
     ExportRequested: ExportRequested(),
+    RefreshRequested: RefreshRequested(3),
 }
 # (state, event type) -> (target, data, effects) from BUSY data; absent -> illegal, nothing changes.
 EXPECTED = {
@@ -68,6 +73,11 @@ EXPECTED = {
     (CLOSED, ExtensionRequested): (CLOSED, BUSY[CLOSED], [StartNewSegment(LENGTH)]),
     (CLOSED, GenerationDropped): (CLOSED, ChainData(steps=3, close_reason=LENGTH), []),
     (CLOSED, ExportRequested): (EXPORTED, BUSY[CLOSED], [ExportSegment(3)]),
+    # A refresh never changes the chain: it says what the refreshing step does to the export.
+    (OPEN, RefreshRequested): (OPEN, BUSY[OPEN], [TipRefreshed(3)]),
+    (EXTENDING, RefreshRequested): (EXTENDING, BUSY[EXTENDING], [TipRefreshed(3)]),
+    # The closed tip ended at the length limit; the sample refresh ends its turn: a step of its own.
+    (CLOSED, RefreshRequested): (CLOSED, BUSY[CLOSED], [RefreshDeclined(3)]),
 }
 # Rows that exist but whose guard refuses the BUSY sample (the reason is in the message).
 GUARDED = {(CLOSED, ExtensionCommitted): "a closed chain's tip is never extended"}
@@ -135,6 +145,28 @@ GUARD_CASES = {
     "last_extender_drop_reopens": (
         EXTENDING, ChainData(steps=2, extenders=1), GenerationDropped(), OPEN, ChainData(steps=2), [],
     ),
+    "refresh_below_the_tip_is_shadowed": (
+        OPEN, ChainData(steps=3), RefreshRequested(1), OPEN, ChainData(steps=3), [StepShadowed(1)],
+    ),
+    "refresh_below_a_closed_tip_is_shadowed": (
+        CLOSED, ChainData(steps=3, close_reason=LENGTH), RefreshRequested(2),
+        CLOSED, ChainData(steps=3, close_reason=LENGTH), [StepShadowed(2)],
+    ),
+    "refresh_of_a_closed_tip_ending_the_same_way_replaces_it": (
+        CLOSED, ChainData(steps=3, extenders=1, close_reason=LENGTH), RefreshRequested(3, LENGTH),
+        CLOSED, ChainData(steps=3, extenders=1, close_reason=LENGTH), [TipRefreshed(3)],
+    ),
+    "refresh_of_a_closed_tip_ending_otherwise_is_declined": (
+        CLOSED, ChainData(steps=3, close_reason=LENGTH), RefreshRequested(3, NO_EOT),
+        CLOSED, ChainData(steps=3, close_reason=LENGTH), [RefreshDeclined(3)],
+    ),
+    "refresh_of_an_open_tip_that_cannot_be_extended_is_declined": (
+        EXTENDING, ChainData(steps=2, extenders=1), RefreshRequested(2, LENGTH),
+        EXTENDING, ChainData(steps=2, extenders=1), [RefreshDeclined(2)],
+    ),
+    "refresh_below_the_tip_that_cannot_be_extended_is_declined": (
+        OPEN, ChainData(steps=3), RefreshRequested(2, NO_EOT), OPEN, ChainData(steps=3), [RefreshDeclined(2)],
+    ),
     "first_step_that_cannot_be_extended_closes": (
         PENDING, ChainData(), FirstStepCommitted(NO_EOT), CLOSED, ChainData(steps=1, close_reason=NO_EOT),
         [TipAdvanced(1)],
@@ -162,9 +194,12 @@ def test_chain_machine_guard_branches(case):
          "no generation is extending this chain"),
         (CLOSED, ChainData(steps=3, close_reason=LENGTH), ExtensionRequested(9),
          "step 9 is not one of the chain's 3 step(s)"),
+        (OPEN, ChainData(steps=3), RefreshRequested(4), "step 4 is not one of the chain's 3 step(s)"),
+        (EXTENDING, ChainData(steps=3, extenders=1), RefreshRequested(0),
+         "step 0 is not one of the chain's 3 step(s)"),
     ],
     ids=["beyond_tip", "zero", "commit_beyond_tip", "closed_drop_uncounted", "closed_commit_uncounted",
-         "closed_beyond"],
+         "closed_beyond", "refresh_beyond_tip", "refresh_zero"],
 )
 def test_chain_machine_guards_refuse_and_change_nothing(state, data, event, reason):
     chain = chain_in(state, data)
@@ -197,6 +232,17 @@ def test_chain_machine_length_exhausted_tip_starts_a_new_segment_but_lower_steps
     assert chain.statistics() == ChainStatistics("CLOSED", 2, 0, "length_exhausted")
     assert chain.send(ExtensionRequested(2)) == [StartNewSegment(LENGTH)]
     assert chain.send(ExtensionRequested(1)) == [ForkAt(1)]
+
+
+def test_chain_machine_a_refreshed_tip_is_still_extended_in_place_by_the_generations_extending_it():
+    # Two generations extend the tip; the same answer as the tip commits (a retry) and replaces it at position 2;
+    # the extenders still commit in place (their tokens continue position 2), then the refresh is below the tip.
+    chain = chain_in(OPEN, ChainData(steps=2))
+    assert chain.send(ExtensionRequested(2)) == [ExtendTip(2)]
+    assert chain.send(RefreshRequested(2)) == [TipRefreshed(2)]
+    assert chain.send(ExtensionCommitted(2)) == [TipAdvanced(3)]
+    assert chain.send(RefreshRequested(2)) == [StepShadowed(2)]
+    assert chain.statistics() == ChainStatistics("OPEN", 3, 0, None)
 
 
 def test_chain_machine_export_while_extending_ignores_the_extenders_which_the_session_rejects():

@@ -2,7 +2,9 @@
 
 The model is written from the chain's contract (spec 5.2-5.4, architecture invariant 6), not from its code: the
 steps the chain owns, the position each counted generation prepared on, and the close reason. A counted commit
-extends the chain only if its position is still the tip; everything else forks. Illegal events have rules of their
+extends the chain only if its position is still the tip; everything else forks. A refresh (the same answer as the
+step at a position) replaces the tip when it ends the same way, is shadowed below the tip when it ends at a turn
+boundary, and is declined otherwise; it changes nothing in the chain. Illegal events have rules of their
 own (preconditions, never ``assume``) that expect ``IllegalTransition`` and no change.
 """
 
@@ -25,8 +27,12 @@ from statemachines.chain import (
     FirstStepCommitted,
     ForkAt,
     GenerationDropped,
+    RefreshDeclined,
+    RefreshRequested,
     StartNewSegment,
+    StepShadowed,
     TipAdvanced,
+    TipRefreshed,
 )
 from statemachines.core import IllegalTransition
 
@@ -117,6 +123,24 @@ class ChainVersusModel(RuleBasedStateMachine):
         m = self.model
         m.counted.pop(data.draw(st.integers(0, len(m.counted) - 1), label="which"))
         self.send(GenerationDropped(), [])
+
+    @precondition(lambda self: self.live())
+    @rule(data=st.data(), close=CLOSES)
+    def refresh(self, data, close):
+        m = self.model
+        at = data.draw(st.integers(1, m.steps), label="at")
+        if at == m.steps and close == m.close:
+            expected = [TipRefreshed(at)]
+        elif at < m.steps and close is None:
+            expected = [StepShadowed(at)]
+        else:
+            expected = [RefreshDeclined(at)]
+        self.send(RefreshRequested(at, close), expected)
+
+    @precondition(lambda self: not self.live())
+    @rule(at=st.integers(1, 3))
+    def refresh_of_a_chain_without_a_live_tip_is_illegal(self, at):
+        self.send_illegal(RefreshRequested(at))
 
     @precondition(lambda self: self.model.phase in ("pending", "live"))
     @rule()

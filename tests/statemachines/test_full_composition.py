@@ -104,6 +104,10 @@ SESSION_ROWS = (
        (sm.State.FINALIZING, sm.ExportCompleted), (sm.State.FINALIZED, sm.FinalizeRequested)}
 )
 
+# A refresh (the same answer over the same checkpoint position) is session_with_generations' (it reaches a generation
+# only through its commit, which is here; abstraction 1).
+REFRESH_ROWS = {(state, cm.RefreshRequested) for state in (cm.State.OPEN, cm.State.EXTENDING, cm.State.CLOSED)}
+
 
 def test_full_composition_drives_the_tables(explored):
     sent = explored["sent"]
@@ -112,7 +116,7 @@ def test_full_composition_drives_the_tables(explored):
         return {(state, event) for machine, state, event in sent if machine == table.machine}
 
     assert fed(gt.TABLE) == set(gt.TABLE.rows)
-    assert fed(cm.TABLE) == set(cm.TABLE.rows)
+    assert fed(cm.TABLE) == set(cm.TABLE.rows) - REFRESH_ROWS
     assert fed(gm.TABLE) == set(gm.TABLE.rows) - UNDRIVEN_GENERATION
     assert fed(sm.TABLE) >= SESSION_ROWS
 

@@ -15,7 +15,7 @@ from statemachines.compositions import GenPhase, SessionWorld, session_with_gene
 from statemachines.core import Branch, Goto, on
 
 # Measured once and documented in docs/statemachines/README.md; a change here must be deliberate.
-EXPECTED_COUNTS = {(1, None): (41, 134), (2, None): (534, 2042), (3, None): (13626, 57933), (3, 2): (4862, 21375)}
+EXPECTED_COUNTS = {(1, None): (41, 134), (2, None): (582, 2286), (3, None): (19182, 85917), (3, 2): (5474, 24819)}
 
 
 @pytest.mark.parametrize("n, max_steps", sorted(EXPECTED_COUNTS, key=str), ids=str)
@@ -48,6 +48,7 @@ def test_session_composition_exercises_every_row_of_both_tables():
     assert result.violation is None
     assert set(session_sm.TABLE.rows) | set(chain_sm.TABLE.rows) == sent
     assert chain_sm.StartNewSegment in effects and session_sm.MaxStepsReached not in effects
+    assert {chain_sm.TipRefreshed, chain_sm.StepShadowed, chain_sm.RefreshDeclined} <= effects
     assert session_with_generations(3, max_steps=2, **machines).explore().violation is None
     assert session_sm.MaxStepsReached in effects
 
@@ -95,8 +96,9 @@ class OverwritingChain(chain_sm.ChainMachine):
 
 
 def test_planted_bug_sibling_overwrite_is_found_with_a_six_step_trace():
-    # Shortest: a first step, two siblings prepared on it, both commit: the second is appended after the first
-    # although it extends step 1, so the chain is no longer one token path. Needs three generations.
+    # Shortest: a first step, two siblings prepared on it, both commit: the second is put at position 3 although
+    # it extends step 1, so the chain's path back from its tip (steps 1, 3) no longer holds its positions (the
+    # chain is not one token path). Needs three generations.
     system = session_with_generations(3, chain=OverwritingChain)
     violation = system.explore().violation
     assert violation is not None
@@ -104,7 +106,7 @@ def test_planted_bug_sibling_overwrite_is_found_with_a_six_step_trace():
         "g0: prepare (no checkpoint)", "g0: commit", "g1: prepare on c0 tip", "g2: prepare on c0 tip",
         "g1: commit", "g2: commit",
     )
-    assert violation.invariant == "chains_are_token_paths"
+    assert violation.invariant == "every_committed_step_owned_by_exactly_one_chain"
     assert session_with_generations(2, chain=OverwritingChain).explore().violation is None
 
 
@@ -151,3 +153,30 @@ def test_planted_bug_export_failure_discarding_committed_steps_is_found_with_a_f
     assert violation.labels == ("g0: prepare (no checkpoint)", "g0: commit", "trainer: finalize",
                                 "trainer: export fails")
     assert violation.invariant == "no_committed_step_lost_by_a_failed_export"
+
+
+def _replace_anywhere(state, data, event):
+    """Planted bug E: a refresh always replaces the tip, even of a chain continued past the refreshed step."""
+    return Goto(state, data, [chain_sm.TipRefreshed(event.at)])
+
+
+class ReplacingChain(chain_sm.ChainMachine):
+    table = chain_sm.TABLE.overriding(*(
+        on(state, chain_sm.RefreshRequested, _replace_anywhere, Branch(state, [chain_sm.TipRefreshed]))
+        for state in (chain_sm.State.OPEN, chain_sm.State.EXTENDING, chain_sm.State.CLOSED)
+    ))
+
+
+def test_planted_bug_a_refresh_below_the_tip_that_replaces_it_is_found_with_a_six_step_trace():
+    # Shortest: a first step; a retry of its request is prepared; the chain is extended; the retry commits the
+    # same answer as step 1 and is taken as the tip at position 1: step 2 no longer holds a position of its chain
+    # (it would be lost from the export). Needs three generations.
+    system = session_with_generations(3, chain=ReplacingChain)
+    violation = system.explore().violation
+    assert violation is not None
+    assert violation.labels == (
+        "g0: prepare (no checkpoint)", "g0: commit", "g1: prepare (no checkpoint)", "g2: prepare on c0 tip",
+        "g2: commit", "g1: commit the same answer as s1",
+    )
+    assert violation.invariant == "every_committed_step_owned_by_exactly_one_chain"
+    assert session_with_generations(2, chain=ReplacingChain).explore().violation is None

@@ -128,3 +128,51 @@ def test_prefix_trie_nearest_checkpoint_skips_uncommitted_nodes_and_stops_at_the
                                           {"role": "assistant", "content": "never generated"}, USER])
     assert trie.nearest_checkpoint(deep) is step
     assert trie.nearest_checkpoint(ctx) is None
+
+
+def test_prefix_trie_release_removes_exactly_the_pending_nodes_no_one_holds():
+    trie = PrefixTrie()
+    ctx = trie.context(context_key(None), None, {})
+    base, _ = walk_and_attach(trie, ctx, [SYS, USER])
+    commit(trie, base, {"role": "assistant", "content": "a"})
+    trie.release(base)
+    before = trie.statistics()
+    history = [SYS, USER, {"role": "assistant", "content": "a"}]
+    # Two holders of one pending path (two samples of one prompt), a third extending it.
+    first, _ = walk_and_attach(trie, ctx, history + [USER])
+    second, matched = walk_and_attach(trie, ctx, history + [USER])
+    third, _ = walk_and_attach(trie, ctx, history + [USER, {"role": "assistant", "content": "b"}, SYS])
+    assert second is first and matched == 4 and trie.holds == 3
+    assert trie.release(first) == 0 and trie.release(second) == 0  # the third still needs the path
+    assert trie.statistics().pending == 3
+    assert trie.release(third) == 3
+    assert trie.statistics() == before and trie.holds == 0
+    assert trie.match(ctx, *keys(history + [USER]))[1] == 3
+
+
+def test_prefix_trie_release_after_a_commit_keeps_the_committed_path_and_an_unused_context_goes():
+    trie = PrefixTrie()
+    ctx = trie.context(context_key(None), None, {})
+    attach, _ = walk_and_attach(trie, ctx, [SYS, USER])
+    commit(trie, attach, {"role": "assistant", "content": "a"})
+    assert trie.release(attach) == 0 and trie.statistics().nodes == 4
+    other = trie.context(context_key([{"type": "function"}]), [{"type": "function"}], {})
+    failed, _ = walk_and_attach(trie, other, [SYS])
+    assert trie.statistics().contexts == 2
+    assert trie.release(failed) == 2  # its message and the context it created
+    assert trie.statistics().contexts == 1 and trie.statistics().nodes == 4 and not trie.root.children.get(other.key)
+
+
+def test_prefix_trie_shared_encoding_entries_are_counted_and_removed_by_the_last_holder():
+    from array import array
+
+    trie, ctx = new_trie()
+    attach, _ = walk_and_attach(trie, ctx, [SYS])
+    one = attach.shared_encoding(("full",), array("i", [1, 2]))
+    two = attach.shared_encoding(("full",), array("i", [1, 2]))
+    assert two is one and attach.encodings[("full",)][1] == 2
+    attach.release_encoding(("full",), one)
+    assert attach.encodings[("full",)][1] == 1
+    attach.release_encoding(("full",), array("i", [1, 2]))  # not the stored array: nothing to give back
+    attach.release_encoding(("full",), two)
+    assert attach.encodings is None

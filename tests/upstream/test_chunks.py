@@ -273,6 +273,38 @@ def test_malformed_chunks_are_protocol_errors(bad):
         ChunkDecoder().feed_payload(bad)
 
 
+@pytest.mark.parametrize("incremental", [False, True], ids=["cumulative", "incremental"])
+def test_token_id_outside_the_vocabulary_is_a_protocol_error_after_the_good_tokens(incremental):
+    decoder = ChunkDecoder(vocab_size=100, incremental=incremental, url="http://10.0.0.7:30000/generate")
+    assert [e.token_id for e in decoder.feed_chunk(chunk([1, 99]))] == [1, 99]
+    with pytest.raises(UpstreamProtocolError, match=r"output token id 100 is outside the vocabulary \(ids 0 to 99\)") as info:
+        decoder.feed_chunk(chunk([100] if incremental else [1, 99, 100]))
+    assert info.value.partial.output_ids == (1, 99) and "10.0.0.7" not in info.value.message
+    # Negative ids are never tokens, with or without a known vocabulary.
+    with pytest.raises(UpstreamProtocolError, match="outside the vocabulary"):
+        ChunkDecoder().feed_chunk(chunk([-1]))
+    # The quirk's ids (taken from the logprob triples) are checked too.
+    decoder = ChunkDecoder(vocab_size=100)
+    with pytest.raises(UpstreamProtocolError, match="outside the vocabulary"):
+        decoder.feed_chunk(chunk([123], finish=QUEUED_ABORT, prompt_tokens=None, logprob_ids=[5, 123],
+                                 completion_tokens=2))
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ({"text": "", "output_ids": [1]}, "no meta_info"),
+        ({"text": "", "meta_info": {"id": "r", "finish_reason": None}}, "no output_ids"),
+        (chunk([1, 2], logprob_ids=[1]), "2 ids but 1 logprob triples"),
+        (chunk([1, 2], logprob_ids=[1, 3]), "does not match output id 2"),
+        (chunk([1], output_token_logprobs=[[True, 1, None]]), "is not a number"),
+    ],
+)
+def test_protocol_errors_say_what_was_wrong(bad, says):
+    with pytest.raises(UpstreamProtocolError, match=says):
+        ChunkDecoder(vocab_size=100).feed_chunk(bad)
+
+
 def test_shrinking_or_diverging_cumulative_chunk_is_a_protocol_error():
     for second in (chunk([1]), chunk([1, 9, 3])):
         decoder = ChunkDecoder()

@@ -19,6 +19,7 @@ from quart_trio import QuartTrio
 from proxy.serving import harden_app
 
 from .config import EngineConfig
+from .faults import break_output
 from .generate_request import FieldTypeError, GenerateRequest
 from .parsers import ParserCrash, parse_function_call, separate_reasoning
 from .request_state import RequestState
@@ -64,6 +65,12 @@ def stream_error_response(message: str) -> Response:
 
 def sse(payload: Any) -> bytes:
     return b"data: " + dump_json(payload) + b"\n\n"
+
+
+def wire_output(engine: Engine, state: RequestState, body: dict[str, Any], *, offset: int, final: bool) -> bytes:
+    """A built body or chunk as sent: JSON, unless the request's script entry breaks the protocol (``faults.py``)."""
+    broken = break_output(engine.tokenizer.vocab_size, state, body, offset=offset, final=final)
+    return broken if isinstance(broken, bytes) else dump_json(broken)
 
 
 async def _json_body(*, allow_empty: bool = True) -> Any:
@@ -135,7 +142,8 @@ def create_engine_app(config: EngineConfig, engine: Engine | None = None) -> tup
         status = reason.get("status_code") if reason.get("type") == "abort" else None
         if status:
             return error_response(str(reason.get("message")), int(status))
-        return json_response(build_output(engine, state, final=True))
+        body = wire_output(engine, state, build_output(engine, state, final=True), offset=0, final=True)
+        return Response(body, status=200, content_type="application/json")
 
     # ---- control -------------------------------------------------------------------------------------------
 
@@ -314,6 +322,10 @@ async def _stream_body(engine: Engine, state: RequestState) -> AsyncIterator[byt
     aborted.
     """
     incremental = engine.config.incremental_streaming_output
+
+    def frame(body: dict[str, Any], offset: int, final: bool) -> bytes:
+        return b"data: " + wire_output(engine, state, body, offset=offset, final=final) + b"\n\n"
+
     seen = -1
     sent_tokens = 0
     sent_text = 0
@@ -324,19 +336,18 @@ async def _stream_body(engine: Engine, state: RequestState) -> AsyncIterator[byt
             seen = state.revision
             produced = len(state.output_ids)
             drop = state.drop_after
+            offset = sent_tokens if incremental else 0
             if drop is not None and (produced > drop or (produced == drop and not state.finished)):
                 if drop > sent_tokens:
-                    yield sse(build_output(
+                    yield frame(build_output(
                         engine, state, final=False, upto=drop,
-                        since_tokens=sent_tokens if incremental else 0,
-                        since_text=sent_text if incremental else 0))
+                        since_tokens=offset, since_text=sent_text if incremental else 0), offset, False)
                 state.dropped_by_fault = True
                 raise _DropConnection(f"drop fault after {drop} tokens")
             if state.finished:
-                yield sse(build_output(
+                yield frame(build_output(
                     engine, state, final=True, stream=True,
-                    since_tokens=sent_tokens if incremental else 0,
-                    since_text=sent_text if incremental else 0))
+                    since_tokens=offset, since_text=sent_text if incremental else 0), offset, True)
                 completed = True
                 yield b"data: [DONE]\n\n"
                 return
@@ -345,10 +356,9 @@ async def _stream_body(engine: Engine, state: RequestState) -> AsyncIterator[byt
             text = output_text(engine, state, produced, final=False)
             if held_back(state, text):
                 continue
-            yield sse(build_output(
+            yield frame(build_output(
                 engine, state, final=False, upto=produced, text=text,
-                since_tokens=sent_tokens if incremental else 0,
-                since_text=sent_text if incremental else 0))
+                since_tokens=offset, since_text=sent_text if incremental else 0), offset, False)
             sent_tokens = produced
             sent_text = len(text)
     finally:

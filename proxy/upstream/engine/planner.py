@@ -82,8 +82,9 @@ class Planner:
         return self._default_plan(input_ids, session_key)
 
     def finished(self, plan: Plan, emitted: int, finish_type: str | None) -> None:
-        """Leave a script entry open for its session when a request stopped before the entry's end."""
-        if plan.entry is None or finish_type not in ("abort", "length"):
+        """Leave a script entry open for its session when a request stopped before the entry's end (never one with a
+        protocol fault: its broken answer was all the client got, and it is not resumed)."""
+        if plan.entry is None or plan.entry.protocol_fault is not None or finish_type not in ("abort", "length"):
             return
         reached = plan.start + emitted
         if reached < len(plan.tokens):

@@ -11,7 +11,12 @@ left, the next unused ``"*"`` entry; when none is left either, the default polic
 
 An entry that was cut short (finished by ``abort`` or ``length`` before all its tokens were emitted) stays open
 for its session: the next request of that session resumes it at the longest prefix of the entry's tokens that
-its input ends with, the way a model continues a partial reply that is fed back to it.
+its input ends with, the way a model continues a partial reply that is fed back to it. An entry with a
+``protocol_fault`` is used up by the one request it answered (the client gives up on the broken answer): it is never
+resumed.
+
+``protocol_fault`` makes the answer break SGLang's protocol (``faults.py`` applies it to the built chunks):
+``fault_after`` is the output position it hits, see :data:`PROTOCOL_FAULTS`.
 """
 
 from __future__ import annotations
@@ -26,7 +31,22 @@ import attrs
 
 WILDCARD = "*"
 
-_KEYS = frozenset({"session", "output", "eos", "error_status", "drop_after", "latency", "token_rate"})
+_KEYS = frozenset({
+    "session", "output", "eos", "error_status", "drop_after", "latency", "token_rate", "protocol_fault", "fault_after",
+})
+
+#: The answers that break the protocol, by ``protocol_fault`` name. Each hits every chunk (or the non-streaming body)
+#: that carries output token ``fault_after`` (0-based; default 0), so the tokens before it arrive intact.
+PROTOCOL_FAULTS = {
+    "token_out_of_vocab": "output token fault_after is the id vocab_size, one past the tokenizer's last id",
+    "negative_token_id": "output token fault_after is the id -1",
+    "logprobs_short": "output_token_logprobs holds one triple fewer than output_ids",
+    "logprobs_mismatch": "the logprob triple of output token fault_after names another token id",
+    "no_output_ids": "the chunk has no output_ids",
+    "no_meta_info": "the chunk has no meta_info",
+    "not_json": "the chunk's data line (non-streaming: the body) is cut in the middle of its JSON",
+    "bad_finish_reason": "the final chunk's finish_reason has an unknown type (fault_after is not used)",
+}
 
 
 class ScriptError(ValueError):
@@ -51,6 +71,10 @@ class ScriptEntry:
     latency: float = 0.0
     #: Tokens per second for this entry (overrides the engine's ``token_rate``).
     token_rate: float | None = None
+    #: Break the protocol in the answer (a name of :data:`PROTOCOL_FAULTS`); None: a faithful answer.
+    protocol_fault: str | None = None
+    #: The output position the protocol fault hits.
+    fault_after: int = 0
     #: Position in the script (line order), for logs.
     index: int = 0
 
@@ -81,6 +105,12 @@ class ScriptEntry:
         eos = data.get("eos", True)
         if not isinstance(eos, bool):
             raise ScriptError(f"script entry {index}: 'eos' must be a boolean")
+        protocol_fault = data.get("protocol_fault")
+        if protocol_fault is not None and protocol_fault not in PROTOCOL_FAULTS:
+            raise ScriptError(f"script entry {index}: 'protocol_fault' must be one of {sorted(PROTOCOL_FAULTS)}")
+        fault_after = data.get("fault_after", 0)
+        if not isinstance(fault_after, int) or isinstance(fault_after, bool) or fault_after < 0:
+            raise ScriptError(f"script entry {index}: 'fault_after' must be an integer >= 0")
         return cls(
             session=session,
             output=output,
@@ -89,6 +119,8 @@ class ScriptEntry:
             drop_after=drop_after,
             latency=float(latency),
             token_rate=None if token_rate is None else float(token_rate),
+            protocol_fault=protocol_fault,
+            fault_after=fault_after,
             index=index,
         )
 
