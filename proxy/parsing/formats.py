@@ -60,6 +60,33 @@ def reasoning_forced_open(name: str) -> bool:
         raise ValueError(f"unknown reasoning type {name!r}; choose one of {', '.join(REASONING_TYPES)}") from None
 
 
+def parameter_schemas(parameters: Any) -> Mapping[str, Any]:
+    """Parameter name -> schema, for a tool's ``parameters``, as SGLang 0.5.23's ``Qwen3CoderDetector`` finds them
+    (``_get_arguments_config``, ``get_schema_properties``): ``properties``; when there is none at the top level,
+    the properties of the ``anyOf`` / ``oneOf`` / ``allOf`` branches (the first branch naming one wins); when
+    there are none there either, and ``parameters`` has no ``properties`` key, ``parameters`` itself."""
+    if not isinstance(parameters, Mapping):
+        return {}
+    properties = _schema_properties(parameters)
+    return properties if properties or "properties" in parameters else parameters
+
+
+def _schema_properties(schema: Any) -> dict[str, Any]:
+    if not isinstance(schema, Mapping):
+        return {}
+    properties = schema.get("properties")
+    if isinstance(properties, Mapping):
+        return dict(properties)
+    merged: dict[str, Any] = {}
+    for keyword in ("anyOf", "oneOf", "allOf"):
+        branches = schema.get(keyword)
+        if isinstance(branches, list):
+            for branch in branches:
+                for key, value in _schema_properties(branch).items():
+                    merged.setdefault(key, value)
+    return merged
+
+
 @attrs.frozen
 class ToolSpecs:
     """The tools a request offers: names and parameter schemas, plus the original list for SGLang.
@@ -69,7 +96,7 @@ class ToolSpecs:
     """
 
     properties: Mapping[str, Mapping[str, Any]]
-    """Tool name -> its ``parameters.properties`` (empty when the schema has none)."""
+    """Tool name -> parameter name -> schema (:func:`parameter_schemas`)."""
     openai_tools: tuple[Mapping[str, Any], ...] = ()
     """The request's tool list as given, sent to ``/parse_function_call``."""
 
@@ -87,9 +114,7 @@ class ToolSpecs:
             if not isinstance(name, str) or not name:
                 continue
             kept.append(tool)
-            parameters = function.get("parameters")
-            props = parameters.get("properties") if isinstance(parameters, Mapping) else None
-            properties.setdefault(name, props if isinstance(props, Mapping) else {})
+            properties.setdefault(name, parameter_schemas(function.get("parameters")))
         return cls(properties=properties, openai_tools=tuple(kept))
 
     def __contains__(self, name: object) -> bool:

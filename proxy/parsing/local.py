@@ -10,16 +10,18 @@ The meaning, step by step:
 1. Reasoning (when a reasoning type is set). Reasoning is open if the prompt left it open
    (``reasoning_open_at_start``) or the output starts, after optional whitespace, with ``<think>`` (a leading
    ``<think>`` is consumed in both cases). It ends at the first ``</think>``, or at the first ``<tool_call>``
-   (SGLang's Qwen3 detector closes it there too; the ``<tool_call>`` then belongs to the answer), or at the end of
-   the text. Leading whitespace of the reasoning is dropped; trailing whitespace is dropped too unless the
-   reasoning was closed by ``</think>``. These are the results of SGLang's ``/separate_reasoning``.
-   A ``<think>`` anywhere else is ordinary text (SGLang would delete it and treat the text as reasoning).
+   (the Qwen3.5 quirk; the ``<tool_call>`` then belongs to the answer), or at the end of the text. Leading
+   whitespace of the reasoning is dropped; trailing whitespace is dropped too unless the reasoning was closed by
+   ``</think>``. A ``<think>`` anywhere else is ordinary text. SGLang 0.5.23 differs on purpose in three ways
+   (docs/parsing.md, "Local and SGLang 0.5.23"): it keeps all whitespace, it opens reasoning at a ``<think>``
+   anywhere (removing only leading ones), and a ``<tool_call>`` ends its reasoning only when no ``</think>``
+   follows.
 2. Tool calls (when a tool-call type is set): the rest is cut into text and blocks; a block runs from
    ``<tool_call>`` to the first ``</tool_call>``, or to the end of the text (then it is "open"). Each block is
    decided by :func:`~proxy.parsing.tool_blocks.decide_block` (or by SGLang, see ``parser.py``).
 3. Content is the text pieces and the rejected blocks, in order, joined and stripped at both ends. For a
-   well-formed output this is SGLang's ``normal_text`` (the stripped text before the first call); unlike SGLang
-   we keep text that follows a call, and keep rejected markup, instead of dropping them.
+   well-formed output this is SGLang's ``normal_text`` (the text before the first call) without its surrounding
+   whitespace; unlike SGLang we keep text that follows a call, and keep rejected markup, instead of dropping them.
 """
 
 from __future__ import annotations

@@ -20,16 +20,22 @@ non-streamed one agree:
   known block: a block SGLang finds calls in becomes those calls; a block it finds none in stays content
   (flagged ``malformed_tool_call``, or ``unknown_tool`` when the local parser knows that is why). SGLang's calls
   must meet the invariants of :mod:`proxy.parsing.parsed` (a name among the offered tools, arguments a JSON
-  object), otherwise the block stays content and is flagged. When SGLang and the local parser disagree, SGLang
-  wins and the step is flagged ``parser_mismatch``. Blocks still open at the end of the output, and every block
-  of a request without tools, are decided locally (never a call) without asking SGLang.
+  object), otherwise the block stays content and is flagged. When SGLang and the local parser disagree on the
+  calls, SGLang wins and the step is flagged ``parser_mismatch``; SGLang's ``normal_text`` and ``tool_index`` are
+  not used. Blocks still open at the end of the output, and every block of a request without tools, are decided
+  locally (never a call) without asking SGLang.
 * Reasoning: ``parse_final`` lets the reasoning backend split the whole text (``<think>`` is prepended when the
-  prompt left reasoning open, since ``/separate_reasoning`` cannot know); a differing local split adds
-  ``parser_mismatch``. A text with neither ``<think>`` nor ``</think>``, not open at the start, is not sent: SGLang's
-  detector (reasoning not forced) answers it as all normal text, whatever the text (one round trip less per step).
-  A stream must route each delta to reasoning or content as it arrives, before SGLang could be asked, so
-  **streaming always splits reasoning locally**; for well-formed outputs the two agree (tested against the SGLang
-  stand-in).
+  prompt left reasoning open, since ``/separate_reasoning`` cannot know; whitespace before a leading ``<think>``
+  is left out). SGLang 0.5.23 keeps the whitespace around the markers, so the two splits are compared without
+  it: when they agree the local split is the result; when they differ SGLang's is, with the local whitespace
+  rules, and the step is flagged ``parser_mismatch``. A text with neither ``<think>`` nor ``</think>``, not open
+  at the start, is not sent: SGLang's detector (reasoning not forced) answers it as all normal text, whatever
+  the text (one round trip less per step). A stream must route each delta to reasoning or content as it
+  arrives, before SGLang could be asked, so **streaming always splits reasoning locally**; for well-formed
+  outputs the two agree (tested against SGLang 0.5.23's recorded answers).
+* So ``parser_mismatch`` is flagged exactly when SGLang's decision gives another message (content, reasoning or
+  calls) than the local parser would; the documented differences in how the two write the same message never
+  flag a step (docs/parsing.md, "Local and SGLang 0.5.23").
 * Streaming with an SGLang tool-call backend: deltas are routed locally, and the blocks are decided by the
   backend at ``finish()``; the first block and everything after it is emitted then (see ``streaming.py``).
 """
@@ -248,12 +254,11 @@ class MessageParser:
             return local
         client = self.client
         assert client is not None and self.config.reasoning_type is not None
+        sent = reasoning_request(text, opened)
         self._backend_calls += 1
         try:
             with trio.move_on_after(self.config.backend_timeout) as scope:
-                reply = await client.separate_reasoning(
-                    (THINK_START if opened else "") + text, self.config.reasoning_type
-                )
+                reply = await client.separate_reasoning(sent, self.config.reasoning_type)
             if scope.cancelled_caught:
                 raise _timeout("/separate_reasoning", self.config.backend_timeout)
         except UpstreamError:
@@ -263,10 +268,12 @@ class MessageParser:
             self._fallbacks += 1
             flags.add(ParseFlag.PARSER_FALLBACK)
             return local
-        if (reply.reasoning_text, reply.text.strip()) != (local.reasoning or "", local.rest.strip()):
-            self._mismatches += 1
-            flags.add(ParseFlag.PARSER_MISMATCH)
-        return ReasoningSplit(reply.reasoning_text or None, reply.text)
+        theirs = sglang_reasoning_split(reply, closed=THINK_END in sent)
+        if (theirs.reasoning or "", theirs.rest.strip()) == (local.reasoning or "", local.rest.strip()):
+            return local  # the same split, up to whitespace at the ends (documented difference 1)
+        self._mismatches += 1
+        flags.add(ParseFlag.PARSER_MISMATCH)
+        return theirs
 
     def _count(self, message: ParsedMessage) -> ParsedMessage:
         self._messages_parsed += 1
@@ -296,6 +303,24 @@ class MessageStream:
     @property
     def message(self) -> ParsedMessage:
         return self._core.message
+
+
+def reasoning_request(text: str, opened: bool) -> str:
+    """The text sent to ``/separate_reasoning``: the output, with ``<think>`` in front when the prompt left reasoning
+    open (SGLang cannot know), and without the whitespace before a leading ``<think>`` (the local parser consumes
+    both; SGLang only removes a ``<think>`` that starts the text)."""
+    stripped = text.lstrip()
+    if stripped.startswith(THINK_START):
+        return stripped
+    return THINK_START + text if opened else text
+
+
+def sglang_reasoning_split(reply: ReasoningParse, *, closed: bool) -> ReasoningSplit:
+    """SGLang's split with the local parser's whitespace: SGLang 0.5.23 keeps the whitespace around the markers; the
+    reasoning loses its leading whitespace, and its trailing whitespace too unless ``</think>`` closed it
+    (``closed``: the text sent had ``</think>``, so that is where SGLang ended the reasoning)."""
+    reasoning = reply.reasoning_text.lstrip() if closed else reply.reasoning_text.strip()
+    return ReasoningSplit(reasoning or None, reply.text)
 
 
 def _timeout(path: str, seconds: float) -> UpstreamTimeout:

@@ -15,9 +15,10 @@ XML (``qwen3_coder``)::
     </parameter>
     </function>
 
-One leading and one trailing newline of a value are stripped and the value is converted by the tool schema's
-``type`` exactly as SGLang's ``Qwen3CoderDetector`` does (``null`` -> None, integer / number / boolean parsed,
-strings kept, anything else tried as JSON and then as a Python literal). A missing ``</parameter>`` is tolerated
+One leading and one trailing newline of a value are stripped and the value is converted by the type of its
+parameter's schema exactly as SGLang 0.5.23's ``Qwen3CoderDetector`` does (:func:`convert_xml_value`: ``null`` ->
+None, integer / number / boolean parsed, strings kept, objects and arrays tried as JSON, anything else as a Python
+literal). A missing ``</parameter>`` is tolerated
 (the value ends at the next ``<parameter=`` or at ``</function>``), as in SGLang. Stricter than SGLang: a
 function must end with ``</function>``, and only whitespace may stand between the elements.
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import json
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -196,19 +198,64 @@ def _xml_parameters(body: str, tool: str, tools: ToolSpecs) -> dict[str, Any]:
 
 _STRING_TYPES = ("string", "str", "text", "varchar", "char", "enum")
 _INT_PREFIXES = ("int", "uint", "long", "short", "unsigned")
-_FLOAT_PREFIXES = ("num", "float", "double")
+_FLOAT_PREFIXES = ("num", "float")
 _BOOL_TYPES = ("boolean", "bool", "binary")
+_ENUM_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"), (dict, "object"))
+
+
+def schema_type(schema: Any) -> str:
+    """The conversion type of a parameter schema, as SGLang 0.5.23 infers it (``infer_type_from_json_schema``):
+    ``type`` (the first non-null of a list), else ``anyOf``/``oneOf`` (one type, or the non-null one of two,
+    else ``string`` if among them, else the first), else the type of the ``enum`` values (``string`` when mixed),
+    else the first non-string type of ``allOf``, else ``object`` for ``properties``, ``array`` for ``items``; then
+    stripped and lower-cased. Default ``string``."""
+    inferred = _infer_type(schema)
+    return "string" if inferred is None else str(inferred).strip().lower()
+
+
+def _infer_type(schema: Any) -> Any:
+    if not isinstance(schema, Mapping):
+        return None
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return kind
+    if isinstance(kind, list) and kind:
+        return next((k for k in kind if k != "null"), "string")
+    branches = (schema.get("anyOf") or schema.get("oneOf")) if ("anyOf" in schema or "oneOf" in schema) else None
+    if isinstance(branches, list):
+        kinds = [k for k in map(_infer_type, branches) if k]
+        distinct = {str(k) for k in kinds}
+        if len(distinct) == 1:
+            return kinds[0]
+        if len(distinct) == 2 and "null" in kinds:
+            return next(k for k in kinds if k != "null")
+        if kinds:
+            return "string" if "string" in kinds else kinds[0]
+    enum = schema.get("enum")
+    if isinstance(enum, list):
+        found = {"null" if v is None else next((n for t, n in _ENUM_TYPES if isinstance(v, t)), None) for v in enum}
+        found.discard(None)
+        return found.pop() if len(found) == 1 else "string"
+    if isinstance(schema.get("allOf"), list):
+        return next((k for k in map(_infer_type, schema["allOf"]) if k and k != "string"), "string")
+    if "properties" in schema:
+        return "object"
+    if "items" in schema:
+        return "array"
+    return None
 
 
 def convert_xml_value(value: str, schema: Any) -> Any:
-    """SGLang's ``Qwen3CoderDetector._convert_param_value``: convert by the schema ``type``; a value that does
-    not convert stays the string. Unlike SGLang, the result is always JSON-encodable (else: the string)."""
+    """SGLang 0.5.23's ``Qwen3CoderDetector._convert_param_value``: by :func:`schema_type`, ``null`` -> None,
+    string types stay strings, integer and number types parsed (an integral number written without ``.`` or ``e``
+    is an int), boolean types are ``value.lower() == "true"``, object and array types tried as JSON; then every
+    type that is still unconverted tried as a Python literal; a value that does not convert stays the string.
+    Unlike SGLang, the result is always strict JSON: a non-finite number, or a literal JSON cannot write (a set,
+    bytes; SGLang then returns no call at all), stays the string."""
     if value.lower() == "null":
         return None
-    kind: Any = schema.get("type", "string") if isinstance(schema, Mapping) else "string"
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "string")
-    kind = str(kind).strip().lower()
+    kind = schema_type(schema)
     if kind in _STRING_TYPES:
         return value
     if kind.startswith(_INT_PREFIXES):
@@ -225,15 +272,23 @@ def convert_xml_value(value: str, schema: Any) -> Any:
             return value
         return int(number) if number.is_integer() and "." not in value and "e" not in value.lower() else number
     if kind in _BOOL_TYPES:
-        lowered = value.lower()
-        return lowered == "true" if lowered in ("true", "false") else value
-    try:
-        converted = json.loads(value, parse_constant=_no_constants)
-    except (ValueError, RecursionError):
+        return value.lower() == "true"
+    if kind in ("object", "array", "arr") or kind.startswith(("dict", "list")):
         try:
+            return _strict_json(json.loads(value, parse_constant=_no_constants), value)
+        except (ValueError, RecursionError):
+            pass
+    try:
+        with warnings.catch_warnings():  # invalid escapes only warn; the value is still the literal
+            warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
             converted = ast.literal_eval(value)
-        except Exception:  # literal_eval raises many kinds on hostile input; any of them means "a string"
-            return value
+    except Exception:  # literal_eval raises many kinds on hostile input; any of them means "a string"
+        return value
+    return _strict_json(converted, value)
+
+
+def _strict_json(converted: Any, value: str) -> Any:
     try:
         json.dumps(converted, allow_nan=False)
     except (ValueError, TypeError, RecursionError):

@@ -110,7 +110,13 @@ def test_xml_string_values_keep_inner_newlines_and_lose_one_outer_newline_each_s
     ("nan", {"type": "number"}, "nan"),          # never NaN in arguments
     ("inf", {"type": "number"}, "inf"),
     ("False", {"type": "boolean"}, False),
-    ("yes", {"type": "boolean"}, "yes"),
+    ("yes", {"type": "boolean"}, False),        # SGLang 0.5.23: anything but true is false
+    ("1.0", {"type": "double"}, 1.0),           # not a float type: a Python literal
+    ("7", {"anyOf": [{"type": "integer"}, {"type": "null"}]}, 7),
+    ("7", {"enum": [1, 7]}, 7),
+    ("7", {"enum": [1, "a"]}, "7"),
+    ("true", {"type": "null"}, "true"),         # no json.loads for other types, and `true` is no Python literal
+    ("[1]", {"items": {}}, [1]),
     ("[1, 2]", {"type": "array"}, [1, 2]),
     ("{'a': (1, 2)}", {"type": "object"}, {"a": [1, 2]}),  # Python literal fallback
     ("{1, 2}", {"type": "object"}, "{1, 2}"),    # a set is not JSON: stays the string
@@ -119,8 +125,29 @@ def test_xml_string_values_keep_inner_newlines_and_lose_one_outer_newline_each_s
     ("5", {}, "5"),
     ("5", "garbage schema", "5"),
 ])
-def test_xml_value_conversion_follows_sglang(value: str, schema: object, expected: object) -> None:
+def test_xml_value_conversion_follows_sglang_0_5_23(value: str, schema: object, expected: object) -> None:
     assert json.loads(json.dumps(convert_xml_value(value, schema))) == expected
+
+
+def test_xml_parameter_schemas_are_found_as_sglang_0_5_23_finds_them() -> None:
+    """``properties``; else those of ``anyOf``/``oneOf``/``allOf`` branches (the first wins); else, without a
+    ``properties`` key, the ``parameters`` object itself (so a parameter named ``type`` has the schema
+    ``"object"``, which names no type: a string). The first tool of a name wins."""
+    tools = [
+        {"type": "function", "function": {"name": "union", "parameters": {"anyOf": [
+            {"type": "object", "properties": {"k": {"type": "integer"}}},
+            {"type": "object", "properties": {"k": {"type": "string"}, "m": {"type": "boolean"}}}]}}},
+        {"type": "function", "function": {"name": "bare", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "dup", "parameters": {"properties": {"v": {"type": "integer"}}}}},
+        {"type": "function", "function": {"name": "dup", "parameters": {"properties": {"v": {"type": "boolean"}}}}},
+    ]
+    specs = ToolSpecs.from_openai(tools)
+    raw = block("<function=union>\n<parameter=k>\n7\n</parameter>\n<parameter=m>\nyes\n</parameter>\n</function>")
+    assert decide_block(raw, XML, specs).calls == (("union", '{"k": 7, "m": false}'),)
+    raw = block("<function=bare>\n<parameter=type>\n7\n</parameter>\n<parameter=x>\n7\n</parameter>\n</function>")
+    assert decide_block(raw, XML, specs).calls == (("bare", '{"type": "7", "x": "7"}'),)
+    raw = block("<function=dup>\n<parameter=v>\n7\n</parameter>\n</function>")
+    assert decide_block(raw, XML, specs).calls == (("dup", '{"v": 7}'),)
 
 
 def test_xml_missing_parameter_end_is_tolerated_like_sglang() -> None:

@@ -21,7 +21,7 @@ from proxy.serving import harden_app
 from .config import EngineConfig
 from .faults import break_output
 from .generate_request import FieldTypeError, GenerateRequest
-from .parsers import parse_function_call, separate_reasoning
+from .parsers import ParserCrash, parse_function_call, separate_reasoning
 from .request_state import RequestState
 from .responses import build_output, held_back, output_text
 from .scheduler import Engine, InjectedHTTPError
@@ -50,6 +50,11 @@ def json_response(payload: Any, status: int = 200) -> Response:
 def error_response(message: str, status: int = 400) -> Response:
     """SGLang's ``_create_error_response`` shape (§1.5)."""
     return json_response({"error": {"message": message}}, status)
+
+
+def _internal_server_error() -> Response:
+    """What SGLang's server answers when a parser raises (an unhandled exception in a FastAPI route)."""
+    return Response(b"Internal Server Error", status=500, content_type="text/plain; charset=utf-8")
 
 
 def stream_error_response(message: str) -> Response:
@@ -288,6 +293,8 @@ def create_engine_app(config: EngineConfig, engine: Engine | None = None) -> tup
             normal_text, calls = parse_function_call(text, parser, tools)
         except ValueError as exc:
             return error_response(str(exc))
+        except ParserCrash:
+            return _internal_server_error()
         return json_response({"normal_text": normal_text, "calls": [call.to_json() for call in calls]})
 
     @app.route("/separate_reasoning", methods=["POST"])
@@ -300,6 +307,8 @@ def create_engine_app(config: EngineConfig, engine: Engine | None = None) -> tup
             result = separate_reasoning(text, parser)
         except ValueError as exc:
             return error_response(str(exc))
+        except ParserCrash:
+            return _internal_server_error()
         return json_response(result.to_json(return_blocks))
 
     return app, engine

@@ -1,14 +1,17 @@
-"""Self-contained copies of the SGLang parsers behind ``/parse_function_call`` and ``/separate_reasoning``.
+"""The SGLang parsers behind ``/parse_function_call`` and ``/separate_reasoning``, as SGLang 0.5.23 has them.
 
-Only the Qwen family is implemented (sglang-protocol.md §5.1, §5.2, §5.4). The proxy has its own local parsers;
-these exist so that the engine answers the parser endpoints like SGLang does.
+Only the Qwen family is implemented (sglang-protocol.md §5.1, §5.2, §5.4), written anew from the behaviour of
+0.5.23 and held to it by recorded outputs of its own parser classes (``tests/parsing/fixtures/``). The proxy has
+its own local parsers (``proxy/parsing/``); these exist so that the engine answers the parser endpoints like
+SGLang does.
 """
 
-from .function_call import TOOL_CALL_PARSERS, ToolCallItem, parse_function_call
+from .function_call import TOOL_CALL_PARSERS, ParserCrash, ToolCallItem, parse_function_call
 from .reasoning import REASONING_PARSERS, ReasoningResult, separate_reasoning
 
 __all__ = [
     "REASONING_PARSERS",
+    "ParserCrash",
     "TOOL_CALL_PARSERS",
     "ReasoningResult",
     "ToolCallItem",

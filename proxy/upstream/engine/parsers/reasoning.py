@@ -1,21 +1,49 @@
-"""Non-streaming reasoning separation for ``/separate_reasoning`` (sglang-protocol.md §5.2).
+"""Non-streaming reasoning separation for ``/separate_reasoning``, as SGLang 0.5.23 does it (sglang-protocol.md
+§5.2; ``parser/reasoning_parser.py`` of that release: ``BaseReasoningFormatDetector.detect_and_parse``,
+``Qwen3Detector``, ``DeepSeekR1Detector``, ``ReasoningParser``).
 
-``Qwen3Detector`` semantics: markers ``<think>`` / ``</think>``. Without ``<think>`` in the text the whole text is
-normal unless the parser forces reasoning (``qwen3-thinking``, ``deepseek-r1``). Inside reasoning, a
-``<tool_call>`` before ``</think>`` closes the reasoning implicitly (the Qwen3.5 quirk). An unterminated block is
-all reasoning.
+Written from the behaviour of those classes, and checked case by case against what they return
+(``tests/parsing/fixtures/sglang_0_5_23.jsonl.gz``, ``tests/engine/test_parser_fixtures.py``).
+
+* Reasoning is open when the parser forces it (``qwen3-thinking``, ``deepseek-r1``) or ``<think>`` occurs
+  **anywhere** in the text; otherwise the whole text is normal text.
+* Then only **leading** ``<think>`` markers are removed (as many as there are in a row); a ``<think>`` after any
+  other character, whitespace included, stays in the text.
+* If ``</think>`` follows, the reasoning is what precedes the first one and the normal text what follows it.
+* Otherwise (``qwen3`` family only) a ``<tool_call>`` anywhere ends the reasoning and starts the normal text
+  (the Qwen3.5 quirk); with no ``<tool_call>`` either, everything is reasoning.
+* Nothing is stripped: whitespace around the markers stays in the reasoning and the normal text.
+
+The parser name is looked up lower-cased (``Qwen3`` works); an unknown name makes SGLang raise (a 500).
 """
 
 from __future__ import annotations
 
 import attrs
 
+from .function_call import ParserCrash, check_encodable
+
 THINK_START = "<think>"
 THINK_END = "</think>"
 TOOL_CALL_START = "<tool_call>"
 
-#: Parser name -> whether reasoning is forced (the text starts inside a think block).
-REASONING_PARSERS = {"qwen3": False, "qwen3-thinking": True, "deepseek-r1": True}
+
+@attrs.frozen
+class _Detector:
+    forced: bool
+    """The text starts inside reasoning (``force_reasoning``)."""
+    tool_start: str | None
+    """The marker that ends unterminated reasoning (``tool_start_token``)."""
+
+
+_QWEN3 = _Detector(forced=False, tool_start=TOOL_CALL_START)
+
+#: Parser name -> detector (``ReasoningParser.DetectorMap``; the Qwen3 and DeepSeek-R1 detectors only).
+REASONING_PARSERS: dict[str, _Detector] = {
+    "qwen3": _QWEN3,
+    "qwen3-thinking": attrs.evolve(_QWEN3, forced=True),
+    "deepseek-r1": _Detector(forced=True, tool_start=None),
+}
 
 
 @attrs.frozen
@@ -26,28 +54,31 @@ class ReasoningResult:
     def to_json(self, return_blocks: bool) -> dict[str, object]:
         body: dict[str, object] = {"reasoning_text": self.reasoning_text, "text": self.text}
         if return_blocks:
+            # ``parse_non_stream_blocks``: the reasoning block when there is reasoning, then always a text block.
             reasoning_blocks = [self.reasoning_text] if self.reasoning_text else []
-            text_blocks = [self.text] if self.text else []
             body["reasoning_blocks"] = reasoning_blocks
-            body["text_blocks"] = text_blocks
+            body["text_blocks"] = [self.text]
             body["blocks"] = [{"type": "reasoning", "text": t} for t in reasoning_blocks] + [
-                {"type": "text", "text": t} for t in text_blocks
-            ]
+                {"type": "text", "text": self.text}]
         return body
 
 
 def separate_reasoning(text: str, parser: str) -> ReasoningResult:
-    """Split ``text`` into reasoning and normal text. Unknown parser: ``ValueError``."""
-    if parser not in REASONING_PARSERS:
-        raise ValueError(f"Unsupported reasoning parser: {parser!r}; supported: {', '.join(REASONING_PARSERS)}")
-    in_reasoning = REASONING_PARSERS[parser] or THINK_START in text
-    if not in_reasoning:
+    """Split ``text`` into reasoning and normal text. An unknown parser, or a text with lone surrogates (SGLang's
+    orjson cannot write them back), raises :class:`ParserCrash`."""
+    detector = REASONING_PARSERS.get(parser.lower())
+    if detector is None:
+        raise ParserCrash(f"Unsupported model type: {parser}")
+    check_encodable(text)
+    if not (detector.forced or THINK_START in text):
         return ReasoningResult("", text)
-    processed = text.replace(THINK_START, "").strip()
-    end = processed.find(THINK_END)
-    tool = processed.find(TOOL_CALL_START)
-    if tool != -1 and (end == -1 or tool < end):
-        return ReasoningResult(processed[:tool].strip(), processed[tool:].strip())
-    if end == -1:
-        return ReasoningResult(processed, "")
-    return ReasoningResult(processed[:end], processed[end + len(THINK_END) :].strip())
+    body = text
+    while body.startswith(THINK_START):
+        body = body[len(THINK_START) :]
+    end = body.find(THINK_END)
+    if end != -1:
+        return ReasoningResult(body[:end], body[end + len(THINK_END) :])
+    tool = body.find(detector.tool_start) if detector.tool_start else -1
+    if tool != -1:
+        return ReasoningResult(body[:tool], body[tool:])
+    return ReasoningResult(body, "")
