@@ -20,6 +20,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from proxy.api import ChatCompletionRequest, dumps, parse_json_body
+from proxy.api.chat_request import SessionIdSources
 from proxy.controllers.generation import GenerationController
 from proxy.request_end import on_request_end
 from proxy.services import ProxyServices
@@ -31,11 +32,13 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 def register(app: QuartTrio, services: ProxyServices) -> None:
     controller = GenerationController.from_services(services)
     app.extensions["dressage_generation_controller"] = controller
+    config = services.config
+    session_ids = SessionIdSources(config.session_id_headers, config.session_id_body_field)
 
     @app.post("/v1/chat/completions")
     async def chat_completions() -> Response:
         body = parse_json_body(await request.get_data())
-        chat = ChatCompletionRequest.from_http(body, request.headers)
+        chat = ChatCompletionRequest.from_http(body, request.headers, session_ids)
         generation = await controller.start(chat, app.nursery)
         # However this exchange ends (a disconnect before the body starts included), the generation hears of it.
         on_request_end(request.scope, generation.client_gone)
