@@ -1,9 +1,11 @@
 """The proxy's quart-trio app: error handling in one place, routes in ``proxy/routes/``.
 
 Every error, including unknown routes, upstream faults and session errors, is rendered in the OpenAI error shape
-``{"error": {"message", "type", "param", "code"}}`` with a stable ``code`` (``proxy/api/errors.py``). An
-exception nobody expected is still answered in that shape (500 ``internal_error``) and logged; the tests make sure
-no input reaches that path.
+``{"error": {"message", "type", "param", "code", "request_id"}}`` with a stable ``code`` whose status and type come
+from the one table (``proxy/api/errors.py``). An exception nobody expected is still answered in that shape (500
+``internal_error``) and logged; the tests make sure no input reaches that path. No body carries internals (upstream
+URLs, exception text, tracebacks): each handler logs the detail with the request id that the body and the
+``X-Request-Id`` header of every response carry (``proxy/request_id.py``, the outermost ASGI wrapper).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from proxy.api import ApiError
 from proxy.controllers.errors import SessionError
 from proxy.controllers.upstream_reader import failure_event
 from proxy.request_end import RequestEndHooks
+from proxy.request_id import RequestIdMiddleware, current_request_id
 from proxy.routes import chat, info, rollout, rollout_control
 from proxy.serving import harden_app
 from proxy.services import ProxyServices
@@ -51,26 +54,31 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
 
     @app.errorhandler(UpstreamError)
     async def _upstream_error(error: UpstreamError) -> Response:
-        # The same status and code as a failed generation: one table (proxy/controllers/upstream_reader.py).
+        # The same code as a failed generation (proxy/controllers/upstream_reader.py), which logs the detail.
         failure = failure_event(error)
-        return error_response(ApiError(failure.status, failure.code, failure.message, type="upstream_error"))
+        return error_response(ApiError.of(failure.code, failure.message))
 
     @app.errorhandler(SessionError)
     async def _session_error(error: SessionError) -> Response:
-        return error_response(ApiError.from_session_error(error))
+        answer = ApiError.from_session_error(error)
+        if answer.status >= 500:
+            log.error("request %s: answered %d %s: %s", current_request_id(), answer.status, answer.code, error)
+        return error_response(answer)
 
     @app.errorhandler(TitoError)
     async def _tito_error(error: TitoError) -> Response:
         # The chat template refused the conversation (a full encode has no fallback): the input is at fault.
-        return error_response(ApiError.invalid_request(f"the chat template cannot render these messages: {error}"))
+        log.info("request %s: the chat template cannot render the messages: %s", current_request_id(), error)
+        return error_response(ApiError.chat_template_refused(error.failure.reason.value))
 
     @app.errorhandler(Exception)
     async def _unexpected(error: Exception) -> Response:
-        log.exception("unexpected error", exc_info=error)
+        log.error("request %s: unexpected error, answered 500", current_request_id(), exc_info=error)
         return error_response(ApiError.internal_error())
 
     for module in ROUTE_MODULES:
         module.register(app, services)
-    # Every exchange's end is seen, also one cut before a streaming body started (proxy/request_end.py).
-    app.asgi_app = RequestEndHooks(app.asgi_app)  # type: ignore[method-assign]
+    # Every exchange's end is seen, also one cut before a streaming body started (proxy/request_end.py); outermost,
+    # every exchange gets its request id (the context of everything it runs, the X-Request-Id header).
+    app.asgi_app = RequestIdMiddleware(RequestEndHooks(app.asgi_app))  # type: ignore[method-assign]
     return app

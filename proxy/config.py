@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import ssl
 from pathlib import Path
 from typing import Any, Callable
@@ -126,6 +127,11 @@ class ProxyConfig:
     pause_abort_timeout: float = 30.0
     #: add prompt_token_ids, token_ids, token_logprobs, weight_versions to every response
     return_token_ids: bool = False
+    #: the headers a request's session id is read from, in precedence order (then the body field, then the
+    #: X-SMG-Routing-Key header)
+    session_id_headers: tuple[str, ...] = ("X-Session-Id",)
+    #: the body field read after the headers; None: never read from the body
+    session_id_body_field: str | None = "session_id"
 
     @property
     def uses_embedded_engine(self) -> bool:
@@ -202,6 +208,34 @@ def optional_positive_int(text: str) -> int | None:
     return positive_int(text) if text.strip() not in ("", "0") else None
 
 
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+
+
+def header_names(text: str) -> tuple[str, ...]:
+    """Comma- or space-separated HTTP header names (at least one)."""
+    names = tuple(text.replace(",", " ").split())
+    if not names:
+        raise ValueError("give at least one header name")
+    for name in names:
+        if not _HEADER_NAME.match(name):
+            raise ValueError(f"{name!r} is not an HTTP header name")
+    return names
+
+
+def optional_body_field(text: str) -> str | None:
+    """A top-level body field name; empty: none."""
+    return text.strip() or None
+
+
+class _AppendToEnvDefault(argparse.Action):
+    """A repeatable flag whose values (each a list) replace its default (the built-in or the env var's) at the
+    first use on the command line and extend it after that: ``--x A --x B`` is ``(A, B)`` whatever the env says."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        current = getattr(namespace, self.dest)
+        setattr(namespace, self.dest, (() if current is self.default else tuple(current)) + tuple(values))
+
+
 def choice(*options: str) -> Callable[[str], str]:
     def convert(text: str) -> str:
         if text not in options:
@@ -235,6 +269,20 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_argument(
         server, "--upstream-max-connections", convert=positive_int, default=512,
         help="connection pool size towards SGLang",
+    )
+
+    identity = parser.add_argument_group("session identity")
+    add_env_argument(
+        identity, "--session-id-header", convert=header_names, default=("X-Session-Id",), metavar="HEADER",
+        action=_AppendToEnvDefault,
+        help="a header that carries the session id; repeat it (or give a comma-separated list) in precedence "
+        "order, e.g. --session-id-header X-Rollout-Session --session-id-header X-Session-Id to make your own "
+        "header win over one the agent sends (default: X-Session-Id; then the body field, then X-SMG-Routing-Key)",
+    )
+    add_env_argument(
+        identity, "--session-id-body-field", convert=optional_body_field, default="session_id", metavar="FIELD",
+        help="the request body field read for the session id when none of the headers is present (an empty value: "
+        "never read the body; default: session_id)",
     )
 
     model = parser.add_argument_group("model, tokenization and parsing")
@@ -322,4 +370,6 @@ def proxy_config_from_args(args: argparse.Namespace) -> ProxyConfig:
         pause_wait_timeout=args.pause_wait_timeout,
         pause_abort_timeout=args.pause_abort_timeout,
         return_token_ids=args.return_token_ids,
+        session_id_headers=tuple(args.session_id_header),
+        session_id_body_field=args.session_id_body_field,
     )

@@ -339,7 +339,8 @@ class Respond:
 
 @attrs.frozen
 class RespondError:
-    """Answer the client with an OpenAI-style error (503 answers carry Retry-After)."""
+    """Answer the client with an OpenAI-style error (503 answers carry Retry-After). ``code`` decides the answer;
+    the proxy takes its status from ``proxy/api/errors.py``'s table, which ``status`` must equal (tested)."""
 
     status: int
     code: str

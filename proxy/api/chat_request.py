@@ -8,7 +8,7 @@ Session identity (spec 3.1). Header names are matched case-insensitively; blank 
 
 | field | from | rule |
 |---|---|---|
-| ``session_id`` | ``X-Session-Id`` header, else body ``session_id``, else ``X-SMG-Routing-Key`` header | required: ``missing_session_id`` (400, ``param`` ``X-Session-Id``) |
+| ``session_id`` | the :class:`SessionIdSources`: by default the ``X-Session-Id`` header, else body ``session_id``, else the ``X-SMG-Routing-Key`` header | required: ``missing_session_id`` (400, ``param`` the first header) |
 | ``instance_id`` | ``X-Instance-Id`` header, else body ``instance_id`` | optional |
 | ``turn_id`` | ``X-Turn-Id`` header, else body ``turn_id`` | optional |
 
@@ -84,7 +84,7 @@ import attrs
 
 from proxy.api.constraints import ResponseFormat, conflict_error, is_forcing
 from proxy.api.constraints import constraint_params as build_constraint_params
-from proxy.api.errors import ApiError
+from proxy.api.errors import DEFAULT_SESSION_ID_HEADERS, ApiError
 from proxy.api.fields import (
     INT32_MAX,
     INT64_MAX,
@@ -111,7 +111,6 @@ NON_TEXT_PARTS = frozenset({"image_url", "input_image", "image", "input_audio", 
 #: the largest ``top_logprobs`` OpenAI accepts
 MAX_TOP_LOGPROBS = 20
 
-SESSION_HEADER = "x-session-id"
 ROUTING_KEY_HEADER = "x-smg-routing-key"
 INSTANCE_HEADER = "x-instance-id"
 TURN_HEADER = "x-turn-id"
@@ -129,6 +128,24 @@ _READ_FIELDS = frozenset(
         "parallel_tool_calls", "response_format",
     }
 )
+
+
+@attrs.frozen
+class SessionIdSources:
+    """Where a request's session id is read, in precedence order: each of ``headers``, then the body field
+    ``body_field`` (None: never), then the gateway's ``X-SMG-Routing-Key`` header. The proxy's
+    ``--session-id-header`` (repeatable) and ``--session-id-body-field`` set them; the default is spec 3.1's order.
+    An operator whose agents send their own ``X-Session-Id`` puts its own header first."""
+
+    headers: tuple[str, ...] = attrs.field(default=DEFAULT_SESSION_ID_HEADERS, converter=tuple)
+    body_field: str | None = "session_id"
+
+    def __attrs_post_init__(self) -> None:
+        if not self.headers:
+            raise ValueError("a session id needs at least one header to be read from")
+
+
+DEFAULT_SESSION_ID_SOURCES = SessionIdSources()
 
 
 @attrs.frozen
@@ -217,15 +234,17 @@ class ChatCompletionRequest:
 
     @classmethod
     def from_http(
-        cls, body: Any, headers: Mapping[str, str], *, tool_call_type: str = DEFAULT_TOOL_CALL_TYPE
+        cls, body: Any, headers: Mapping[str, str], session_ids: SessionIdSources = DEFAULT_SESSION_ID_SOURCES, *,
+        tool_call_type: str = DEFAULT_TOOL_CALL_TYPE,
     ) -> ChatCompletionRequest:
-        """Validate a parsed JSON body and the request headers; raises ``ApiError`` (4xx) and nothing else.
+        """Validate a parsed JSON body and the request headers (the session id read from ``session_ids``); raises
+        ``ApiError`` (4xx) and nothing else.
 
         ``tool_call_type`` is the served model's tool-call format (``qwen25`` or ``qwen3_coder``): the
         constrained-decoding parameters depend on it, as in SGLang."""
         body = require_object(body)
         header = _header_reader(headers)
-        session_id, source = _session_id(body, header)
+        session_id, source = _session_id(body, header, session_ids)
         for legacy in ("functions", "function_call"):
             if body.get(legacy) is not None:
                 raise ApiError.unsupported_parameter(
@@ -381,15 +400,18 @@ def _header_reader(headers: Mapping[str, str] | Any) -> dict[str, str]:
     return out
 
 
-def _session_id(body: dict[str, Any], header: Mapping[str, str]) -> tuple[str, str]:
-    if SESSION_HEADER in header:
-        return identifier(header[SESSION_HEADER], "X-Session-Id"), "header"
-    value = body.get("session_id")
-    if value is not None and value != "":
-        return identifier(value, "session_id"), "body"
+def _session_id(body: dict[str, Any], header: Mapping[str, str], sources: SessionIdSources) -> tuple[str, str]:
+    """The first session id of ``sources`` present (a blank header counts as absent), and where it came from."""
+    for name in sources.headers:
+        if name.lower() in header:
+            return identifier(header[name.lower()], name), "header"
+    if sources.body_field is not None:
+        value = body.get(sources.body_field)
+        if value is not None and value != "":
+            return identifier(value, sources.body_field), "body"
     if ROUTING_KEY_HEADER in header:
         return identifier(header[ROUTING_KEY_HEADER], "X-SMG-Routing-Key"), "routing_key"
-    raise ApiError.missing_session_id()
+    raise ApiError.missing_session_id(sources.headers, sources.body_field)
 
 
 def _optional_id(body: dict[str, Any], header: Mapping[str, str], header_name: str, key: str) -> str | None:
@@ -619,4 +641,4 @@ def _response_mask(value: Any) -> tuple[int, ...] | None:
     return tuple(value)
 
 
-__all__ = ["ChatCompletionRequest", "ToolChoice"]
+__all__ = ["DEFAULT_SESSION_ID_SOURCES", "ChatCompletionRequest", "SessionIdSources", "ToolChoice"]

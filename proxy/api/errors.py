@@ -4,45 +4,34 @@ Every failure a client can see is an :class:`ApiError`: an HTTP status, a stable
 a human message, the ``param`` it is about (a dotted path such as ``messages[2].tool_calls[0].function.name``, or
 ``None``), and an OpenAI error ``type``. Its body is always::
 
-    {"error": {"message": "...", "type": "...", "param": "..." | null, "code": "..."}}
+    {"error": {"message": "...", "type": "...", "param": "..." | null, "code": "...", "request_id": "req_..."}}
 
-plus, for a few codes, extra members inside ``"error"`` (``details``, listed below); the OpenAI SDKs ignore members
-they do not know. Some codes also carry response headers (``Retry-After``).
+plus, for a few codes, extra members inside ``"error"`` (``details``); the OpenAI SDKs ignore members they do not
+know. ``request_id`` is the exchange's id (:mod:`proxy.request_id`), also sent as the ``X-Request-Id`` header of
+every response; it is absent only outside an HTTP exchange (unit tests). Some codes also carry response headers
+(``Retry-After``).
 
-| code | HTTP | type | when |
-|---|---|---|---|
-| ``missing_session_id`` | 400 | invalid_request_error | no ``X-Session-Id`` header, body ``session_id`` or ``X-SMG-Routing-Key`` header |
-| ``invalid_request`` | 400 | invalid_request_error | a field has the wrong type or value (``param`` names it); body not a JSON object; a string (or key) anywhere in the body that is not valid Unicode (a lone surrogate such as ``"\\ud800"``; ``param`` is its path) |
-| ``unsupported_parameter`` | 400 | invalid_request_error | valid OpenAI input this proxy does not serve: ``n`` > 1, image/audio content, custom tools, ``functions`` |
-| ``context_overflow`` | 400 | invalid_request_error | the prompt already fills ``--context-window``; details ``prompt_tokens``, ``context_window`` |
-| ``trajectory_version_changed`` | 400 | invalid_request_error | without partial rollout, the session's weight version or rollout epoch changed between its steps |
-| ``max_steps_exceeded`` | 400 | invalid_request_error | the session holds ``DRESSAGE_PROXY_MAX_STEPS_PER_SESSION`` steps |
-| ``session_finalized`` | 400 | invalid_request_error | the session is finalizing or finalized; a late generation is not committed |
-| ``invalid_messages`` | 400 | invalid_request_error | (session layer) the messages cannot be trie edges; the API's own validation normally answers first |
-| ``session_aborted`` | 409 | invalid_request_error | (session layer) finalize of a session that was aborted: nothing to export |
-| ``export_failed`` | 500 | server_error | (session layer) finalize could not export or store the session (a bug, logged); its steps are kept and the next finalize retries |
-| ``response_mask_mismatch`` | 422 | invalid_request_error | ``response_mask`` length differs from the context tokens the step adds; details ``expected``, ``got`` |
-| ``resume_refused`` | 409 | invalid_request_error | ``/v1/rollout/resume`` while a pause is still in progress, or announcing a new weight version without a pause |
-| ``upstream_unavailable`` | 502 (or 503) | upstream_error | SGLang unreachable, connection refused or reset, stream cut, timeout |
-| ``upstream_error`` | 502 | upstream_error | SGLang answered with an error (an abort with a message, a 4xx/5xx body) |
-| ``upstream_aborted`` | 502 | upstream_error | SGLang aborted the request although the proxy did not ask it to |
-| ``upstream_protocol_error`` | 502 | upstream_error | SGLang's answer broke its protocol (not JSON, a missing field, a token id outside the vocabulary, logprobs not matching the ids); nothing was committed |
-| ``weight_version_changed`` | 502 | server_error | SGLang's weights changed under one running upstream request; the step would mix versions |
-| ``paused_timeout`` | 503 | server_error | the rollout gate stayed paused longer than ``--pause-wait-timeout``; ``Retry-After`` header |
-| ``generation_restarted`` | 503 | server_error | (streaming, as an SSE error event) without partial rollout a pause discarded tokens the client had already received; retry the step |
-| ``not_found`` | 404 | invalid_request_error | unknown route; ``/trajectory/read`` of an unknown id |
-| ``method_not_allowed`` | 405 | invalid_request_error | known route, wrong HTTP method |
-| ``request_too_large`` | 413 | invalid_request_error | body over the server's limit |
-| ``internal_error`` | 500 | server_error | a bug; the message never leaks a traceback |
+**One table.** :data:`ERROR_TABLE` maps every code to its HTTP status, OpenAI ``type`` and description; it is the
+only place a status is decided. Every producer names a code and gets status and type from here:
+``ApiError.of(code, message)`` and the named classmethods, the upstream failure table
+(``proxy/controllers/upstream_reader.py``), the generation controller's answers to its machine's ``RespondError``,
+the session layer's errors (``ApiError.from_session_error``), werkzeug's HTTP errors (``from_http_status``). The
+constructor refuses a known code with another status or type. ``docs/api.md``'s error table is this table
+rendered by :func:`error_table_markdown` (``tests/api/test_error_table.py`` compares the two row by row and
+prints the rendered table when they differ). Adding a code: one :class:`ErrorCode` member, one
+:data:`ERROR_TABLE` entry, the docs table regenerated.
+
+**No internals in a body.** Messages are written for the client: never an upstream URL, host or port, an
+exception's text or class name, or a traceback. The detail goes to the log, with the request id the body carries.
+:func:`client_safe_text` decides whether a text from elsewhere (SGLang's reason for refusing a request) may be
+quoted.
 
 Why 400 rather than 409 for the session-state codes (``trajectory_version_changed``, ``session_finalized``,
 ``max_steps_exceeded``): the OpenAI SDKs retry 408, 409, 429 and 5xx by default, and none of these clears on a
 retry, so a 4xx the SDKs do not retry is the honest answer. ``paused_timeout`` is a 503 precisely because a retry
-after ``Retry-After`` is the right reaction (the SDKs honour that header).
+after ``Retry-After`` is the right reaction (the SDKs honour that header). The upstream codes: see
+``docs/request-path.md`` (errors) for why a refusal is 400 and a failure 502.
 
-Construct errors with the named classmethods (``ApiError.missing_session_id()``,
-``ApiError.invalid_request(message, param)``, ``ApiError.context_overflow(prompt_tokens, window)``...), which pick
-the status and type from the table; the plain constructor exists for the rare case that needs another status.
 This module is pure: it builds dicts, bytes and header maps, and the app turns them into a response.
 """
 
@@ -51,17 +40,22 @@ from __future__ import annotations
 import enum
 import json
 import math
-from collections.abc import Mapping
-from typing import Any
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from proxy.request_id import current_request_id
 
 
 class ErrorCode(enum.StrEnum):
-    """The stable ``error.code`` values (see the module docstring's table for status and meaning)."""
+    """The stable ``error.code`` values (status, type and meaning: :data:`ERROR_TABLE`)."""
 
+    # -- the request itself
     MISSING_SESSION_ID = "missing_session_id"
     INVALID_REQUEST = "invalid_request"
     UNSUPPORTED_PARAMETER = "unsupported_parameter"
     CONTEXT_OVERFLOW = "context_overflow"
+    # -- the session layer
     TRAJECTORY_VERSION_CHANGED = "trajectory_version_changed"
     MAX_STEPS_EXCEEDED = "max_steps_exceeded"
     SESSION_FINALIZED = "session_finalized"
@@ -69,14 +63,21 @@ class ErrorCode(enum.StrEnum):
     SESSION_ABORTED = "session_aborted"
     EXPORT_FAILED = "export_failed"
     RESPONSE_MASK_MISMATCH = "response_mask_mismatch"
+    # -- the rollout gate
     RESUME_REFUSED = "resume_refused"
+    INVALID_IDEMPOTENCY_KEY = "invalid_idempotency_key"
+    IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
+    PAUSED_TIMEOUT = "paused_timeout"
+    GENERATION_RESTARTED = "generation_restarted"
+    # -- the upstream (SGLang and its parser endpoints)
     UPSTREAM_UNAVAILABLE = "upstream_unavailable"
+    UPSTREAM_OVERLOADED = "upstream_overloaded"
+    UPSTREAM_REJECTED = "upstream_rejected"
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_ABORTED = "upstream_aborted"
     UPSTREAM_PROTOCOL_ERROR = "upstream_protocol_error"
     WEIGHT_VERSION_CHANGED = "weight_version_changed"
-    PAUSED_TIMEOUT = "paused_timeout"
-    GENERATION_RESTARTED = "generation_restarted"
+    # -- routing and the server
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     REQUEST_TOO_LARGE = "request_too_large"
@@ -87,41 +88,187 @@ INVALID_REQUEST_ERROR = "invalid_request_error"
 SERVER_ERROR = "server_error"
 UPSTREAM_ERROR_TYPE = "upstream_error"
 
-#: code -> (default HTTP status, OpenAI error type); the table of the module docstring, as data.
-ERROR_TABLE: Mapping[ErrorCode, tuple[int, str]] = {
-    ErrorCode.MISSING_SESSION_ID: (400, INVALID_REQUEST_ERROR),
-    ErrorCode.INVALID_REQUEST: (400, INVALID_REQUEST_ERROR),
-    ErrorCode.UNSUPPORTED_PARAMETER: (400, INVALID_REQUEST_ERROR),
-    ErrorCode.CONTEXT_OVERFLOW: (400, INVALID_REQUEST_ERROR),
-    ErrorCode.TRAJECTORY_VERSION_CHANGED: (400, INVALID_REQUEST_ERROR),
-    ErrorCode.MAX_STEPS_EXCEEDED: (400, INVALID_REQUEST_ERROR),
-    ErrorCode.SESSION_FINALIZED: (400, INVALID_REQUEST_ERROR),
-    ErrorCode.INVALID_MESSAGES: (400, INVALID_REQUEST_ERROR),
-    ErrorCode.SESSION_ABORTED: (409, INVALID_REQUEST_ERROR),
-    ErrorCode.EXPORT_FAILED: (500, SERVER_ERROR),
-    ErrorCode.RESPONSE_MASK_MISMATCH: (422, INVALID_REQUEST_ERROR),
-    ErrorCode.RESUME_REFUSED: (409, INVALID_REQUEST_ERROR),
-    ErrorCode.UPSTREAM_UNAVAILABLE: (502, UPSTREAM_ERROR_TYPE),
-    ErrorCode.UPSTREAM_ERROR: (502, UPSTREAM_ERROR_TYPE),
-    ErrorCode.UPSTREAM_ABORTED: (502, UPSTREAM_ERROR_TYPE),
-    ErrorCode.UPSTREAM_PROTOCOL_ERROR: (502, UPSTREAM_ERROR_TYPE),
-    ErrorCode.WEIGHT_VERSION_CHANGED: (502, SERVER_ERROR),
-    ErrorCode.PAUSED_TIMEOUT: (503, SERVER_ERROR),
-    ErrorCode.GENERATION_RESTARTED: (503, SERVER_ERROR),
-    ErrorCode.NOT_FOUND: (404, INVALID_REQUEST_ERROR),
-    ErrorCode.METHOD_NOT_ALLOWED: (405, INVALID_REQUEST_ERROR),
-    ErrorCode.REQUEST_TOO_LARGE: (413, INVALID_REQUEST_ERROR),
-    ErrorCode.INTERNAL_ERROR: (500, SERVER_ERROR),
+
+class ErrorSpec(NamedTuple):
+    """One row of the table: what a code answers. ``description`` is Markdown (it is docs/api.md's column)."""
+
+    status: int
+    type: str
+    description: str
+
+
+#: code -> (HTTP status, OpenAI error type, description): the one source of every status. Rows in docs order.
+ERROR_TABLE: Mapping[ErrorCode, ErrorSpec] = {
+    ErrorCode.MISSING_SESSION_ID: ErrorSpec(
+        400, INVALID_REQUEST_ERROR,
+        "no session id: none of the `--session-id-header` headers (default `X-Session-Id`), no body field "
+        "`--session-id-body-field` (default `session_id`), no `X-SMG-Routing-Key` header; `param` names the first "
+        "header",
+    ),
+    ErrorCode.INVALID_REQUEST: ErrorSpec(
+        400, INVALID_REQUEST_ERROR,
+        "a field has the wrong type or value (`param` names it); body not JSON or not a JSON object; a string or key "
+        "anywhere in the body that is not valid Unicode (a lone surrogate such as `\"\\ud800\"`; `param` is its "
+        "path); the chat template cannot render the messages (`param` `messages`)",
+    ),
+    ErrorCode.UNSUPPORTED_PARAMETER: ErrorSpec(
+        400, INVALID_REQUEST_ERROR,
+        "valid OpenAI input this proxy does not serve: `n` > 1, image/audio content, custom tools, `functions`",
+    ),
+    ErrorCode.CONTEXT_OVERFLOW: ErrorSpec(
+        400, INVALID_REQUEST_ERROR,
+        "the prompt already fills `--context-window`; extra members `prompt_tokens`, `context_window`",
+    ),
+    ErrorCode.TRAJECTORY_VERSION_CHANGED: ErrorSpec(
+        400, INVALID_REQUEST_ERROR,
+        "without partial rollout, the session's weight version or rollout epoch changed between its steps: refused "
+        "before generating (a pause/resume came between the steps) or at commit (SGLang's weights were relabelled "
+        "outside a pause); nothing recorded",
+    ),
+    ErrorCode.MAX_STEPS_EXCEEDED: ErrorSpec(
+        400, INVALID_REQUEST_ERROR,
+        "the session holds `DRESSAGE_PROXY_MAX_STEPS_PER_SESSION` steps (it is not finalized automatically)",
+    ),
+    ErrorCode.SESSION_FINALIZED: ErrorSpec(
+        400, INVALID_REQUEST_ERROR,
+        "the session is finalizing or finalized; a late generation is not committed",
+    ),
+    ErrorCode.INVALID_MESSAGES: ErrorSpec(
+        400, INVALID_REQUEST_ERROR,
+        "(session layer) the messages cannot be trie edges; the API's own validation normally answers first",
+    ),
+    ErrorCode.SESSION_ABORTED: ErrorSpec(
+        409, INVALID_REQUEST_ERROR,
+        "finalize of a session that was aborted: nothing to export",
+    ),
+    ErrorCode.EXPORT_FAILED: ErrorSpec(
+        500, SERVER_ERROR,
+        "finalize could not build or store the session's segments: a bug (logged with the session id, counted in "
+        "`/trajectory/stats`); the session keeps every committed step and the next finalize retries the export",
+    ),
+    ErrorCode.RESPONSE_MASK_MISMATCH: ErrorSpec(
+        422, INVALID_REQUEST_ERROR,
+        "`response_mask` length differs from the context tokens the step adds; extra members `expected`, `got`",
+    ),
+    ErrorCode.RESUME_REFUSED: ErrorSpec(
+        409, INVALID_REQUEST_ERROR,
+        "`POST /v1/rollout/resume` while a pause is in progress, or announcing a new version while running",
+    ),
+    ErrorCode.INVALID_IDEMPOTENCY_KEY: ErrorSpec(
+        400, INVALID_REQUEST_ERROR,
+        "the `Idempotency-Key` header is empty, longer than 255 characters, not printable ASCII, a malformed quoted "
+        "string, or sent twice",
+    ),
+    ErrorCode.IDEMPOTENCY_KEY_REUSED: ErrorSpec(
+        422, INVALID_REQUEST_ERROR,
+        "the session already used this `Idempotency-Key` for a different request (another canonical body), "
+        "recorded or still running; nothing runs",
+    ),
+    ErrorCode.PAUSED_TIMEOUT: ErrorSpec(
+        503, SERVER_ERROR,
+        "the rollout gate stayed paused longer than `--pause-wait-timeout`; `Retry-After` header, extra member "
+        "`retry_after`",
+    ),
+    ErrorCode.GENERATION_RESTARTED: ErrorSpec(
+        503, SERVER_ERROR,
+        "**SSE error event only** (the stream had started with 200): without partial rollout, a streamed "
+        "generation interrupted by a pause restarts from scratch, so the tokens already sent are void; retry the "
+        "request",
+    ),
+    ErrorCode.UPSTREAM_UNAVAILABLE: ErrorSpec(
+        502, UPSTREAM_ERROR_TYPE,
+        "SGLang cannot be reached or dropped the request: connection refused or reset, DNS failure, a connect, "
+        "write or pool timeout, a stream cut before its end",
+    ),
+    ErrorCode.UPSTREAM_OVERLOADED: ErrorSpec(
+        503, UPSTREAM_ERROR_TYPE,
+        "SGLang (or its gateway) answered \"busy, retry later\": HTTP 408, 429 or 503, as an answer or an error "
+        "abort",
+    ),
+    ErrorCode.UPSTREAM_REJECTED: ErrorSpec(
+        400, INVALID_REQUEST_ERROR,
+        "SGLang refused the request as invalid: HTTP 400, 413 or 422, a 4xx error chunk or error abort (for "
+        "example prompt + `max_tokens` beyond its context with `--no-dynamic-max-tokens`); the message quotes "
+        "SGLang's reason when it holds no internals; a retry would be refused again",
+    ),
+    ErrorCode.UPSTREAM_ERROR: ErrorSpec(
+        502, UPSTREAM_ERROR_TYPE,
+        "SGLang failed: any other error status (a 5xx; a 401, 403 or 404 is a misconfigured gateway), a 5xx error "
+        "chunk or error abort, a stream that ended without a final event",
+    ),
+    ErrorCode.UPSTREAM_ABORTED: ErrorSpec(
+        502, UPSTREAM_ERROR_TYPE,
+        "SGLang aborted a request the proxy did not ask to abort (for example an engine-side `/pause_generation` "
+        "in abort mode while the proxy was running: pause the proxy first)",
+    ),
+    ErrorCode.UPSTREAM_PROTOCOL_ERROR: ErrorSpec(
+        502, UPSTREAM_ERROR_TYPE,
+        "SGLang's answer broke its protocol (not JSON, a missing field, a token id outside the vocabulary, logprobs "
+        "not matching the ids); nothing was committed and the session stays as it was",
+    ),
+    ErrorCode.WEIGHT_VERSION_CHANGED: ErrorSpec(
+        502, SERVER_ERROR,
+        "SGLang's weights changed under one running upstream request (not through the proxy's pause): the step "
+        "would mix versions; nothing recorded",
+    ),
+    ErrorCode.NOT_FOUND: ErrorSpec(
+        404, INVALID_REQUEST_ERROR,
+        "unknown route; `/trajectory/read` or `/session/<id>` of an unknown id",
+    ),
+    ErrorCode.METHOD_NOT_ALLOWED: ErrorSpec(405, INVALID_REQUEST_ERROR, "known route, wrong HTTP method"),
+    ErrorCode.REQUEST_TOO_LARGE: ErrorSpec(413, INVALID_REQUEST_ERROR, "body over the server's limit (256 MiB)"),
+    ErrorCode.INTERNAL_ERROR: ErrorSpec(
+        500, SERVER_ERROR,
+        "a bug; the message never leaks internals (the log has the traceback under the request id)",
+    ),
 }
 
-# werkzeug HTTPException statuses the app maps onto codes; anything else is invalid_request (4xx) or internal (5xx).
+# werkzeug HTTPException statuses the app maps onto codes; any other 4xx is invalid_request, any 5xx internal_error.
 _CODE_BY_HTTP_STATUS = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED, 413: ErrorCode.REQUEST_TOO_LARGE}
+
+#: the headers of a request's session id when nothing else is configured (proxy.config: --session-id-header)
+DEFAULT_SESSION_ID_HEADERS = ("X-Session-Id",)
+#: the gateway's routing key: the session id's last fallback (spec 3.1)
+ROUTING_KEY_HEADER_NAME = "X-SMG-Routing-Key"
+
+
+def status_of(code: str) -> int:
+    """The HTTP status of a known code (KeyError for an unknown one)."""
+    return ERROR_TABLE[ErrorCode(code)].status
+
+
+def error_table_markdown() -> str:
+    """:data:`ERROR_TABLE` as the Markdown table of docs/api.md's "Error codes" section."""
+    lines = ["| code | HTTP | type | when |", "|---|---|---|---|"]
+    for code, spec in ERROR_TABLE.items():
+        lines.append(f"| `{code.value}` | {spec.status} | {spec.type} | {spec.description} |")
+    return "\n".join(lines) + "\n"
+
+
+# Texts that must never reach a client: a URL, an IP address, a host:port, a path to a Python file, a traceback, a
+# Python exception class name (``ValueError``, ``ConnectionRefusedError``, ``httpx.ConnectError``...).
+_INTERNALS = re.compile(
+    r"://|\b\d{1,3}(?:\.\d{1,3}){3}\b|\blocalhost\b|\b[\w.-]+:\d{2,5}\b|\.py\b|Traceback|\bFile \""
+    r"|\b[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b|\b(?:Errno|errno)\b",
+)
+
+
+def client_safe_text(text: object, limit: int = 300) -> str | None:
+    """``text`` (its first line, at most ``limit`` characters) when it may be quoted in an error body, else None:
+    never anything that looks like a URL, host, port, file path, traceback or exception class name."""
+    if not isinstance(text, str):
+        return None
+    line = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not line or _INTERNALS.search(line):
+        return None
+    return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
 
 
 class ApiError(Exception):
     """An error answered to the client; ``to_json()`` is its body, ``headers`` its extra response headers.
 
-    Instances are values in spirit: nothing mutates them after construction.
+    Instances are values in spirit: nothing mutates them after construction. A known code's status and type are
+    the table's: the constructor refuses others (use :meth:`of`, which looks them up).
     """
 
     def __init__(
@@ -144,12 +291,16 @@ class ApiError(Exception):
         try:
             # A known code is kept as its ErrorCode (equal to its string), an unknown one as the string.
             self.code: str = ErrorCode(code)
-            default_type = ERROR_TABLE[self.code][1]
         except ValueError:
             self.code = code
             default_type = SERVER_ERROR if status >= 500 else INVALID_REQUEST_ERROR
+        else:
+            spec = ERROR_TABLE[self.code]
+            if status != spec.status or (type is not None and type != spec.type):
+                raise ValueError(f"{code} is {spec.status} {spec.type} (ERROR_TABLE), not {status} {type}")
+            default_type = spec.type
         self.type = type or default_type
-        # Extra members of the error object (never overriding the four standard ones).
+        # Extra members of the error object (never overriding the standard ones).
         self.details: Mapping[str, Any] = dict(details or {})
         self.headers: Mapping[str, str] = dict(headers or {})
 
@@ -159,8 +310,14 @@ class ApiError(Exception):
     # -- rendering -----------------------------------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
-        """The OpenAI error body ``{"error": {"message", "type", "param", "code", ...details}}``."""
-        error = {"message": self.message, "type": self.type, "param": self.param, "code": str(self.code)}
+        """The OpenAI error body ``{"error": {"message", "type", "param", "code", "request_id", ...details}}``
+        (``request_id``: the current exchange's, when there is one)."""
+        error: dict[str, Any] = {
+            "message": self.message, "type": self.type, "param": self.param, "code": str(self.code),
+        }
+        request_id = current_request_id()
+        if request_id is not None:
+            error["request_id"] = request_id
         for key, value in self.details.items():
             error.setdefault(key, value)
         return {"error": error}
@@ -172,18 +329,27 @@ class ApiError(Exception):
     # -- named constructors --------------------------------------------------------------------------------------------
 
     @classmethod
-    def of(cls, code: ErrorCode, message: str, param: str | None = None, **kwargs: Any) -> ApiError:
-        """An error with the status and type the table gives ``code``."""
-        status, type_ = ERROR_TABLE[code]
-        return cls(status, code, message, param, type_, **kwargs)
+    def of(cls, code: str, message: str, param: str | None = None, **kwargs: Any) -> ApiError:
+        """An error with the status and type the table gives ``code`` (KeyError for an unknown code)."""
+        spec = ERROR_TABLE[ErrorCode(code)]
+        return cls(spec.status, code, message, param, spec.type, **kwargs)
 
     @classmethod
-    def missing_session_id(cls) -> ApiError:
+    def missing_session_id(
+        cls, headers: Sequence[str] = DEFAULT_SESSION_ID_HEADERS, body_field: str | None = "session_id"
+    ) -> ApiError:
+        """No session id in any of its configured places (``headers`` in precedence order, then ``body_field``,
+        then the routing key); ``param`` is the first header."""
+        first, *others = headers
+        alternatives = [f"the {name} header" for name in others]
+        if body_field:
+            alternatives.append(f"a body field {body_field}")
+        alternatives.append(f"the {ROUTING_KEY_HEADER_NAME} header")
         return cls.of(
             ErrorCode.MISSING_SESSION_ID,
-            "no session id: send the X-Session-Id header (or a body field session_id, or the X-SMG-Routing-Key "
-            "header); it keys the recorded trajectory",
-            "X-Session-Id",
+            f"no session id: send the {first} header (or {', or '.join(alternatives)}); it keys the recorded "
+            "trajectory",
+            first,
         )
 
     @classmethod
@@ -202,6 +368,16 @@ class ApiError(Exception):
             "no room left to generate",
             "messages",
             details={"prompt_tokens": prompt_tokens, "context_window": context_window},
+        )
+
+    @classmethod
+    def chat_template_refused(cls, reason: str) -> ApiError:
+        """The chat template cannot render the messages; ``reason`` is the TITO failure reason (the template's own
+        message may quote Python internals: it goes to the log, not here)."""
+        return cls.invalid_request(
+            f"the chat template cannot render these messages ({reason}); the proxy log has the template's message "
+            "under this request id",
+            "messages",
         )
 
     @classmethod
@@ -226,10 +402,8 @@ class ApiError(Exception):
         )
 
     @classmethod
-    def upstream_unavailable(cls, message: str, *, status: int = 502) -> ApiError:
-        if status not in (502, 503, 504):
-            raise ValueError(f"upstream_unavailable is a 502, 503 or 504, not {status}")
-        return cls(status, ErrorCode.UPSTREAM_UNAVAILABLE, message, None, UPSTREAM_ERROR_TYPE)
+    def upstream_unavailable(cls, message: str) -> ApiError:
+        return cls.of(ErrorCode.UPSTREAM_UNAVAILABLE, message)
 
     @classmethod
     def upstream_error(cls, message: str) -> ApiError:
@@ -266,25 +440,31 @@ class ApiError(Exception):
 
     @classmethod
     def from_http_status(cls, status: int, description: str | None = None) -> ApiError:
-        """A werkzeug ``HTTPException`` (unknown route, wrong method, body too large...) as an API error."""
-        if not 400 <= status <= 599:
-            status = 500
+        """A werkzeug ``HTTPException`` (unknown route, wrong method, body too large...) as an API error: 404, 405
+        and 413 have their codes; any other status is ``invalid_request`` (4xx) or ``internal_error`` (otherwise),
+        with the table's status."""
         code = _CODE_BY_HTTP_STATUS.get(status)
         if code is None:
-            code = ErrorCode.INTERNAL_ERROR if status >= 500 else ErrorCode.INVALID_REQUEST
-        return cls(status, code, description or code.value.replace("_", " "))
+            code = ErrorCode.INVALID_REQUEST if 400 <= status <= 499 else ErrorCode.INTERNAL_ERROR
+        if code is ErrorCode.INTERNAL_ERROR:
+            description = None  # werkzeug's 5xx descriptions are not for clients
+        return cls.of(code, description or code.value.replace("_", " "))
 
     @classmethod
     def from_session_error(cls, error: Exception) -> ApiError:
-        """A ``proxy.controllers.errors.SessionError`` (read by duck typing: ``code``, ``http_status``, message)."""
-        code = getattr(error, "code", ErrorCode.INVALID_REQUEST)
-        status = getattr(error, "http_status", 400)
-        if not isinstance(status, int) or not 400 <= status <= 599:
-            status = 400
+        """A ``proxy.controllers.errors.SessionError`` (read by duck typing: ``code``, message): the table gives
+        the status; an unknown code is ``invalid_request``."""
+        try:
+            code = ErrorCode(str(getattr(error, "code", ErrorCode.INVALID_REQUEST)))
+        except ValueError:
+            code = ErrorCode.INVALID_REQUEST
         details = {}
         if code == ErrorCode.RESPONSE_MASK_MISMATCH:
             details = {key: getattr(error, key) for key in ("expected", "got") if hasattr(error, key)}
-        return cls(status, str(code), str(error), "response_mask" if details else None, details=details)
+        return cls.of(code, str(error), "response_mask" if details else None, details=details)
 
 
-__all__ = ["ERROR_TABLE", "ApiError", "ErrorCode"]
+__all__ = [
+    "ERROR_TABLE", "ApiError", "ErrorCode", "ErrorSpec", "client_safe_text", "error_table_markdown", "status_of",
+]
+

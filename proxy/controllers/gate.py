@@ -57,7 +57,6 @@ class ResumeRefusedError(Exception):
     """A resume the gate refused: a pause is still in progress, or a new version was announced without a pause."""
 
     code = "resume_refused"
-    http_status = 409
 
 
 @attrs.frozen

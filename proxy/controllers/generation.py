@@ -80,6 +80,7 @@ from proxy.controllers.session_registry import Prepared as PreparedStep
 from proxy.controllers.text_decoder import TextDecoder
 from proxy.controllers.upstream_reader import ReadOutcome, ending_event, failure_event, read_request
 from proxy.parsing import ParsedMessage
+from proxy.request_id import current_request_id
 from proxy.tokenization.results import TitoError
 from proxy.trajectory.tokens import routed_rows_end
 from proxy.upstream.errors import UpstreamError
@@ -399,7 +400,8 @@ class Generation:
         except SessionError as exc:
             self._refuse(ApiError.from_session_error(exc))
         except TitoError as exc:
-            self._refuse(ApiError.invalid_request(f"the chat template cannot render these messages: {exc}", "messages"))
+            log.info("request %s: the chat template cannot render the messages: %s", current_request_id(), exc)
+            self._refuse(ApiError.chat_template_refused(exc.failure.reason.value))
         except trio.Cancelled:
             # The client left during prepare; the registry rolled itself back.
             self._apply(self._send(ClientDisconnected()))
@@ -466,7 +468,10 @@ class Generation:
             elif isinstance(effect, DiscardPartial):
                 self._discard()
             elif isinstance(effect, ReportFault):
-                log.error("generation %s: controller fault: %s", self.completion_id, effect.reason)
+                log.error(
+                    "request %s: generation %s: controller fault: %s", current_request_id(), self.completion_id,
+                    effect.reason,
+                )
             elif isinstance(effect, (Respond, RespondError)):
                 self._final_issued = True
                 self._queue(effect)
@@ -896,13 +901,14 @@ class Generation:
         self.controller._counts["failed"] += 1
         error = self._api_error(effect)
         if effect.status >= 500 and effect.code == "internal_error":
-            log.error("generation %s: answered 500", self.completion_id)
+            log.error("request %s: generation %s answered 500", current_request_id(), self.completion_id)
         self._output.emit(sse_error(error) + SSE_DONE if self._render.opened else error)
         await self._output.flush()
         self._output.close()
 
     def _api_error(self, effect: RespondError) -> ApiError:
-        """The machine's RespondError as the API's error (the prepare refusal keeps its details)."""
+        """The machine's RespondError as the API's error (the prepare refusal keeps its details): status and type
+        from the one table (``proxy/api/errors.py``), whatever status the machine's effect carries."""
         if self._refusal is not None and str(self._refusal.code) == effect.code:
             return self._refusal
         if self._commit_refusal is not None and effect.code == ErrorCode.SESSION_FINALIZED:
@@ -911,8 +917,11 @@ class Generation:
             waited = self.controller.config.pause_wait_timeout
             return ApiError.paused_timeout(waited, PAUSE_RETRY_AFTER)
         message = effect.message or effect.code.replace("_", " ")
-        kind = "upstream_error" if effect.code.startswith("upstream") else None
-        return ApiError(effect.status, effect.code, message, type=kind)
+        try:
+            return ApiError.of(effect.code, message)
+        except ValueError:  # a code the table does not know: a bug, answered as one
+            log.error("request %s: the machine answered the unknown code %r", current_request_id(), effect.code)
+            return ApiError.internal_error()
 
 
 __all__ = ["Generation", "GenerationController", "GenerationControllerStatistics"]

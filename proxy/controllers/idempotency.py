@@ -45,20 +45,21 @@ import attrs
 import trio
 
 from proxy.api import ApiError
+from proxy.api.errors import ErrorCode
 
 #: the request header
 HEADER = "Idempotency-Key"
 #: the response header on a replayed answer
 REPLAYED_HEADER = "Idempotent-Replayed"
 #: error codes (not in ``proxy.api.errors.ErrorCode``: raised here only)
-INVALID_KEY = "invalid_idempotency_key"
-KEY_REUSED = "idempotency_key_reused"
+INVALID_KEY = ErrorCode.INVALID_IDEMPOTENCY_KEY.value
+KEY_REUSED = ErrorCode.IDEMPOTENCY_KEY_REUSED.value
 #: the longest key accepted
 MAX_KEY_LENGTH = 255
 
 
 def _invalid(message: str) -> ApiError:
-    return ApiError(400, INVALID_KEY, message, HEADER)
+    return ApiError.of(INVALID_KEY, message, HEADER)
 
 
 def _unquote(quoted: str) -> str:
@@ -182,8 +183,8 @@ class IdempotencyKeys:
                 entry = self._entries[key] = _Entry(request_fingerprint)
                 return Claim(self, key, entry)
             if entry.fingerprint != request_fingerprint:
-                raise ApiError(
-                    422, KEY_REUSED,
+                raise ApiError.of(
+                    KEY_REUSED,
                     f"the {HEADER} {key!r} was already used in this session for a different request; use a new key "
                     "for a new request",
                     HEADER,

@@ -9,20 +9,19 @@ ending into exactly one machine event (:func:`ending_event`). Cancellation (a pa
 caught here: the caller's cancel scope around the call says whether it fired.
 
 Upstream failures map onto the API's stable codes in one place (:func:`failure_event`), also for the parser
-backend's failures:
+backend's failures; the statuses are ``proxy/api/errors.py``'s table (``ERROR_TABLE``), never decided here:
 
-| upstream | status | code |
-|---|---|---|
-| connection refused, reset before an answer, stream cut without ``[DONE]`` | 502 | ``upstream_unavailable`` |
-| connect / write / pool timeout | 504 | ``upstream_unavailable`` |
-| HTTP 408, 429, 503 (overloaded, retry later) | 503 | ``upstream_unavailable`` |
-| HTTP 400-499 otherwise, an in-stream 4xx error chunk, a 400 abort | 400 | ``upstream_error`` (the request was refused: the SDKs must not retry it) |
-| HTTP 5xx otherwise, an error chunk, an error abort | 502 | ``upstream_error`` |
-| an answer that breaks the protocol: not JSON, no ``meta_info`` or ``output_ids``, a token id outside the vocabulary, logprobs not one per id or not matching the ids, an unknown finish reason, a malformed HTTP response | 502 | ``upstream_protocol_error`` |
+| upstream | code (status) |
+|---|---|
+| connection refused, reset before an answer, DNS, a connect / write / pool timeout, a stream cut without ``[DONE]`` | ``upstream_unavailable`` (502) |
+| HTTP 408, 429, 503, or an error abort with one of them (busy: retry later) | ``upstream_overloaded`` (503) |
+| HTTP 400, 413, 422, an in-stream 4xx error chunk, a 4xx error abort (the request was refused: not retried) | ``upstream_rejected`` (400) |
+| any other error status (5xx; 401/403/404: a misconfigured gateway), a 5xx error chunk or abort, a malformed stream, a stream ended without a final event | ``upstream_error`` (502) |
+| an answer that breaks the protocol: not JSON, no ``meta_info`` or ``output_ids``, a token id outside the vocabulary, logprobs not one per id or not matching the ids, an unknown finish reason, a malformed HTTP response | ``upstream_protocol_error`` (502) |
 
-Every message says what went wrong without the upstream's URL (an internal address the client has no use for); the
-URL stays on the ``UpstreamError`` for the logs. A protocol error ends the generation like any failure: nothing is
-committed and the session is as before (the request can be retried).
+The message a client sees names the failure, never the upstream's URL, host or port or an exception's text;
+SGLang's reason for a refusal is quoted only when :func:`~proxy.api.errors.client_safe_text` allows it. The whole
+detail is logged (logger ``dressage_proxy.upstream``) with the request id the error body carries.
 """
 
 from __future__ import annotations
@@ -33,8 +32,11 @@ from typing import Any
 
 import attrs
 
+from proxy.api.errors import ErrorCode, client_safe_text, status_of
+from proxy.request_id import current_request_id
 from proxy.upstream.errors import (
     UpstreamError,
+    UpstreamErrorChunk,
     UpstreamHTTPError,
     UpstreamProtocolError,
     UpstreamStreamCut,
@@ -44,7 +46,13 @@ from proxy.upstream.errors import (
 from proxy.upstream.events import FinishAbort, Finished, FinishLength, FinishStop, Token
 from statemachines.generation import FinishKind, UpstreamAborted, UpstreamFailed, UpstreamFinished
 
+log = logging.getLogger("dressage_proxy.upstream")
+
+#: upstream statuses that mean "busy, retry later"
 _RETRY_LATER = frozenset({408, 429, 503})
+#: upstream statuses that mean "this request is invalid" (SGLang: 400 for a ValueError, 422 for a body FastAPI
+#: refuses; a gateway: 413 for a body over its limit); any other 4xx is the gateway's configuration, not the input
+_REFUSED = frozenset({400, 413, 422})
 
 log = logging.getLogger("dressage_proxy.upstream")
 
@@ -154,23 +162,46 @@ async def _read_whole(
 
 
 def failure_event(error: UpstreamError) -> UpstreamFailed:
-    """An upstream (or parser-backend) failure as the machine's ``UpstreamFailed`` (see the module's table)."""
+    """An upstream (or parser-backend) failure as the machine's ``UpstreamFailed`` (see the module's table); the
+    detail (URL, exception text, SGLang's message) is logged with the request id, the event's message is for the
+    client."""
     if isinstance(error, UpstreamProtocolError):
-        # The operator's view keeps the URL: which upstream sends broken answers.
-        log.warning("upstream protocol error: %s", error)
-        return UpstreamFailed(502, "upstream_protocol_error", f"SGLang's answer broke the protocol: {describe(error)}")
-    message = f"upstream SGLang error: {describe(error)}"
-    if isinstance(error, UpstreamHTTPError):
-        if error.status in _RETRY_LATER:
-            return UpstreamFailed(503, "upstream_unavailable", message)
-        if 400 <= error.status < 500:
-            return UpstreamFailed(400, "upstream_error", message)
-        return UpstreamFailed(502, "upstream_error", message)
-    if isinstance(error, UpstreamTimeout):
-        return UpstreamFailed(504, "upstream_unavailable", message)
-    if isinstance(error, (UpstreamUnavailable, UpstreamStreamCut)):
-        return UpstreamFailed(502, "upstream_unavailable", message)
-    return UpstreamFailed(502, "upstream_error", message)
+        # The proxy's own words about what broke (never the URL): the session stays as before, the client may retry.
+        code, message = ErrorCode.UPSTREAM_PROTOCOL_ERROR, f"SGLang's answer broke the protocol: {describe(error)}"
+    elif isinstance(error, UpstreamHTTPError):
+        # In a stream, only SGLang itself speaks: any 4xx chunk is its refusal; an HTTP 401/404 may be a gateway's.
+        in_stream = isinstance(error, UpstreamErrorChunk)
+        what = f"an error chunk {error.status}" if in_stream else f"HTTP {error.status}"
+        code, message = _by_status(error.status, what, error.message, any_4xx_refuses=in_stream)
+    elif isinstance(error, UpstreamTimeout):
+        code = ErrorCode.UPSTREAM_UNAVAILABLE
+        message = f"the upstream SGLang server did not answer in time ({error.phase} timeout)"
+    elif isinstance(error, UpstreamStreamCut):
+        code = ErrorCode.UPSTREAM_UNAVAILABLE
+        message = "upstream stream cut: SGLang's stream ended before the generation finished"
+    elif isinstance(error, UpstreamUnavailable):
+        code, message = ErrorCode.UPSTREAM_UNAVAILABLE, "the upstream SGLang server cannot be reached"
+    else:
+        code, message = ErrorCode.UPSTREAM_ERROR, "the upstream SGLang server sent an answer the proxy cannot use"
+    return _failed(code, message, f"{type(error).__name__}: {error}")
+
+
+def _by_status(status: int, what: str, reason: str | None, *, any_4xx_refuses: bool) -> tuple[ErrorCode, str]:
+    """The code and client message of an upstream error status (an answer, an error chunk or an error abort)."""
+    if status in _RETRY_LATER:
+        return ErrorCode.UPSTREAM_OVERLOADED, f"the upstream SGLang server is busy ({what}); retry later"
+    if status in _REFUSED or (any_4xx_refuses and 400 <= status < 500):
+        quoted = client_safe_text(reason)
+        message = f"the upstream SGLang server refused the request ({what})"
+        return ErrorCode.UPSTREAM_REJECTED, f"{message}: {quoted}" if quoted else message
+    return ErrorCode.UPSTREAM_ERROR, f"the upstream SGLang server failed ({what})"
+
+
+def _failed(code: ErrorCode, message: str, detail: str) -> UpstreamFailed:
+    """The event, with the table's status; the detail goes to the log under the request id."""
+    status = status_of(code)
+    log.warning("request %s: upstream failure answered %d %s: %s", current_request_id() or "-", status, code, detail)
+    return UpstreamFailed(status, code.value, message)
 
 
 def describe(error: UpstreamError) -> str:
@@ -191,7 +222,10 @@ def ending_event(outcome: ReadOutcome, tokens: int) -> UpstreamFinished | Upstre
         return failure_event(outcome.failure)
     finished = outcome.finished
     if finished is None:
-        return UpstreamFailed(502, "upstream_error", "upstream SGLang error: the stream ended without a final event")
+        return _failed(
+            ErrorCode.UPSTREAM_ERROR, "the upstream SGLang stream ended without a final event",
+            "the stream ended without a final event",
+        )
     reason = finished.finish_reason
     if isinstance(reason, FinishStop):
         return UpstreamFinished(FinishKind.STOP, tokens)
@@ -200,12 +234,8 @@ def ending_event(outcome: ReadOutcome, tokens: int) -> UpstreamFinished | Upstre
     assert isinstance(reason, FinishAbort)
     if reason.is_error:
         status = reason.status_code or 500
-        detail = f"upstream SGLang aborted the request ({status}): {reason.message or 'no message'}"
-        if status in _RETRY_LATER:
-            return UpstreamFailed(503, "upstream_unavailable", detail)
-        if 400 <= status < 500:
-            return UpstreamFailed(400, "upstream_error", detail)
-        return UpstreamFailed(502, "upstream_error", detail)
+        code, message = _by_status(status, f"an error abort {status}", reason.message, any_4xx_refuses=True)
+        return _failed(code, message, f"SGLang aborted the request ({status}): {reason.message or 'no message'}")
     return UpstreamAborted(tokens)
 
 

@@ -24,6 +24,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from proxy.api import ChatCompletionRequest, dumps, parse_json_body
+from proxy.api.chat_request import SessionIdSources
 from proxy.controllers import idempotency
 from proxy.controllers.generation import GenerationController
 from proxy.request_end import on_request_end
@@ -39,12 +40,14 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     controller = GenerationController.from_services(services)
     app.extensions["dressage_generation_controller"] = controller
     sessions = services.sessions
+    config = services.config
+    session_ids = SessionIdSources(config.session_id_headers, config.session_id_body_field)
 
     @app.post("/v1/chat/completions")
     async def chat_completions() -> Response:
         body = parse_json_body(await request.get_data())
         chat = ChatCompletionRequest.from_http(
-            body, request.headers, tool_call_type=services.config.effective_tool_call_type
+            body, request.headers, session_ids, tool_call_type=config.effective_tool_call_type
         )
         key = idempotency.key_from_headers(request.headers)
         keys = sessions.idempotency_keys(chat.session_id) if key is not None else None

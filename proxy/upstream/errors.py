@@ -4,6 +4,10 @@ Socket, h11 and timeout errors become these in exactly one place, ``_httplib.tra
 in-stream error chunks become :class:`UpstreamHTTPError` through :func:`error_from_response` /
 :func:`error_from_chunk` below. ``trio.Cancelled`` is never caught or translated anywhere.
 
+Their text (``str(error)``: the message, the URL, the tokens received, the underlying exception) is for the log
+only: it names hosts, ports and exception classes. A client sees the message of the failure table
+(``proxy/controllers/upstream_reader.py:failure_event``), which logs this text with the request id.
+
 Hierarchy::
 
     UpstreamError                       base; ``url`` and, for failures after tokens arrived, ``partial``

@@ -8,9 +8,9 @@ import httpx2
 import openai
 import pytest
 
-from proxy.api import errors as errors_module
-from proxy.api.errors import ERROR_TABLE, ApiError, ErrorCode
+from proxy.api.errors import ERROR_TABLE, ApiError, ErrorCode, client_safe_text
 from proxy.controllers import errors as session_errors
+from proxy.request_id import _current as current_request_id_var
 
 NAMED = {
     ErrorCode.MISSING_SESSION_ID: lambda: ApiError.missing_session_id(),
@@ -26,6 +26,8 @@ NAMED = {
     ErrorCode.RESPONSE_MASK_MISMATCH: lambda: ApiError.response_mask_mismatch(expected=3, got=2),
     ErrorCode.UPSTREAM_UNAVAILABLE: lambda: ApiError.upstream_unavailable("connection refused"),
     ErrorCode.UPSTREAM_ERROR: lambda: ApiError.upstream_error("SGLang said 500"),
+    ErrorCode.UPSTREAM_OVERLOADED: lambda: ApiError.of(ErrorCode.UPSTREAM_OVERLOADED, "busy (HTTP 503)"),
+    ErrorCode.UPSTREAM_REJECTED: lambda: ApiError.of(ErrorCode.UPSTREAM_REJECTED, "refused (HTTP 400)"),
     ErrorCode.PAUSED_TIMEOUT: lambda: ApiError.paused_timeout(30.0, 5.0),
     ErrorCode.UPSTREAM_ABORTED: lambda: ApiError.of(ErrorCode.UPSTREAM_ABORTED, "aborted upstream"),
     ErrorCode.UPSTREAM_PROTOCOL_ERROR: lambda: ApiError.of(ErrorCode.UPSTREAM_PROTOCOL_ERROR, "token id 999999"),
@@ -36,6 +38,8 @@ NAMED = {
     ErrorCode.METHOD_NOT_ALLOWED: lambda: ApiError.method_not_allowed(),
     ErrorCode.REQUEST_TOO_LARGE: lambda: ApiError.request_too_large(),
     ErrorCode.INTERNAL_ERROR: lambda: ApiError.internal_error(),
+    ErrorCode.INVALID_IDEMPOTENCY_KEY: lambda: ApiError.of(ErrorCode.INVALID_IDEMPOTENCY_KEY, "bad key"),
+    ErrorCode.IDEMPOTENCY_KEY_REUSED: lambda: ApiError.of(ErrorCode.IDEMPOTENCY_KEY_REUSED, "reused"),
 }
 
 EXPECTED_STATUS = {
@@ -46,7 +50,8 @@ EXPECTED_STATUS = {
     ErrorCode.PAUSED_TIMEOUT: 503, ErrorCode.NOT_FOUND: 404, ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.REQUEST_TOO_LARGE: 413, ErrorCode.INTERNAL_ERROR: 500, ErrorCode.UPSTREAM_ABORTED: 502,
     ErrorCode.WEIGHT_VERSION_CHANGED: 502, ErrorCode.GENERATION_RESTARTED: 503, ErrorCode.RESUME_REFUSED: 409,
-    ErrorCode.EXPORT_FAILED: 500, ErrorCode.UPSTREAM_PROTOCOL_ERROR: 502,
+    ErrorCode.EXPORT_FAILED: 500, ErrorCode.UPSTREAM_OVERLOADED: 503, ErrorCode.UPSTREAM_REJECTED: 400,
+    ErrorCode.UPSTREAM_PROTOCOL_ERROR: 502, ErrorCode.INVALID_IDEMPOTENCY_KEY: 400, ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
 }
 
 
@@ -66,8 +71,9 @@ def test_each_error_code_has_its_documented_status_and_openai_shape(code: ErrorC
                    ErrorCode.GENERATION_RESTARTED, ErrorCode.EXPORT_FAILED)
     assert body["error"]["type"] == ("server_error" if code in server_side
                                      else "upstream_error" if code.value.startswith("upstream")
+                                     and code is not ErrorCode.UPSTREAM_REJECTED
                                      else "invalid_request_error")
-    assert f"``{code.value}`` | {EXPECTED_STATUS[code]}" in errors_module.__doc__
+    assert "request_id" not in body["error"]  # outside an HTTP exchange
 
 
 def test_context_overflow_carries_prompt_tokens_and_window() -> None:
@@ -87,10 +93,44 @@ def test_paused_timeout_is_503_with_a_whole_second_retry_after_header(retry_afte
     assert (error.status, dict(error.headers)) == (503, {"Retry-After": header})
 
 
-def test_upstream_unavailable_may_be_503_but_not_4xx() -> None:
-    assert ApiError.upstream_unavailable("overloaded", status=503).status == 503
-    with pytest.raises(ValueError):
-        ApiError.upstream_unavailable("x", status=400)
+def test_a_known_code_has_the_tables_status_and_type_only() -> None:
+    for status in (400, 503, 504):
+        with pytest.raises(ValueError, match="ERROR_TABLE"):
+            ApiError(status, "upstream_unavailable", "x")
+    with pytest.raises(ValueError, match="ERROR_TABLE"):
+        ApiError(400, "invalid_request", "x", type="server_error")
+    assert ApiError(502, "upstream_unavailable", "x").type == "upstream_error"
+    # A code the table does not know keeps the status it is given (the rare case; no producer of the proxy does it).
+    assert (ApiError(418, "teapot", "x").status, ApiError(418, "teapot", "x").type) == (418, "invalid_request_error")
+
+
+def test_the_body_carries_the_exchanges_request_id_after_the_standard_members() -> None:
+    token = current_request_id_var.set("req_0123456789abcdef0123456789abcdef")
+    try:
+        body = ApiError.context_overflow(10, 8).to_json()["error"]
+    finally:
+        current_request_id_var.reset(token)
+    assert list(body)[:5] == ["message", "type", "param", "code", "request_id"]
+    assert body["request_id"] == "req_0123456789abcdef0123456789abcdef" and body["prompt_tokens"] == 10
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "cannot connect to http://127.0.0.1:30000/generate", "connect to 10.0.0.7 failed", "sglang-worker-3:30000",
+        "localhost refused", "ValueError: bad", "ConnectionRefusedError", "[Errno 111] Connection refused",
+        'Traceback (most recent call last):\n  File "x.py", line 1', "error in /opt/sglang/srt/managers/io.py",
+        "", "   ", None, 42,
+    ],
+)
+def test_client_safe_text_refuses_anything_that_looks_internal(text: object) -> None:
+    assert client_safe_text(text) is None
+
+
+def test_client_safe_text_quotes_a_plain_reason_first_line_truncated() -> None:
+    reason = "The input (5000 tokens) is longer than the model's context length (4096 tokens)."
+    assert client_safe_text(reason + "\nsecond line") == reason
+    assert client_safe_text("x" * 400, limit=50) == "x" * 47 + "..."
 
 
 def test_details_never_override_the_standard_members() -> None:
@@ -107,12 +147,12 @@ def test_constructor_refuses_non_error_statuses() -> None:
 @pytest.mark.parametrize(
     ("status", "code"),
     [(404, "not_found"), (405, "method_not_allowed"), (413, "request_too_large"), (400, "invalid_request"),
-     (415, "invalid_request"), (500, "internal_error"), (302, "internal_error")],
+     (415, "invalid_request"), (500, "internal_error"), (503, "internal_error"), (302, "internal_error")],
 )
-def test_from_http_status_maps_werkzeug_exceptions_onto_codes(status: int, code: str) -> None:
+def test_from_http_status_maps_werkzeug_exceptions_onto_codes_with_the_tables_status(status: int, code: str) -> None:
     error = ApiError.from_http_status(status, "description")
-    assert error.code == code
-    assert error.status == (status if status >= 400 else 500)
+    assert (error.code, error.status) == (code, ERROR_TABLE[ErrorCode(code)].status)
+    assert error.message == ("internal error" if code == "internal_error" else "description")
 
 
 @pytest.mark.parametrize(
@@ -123,12 +163,14 @@ def test_from_http_status_maps_werkzeug_exceptions_onto_codes(status: int, code:
         (session_errors.ResponseMaskMismatchError(expected=4, got=2), 422, "response_mask_mismatch"),
         (session_errors.InvalidMessagesError("none"), 400, "invalid_messages"),
         (session_errors.SessionAbortedError("aborted"), 409, "session_aborted"),
-        (session_errors.ExportFailedError("s1", 3, "export failed: OSError"), 500, "export_failed"),
+        (session_errors.ExportFailedError("s1", 3, "OSError"), 500, "export_failed"),
     ],
 )
 def test_from_session_error_keeps_the_session_layers_code_and_status(exc: Exception, status: int, code: str) -> None:
     error = ApiError.from_session_error(exc)
     assert (error.status, error.code, error.message) == (status, code, str(exc))
+    assert exc.http_status == status  # the session layer reads the same table
+    assert "OSError" not in error.message
     if code == "response_mask_mismatch":
         assert (error.details["expected"], error.details["got"], error.param) == (4, 2, "response_mask")
 

@@ -15,6 +15,7 @@ import trio
 import trio.testing
 
 from proxy.api import ApiError, ChatCompletionRequest
+from proxy.api.errors import ERROR_TABLE, ErrorCode
 from proxy.config import ProxyConfig
 from proxy.controllers.context_budget import StepBudget, plan_step_budget
 from proxy.controllers.generation import Generation, GenerationController
@@ -320,7 +321,7 @@ async def test_upstream_failures_commit_nothing_and_answer_with_the_mapped_statu
     generation = await h.start("e")
     with pytest.raises(ApiError) as caught:
         await generation.result()
-    assert (caught.value.status, caught.value.code) == (503, "upstream_unavailable")
+    assert (caught.value.status, caught.value.code) == (503, "upstream_overloaded")
     await trio.testing.wait_all_tasks_blocked()
     assert h.in_flight("e") == 0 and h.gate.statistics().in_flight == 0
 
@@ -428,27 +429,42 @@ def test_text_decoder_holds_back_and_cuts_stop_strings(tito) -> None:
     assert decoded == "Ends with EN"
 
 
-def test_failure_event_maps_every_upstream_error_to_a_stable_code() -> None:
+def test_failure_event_maps_every_upstream_error_to_a_stable_code_with_the_tables_status(caplog) -> None:
+    url = "http://10.1.2.3:30000/generate"
     cases = [
-        (UpstreamUnavailable("refused"), (502, "upstream_unavailable")),
-        (UpstreamStreamCut("cut"), (502, "upstream_unavailable")),
-        (UpstreamTimeout("slow", phase="connect"), (504, "upstream_unavailable")),
-        (UpstreamHTTPError(503, "busy"), (503, "upstream_unavailable")),
-        (UpstreamHTTPError(429, "busy"), (503, "upstream_unavailable")),
-        (UpstreamHTTPError(400, "too long"), (400, "upstream_error")),
+        (UpstreamUnavailable("cannot connect (OSError: [Errno 111])", url=url), (502, "upstream_unavailable")),
+        (UpstreamStreamCut("cut", url=url), (502, "upstream_unavailable")),
+        (UpstreamTimeout("slow", phase="connect", url=url), (502, "upstream_unavailable")),
+        (UpstreamHTTPError(503, "busy", url=url), (503, "upstream_overloaded")),
+        (UpstreamHTTPError(429, "busy"), (503, "upstream_overloaded")),
+        (UpstreamHTTPError(408, "slow"), (503, "upstream_overloaded")),
+        (UpstreamHTTPError(400, "too long"), (400, "upstream_rejected")),
+        (UpstreamHTTPError(422, "field required"), (400, "upstream_rejected")),
+        (UpstreamHTTPError(404, "no route /generate", url=url), (502, "upstream_error")),
+        (UpstreamHTTPError(401, "unauthorized"), (502, "upstream_error")),
         (UpstreamHTTPError(500, "boom"), (502, "upstream_error")),
-        (UpstreamErrorChunk(400, "bad sampling"), (400, "upstream_error")),
-        (UpstreamProtocolError("garbage"), (502, "upstream_protocol_error")),
+        (UpstreamErrorChunk(400, "bad sampling"), (400, "upstream_rejected")),
+        (UpstreamErrorChunk(409, "conflict"), (400, "upstream_rejected")),
+        (UpstreamErrorChunk(500, "oom"), (502, "upstream_error")),
+        (UpstreamProtocolError("garbage", url=url), (502, "upstream_protocol_error")),
     ]
     for error, expected in cases:
+        caplog.clear()
         event = failure_event(error)
         assert (event.status, event.code) == expected, error
-    # The client learns what went wrong, never the upstream's (internal) URL.
-    url = "http://10.0.0.7:30000/generate"
-    for error in (UpstreamProtocolError("output token id 999999 is outside the vocabulary", url=url),
-                  UpstreamHTTPError(500, "boom", url=url), UpstreamStreamCut("cut", url=url)):
-        event = failure_event(error)
-        assert error.message in event.message and "10.0.0.7" not in event.message, event
+        assert ERROR_TABLE[ErrorCode(event.code)].status == event.status
+        # The client's message names the failure, never the URL or the exception; the log has both.
+        assert "10.1.2.3" not in event.message and "Error" not in event.message and "http" not in event.message
+        assert str(error) in caplog.text and type(error).__name__ in caplog.text
+
+
+def test_failure_event_quotes_sglangs_reason_for_a_refusal_only_when_it_holds_no_internals() -> None:
+    refused = failure_event(UpstreamHTTPError(400, "The input (50 tokens) is longer than the context (40 tokens)."))
+    assert refused.message.endswith(": The input (50 tokens) is longer than the context (40 tokens).")
+    leaky = failure_event(UpstreamHTTPError(400, "ValueError: worker http://10.0.0.1:30000 said no"))
+    assert leaky.message == "the upstream SGLang server refused the request (HTTP 400)"
+    failed = failure_event(UpstreamHTTPError(500, "Traceback (most recent call last): ..."))
+    assert failed.message == "the upstream SGLang server failed (HTTP 500)"
 
 
 def finished(reason: Any) -> Finished:
@@ -460,6 +476,11 @@ def test_ending_event_for_each_finish_reason() -> None:
     assert ending_event(ReadOutcome(finished=finished(FinishLength(1))), 1) == UpstreamFinished(FinishKind.LENGTH, 1)
     assert ending_event(ReadOutcome(finished=finished(FinishAbort("Aborted"))), 1) == UpstreamAborted(1)
     failed = ending_event(ReadOutcome(finished=finished(FinishAbort("bad", status_code=400))), 1)
-    assert isinstance(failed, UpstreamFailed) and (failed.status, failed.code) == (400, "upstream_error")
+    assert isinstance(failed, UpstreamFailed) and (failed.status, failed.code) == (400, "upstream_rejected")
+    busy = ending_event(ReadOutcome(finished=finished(FinishAbort("busy", status_code=503))), 1)
+    assert isinstance(busy, UpstreamFailed) and (busy.status, busy.code) == (503, "upstream_overloaded")
+    crashed = ending_event(ReadOutcome(finished=finished(FinishAbort("Internal error: KeyError", status_code=500))), 1)
+    assert isinstance(crashed, UpstreamFailed) and (crashed.status, crashed.code) == (502, "upstream_error")
+    assert "KeyError" not in crashed.message
     missing = ending_event(ReadOutcome(), 0)
-    assert isinstance(missing, UpstreamFailed) and missing.code == "upstream_error"
+    assert isinstance(missing, UpstreamFailed) and (missing.status, missing.code) == (502, "upstream_error")

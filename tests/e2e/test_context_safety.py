@@ -49,7 +49,7 @@ async def test_without_dynamic_max_tokens_the_request_goes_as_asked_and_sglang_r
     proxy = await start_proxy(context_window=100, dynamic_max_tokens=False, engine={"context_length": 100})
     response = await proxy.chat("raw", {"messages": MESSAGES, "max_tokens": 500, "chat_template_kwargs": NO_THINKING})
     assert response.status_code == 400
-    assert response.json()["error"]["code"] == "upstream_error"
+    assert response.json()["error"]["code"] == "upstream_rejected"
     assert (await proxy.debug("raw"))["steps"] == 0
 
 

@@ -57,7 +57,7 @@ async def two_steps_with_a_fault(proxy: Proxy, session: str, fault: dict, expect
     ("script_fault", "engine_fault", "expected"),
     [
         ({"error_status": 500}, {}, (502, "upstream_error")),
-        ({"error_status": 503}, {}, (503, "upstream_unavailable")),
+        ({"error_status": 503}, {}, (503, "upstream_overloaded")),
         # Every 2nd stream is cut after 3 tokens: step 1 is stream 1, step 2 stream 2 (cut), its retry stream 3.
         ({}, {"fault_drop_stream_after": 3, "fault_drop_stream_every": 2}, (502, "upstream_unavailable")),
     ],
@@ -122,9 +122,11 @@ async def test_connection_refused_then_the_engine_comes_up_and_the_session_conti
         await sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     upstream = f"http://127.0.0.1:{port}"
+    # The window is given: asked while the upstream is down, it would be the tokenizer's (131072), which the
+    # engine (32768) refuses for the retry that follows within the window's 5 s refresh interval.
     config = ProxyConfig(
         port=0, tokenizer_path=qwen3_path, sglang_router_url=upstream, tool_call_parse_backend="local",
-        reasoning_parse_backend="local",
+        reasoning_parse_backend="local", context_window=32768,
     )
     handle = await nursery.start(run_proxy, config)
     proxy = Proxy(handle, qwen3_path, "qwen3")

@@ -24,6 +24,7 @@ import trio.testing
 from proxy.api import ChatCompletionRequest
 from proxy.app import create_proxy_app
 from proxy.controllers.generation import GenerationController
+from proxy.request_end import RequestEndHooks
 from statemachines import generation as gm
 from tests.pause.harness import MESSAGES, NO_THINKING, generated_at_least
 
@@ -109,7 +110,10 @@ async def test_a_client_gone_before_the_stream_body_started_releases_the_generat
     stack = await start_stack(script=[{"session": "s", "output": LONG}], engine=SLOW, partial_rollout=True)
     app = create_proxy_app(stack.services)
     if not hooked:
-        app.asgi_app = app.asgi_app.app  # the quart app without RequestEndHooks
+        # The quart app without RequestEndHooks (still inside the outermost wrapper, RequestIdMiddleware).
+        hooks = app.asgi_app.app
+        assert isinstance(hooks, RequestEndHooks)
+        app.asgi_app.app = hooks.app
     body = json.dumps(BODY).encode()
     started = trio.Event()
     messages = [{"type": "http.request", "body": body, "more_body": False}]
