@@ -69,7 +69,7 @@ class Planner:
     def plan(self, input_ids: Sequence[int], keys: Sequence[str]) -> Plan:
         """The plan for a request whose session keys are ``keys`` (most specific first)."""
         session_key = keys[0]
-        opened = self.book.take_open(session_key)
+        opened = self.book.take_open(session_key, lambda entry: resume_offset(input_ids, entry.tokens, entry.emitted))
         if opened is not None:
             start = resume_offset(input_ids, opened.tokens, opened.emitted)
             return Plan(opened.tokens, start, self._filler, opened.entry, session_key)

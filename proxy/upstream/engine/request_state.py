@@ -63,6 +63,8 @@ class RequestRecord:
     source: str
     #: Phase when it finished (a BLOCKED one was never admitted).
     finished_in: Phase
+    #: The request's sampling parameters as the engine read them (``logit_bias``, ``sampling_seed``, ``stop``...).
+    sampling: Any = None
 
     @property
     def input_ids(self) -> tuple[int, ...]:
@@ -147,4 +149,5 @@ class RequestState:
             stream=self.request.stream,
             source=self.plan.source if self.plan is not None else "",
             finished_in=self.finished_from or self.phase,
+            sampling=self.request.sampling,
         )
