@@ -409,3 +409,20 @@ async def test_reasoning_effort_none_renders_the_prompt_without_thinking_as_sgla
     effort, explicit = proxy.requests_of(session)
     assert effort.input_ids == explicit.input_ids  # Qwen3's empty think block: thinking off
     assert "<think>\n\n</think>" in proxy.tito.decode(list(effort.input_ids))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_idempotent_repeat_of_an_n3_request_replays_every_choice_without_generating(
+    start_proxy, stream: bool
+) -> None:
+    session = f"idem-{stream}"
+    proxy = await start_proxy(script=[{"session": session, "output": f"Answer {i}."} for i in range(6)])
+    body = {"messages": [SYSTEM, {"role": "user", "content": "?"}], "n": 3, "stream": stream, **NO_THINKING}
+    key = {"Idempotency-Key": "n3-once"}
+    first = await proxy.chat(session, body, **key)
+    repeat = await proxy.chat(session, body, **key)
+    assert first.status_code == repeat.status_code == 200
+    assert repeat.headers["Idempotent-Replayed"] == "true"
+    assert repeat.content == first.content  # every choice, byte for byte
+    assert len(proxy.requests_of(session)) == 3  # the repeat generated nothing
+    assert (await settled(proxy, session))["steps"] == 3
