@@ -30,13 +30,18 @@ Body fields:
 | ``max_tokens``, ``max_completion_tokens`` | integer in [1, 2**31-1] | ``max_tokens`` (see the conflict rule) |
 | ``stop`` | string or array of non-empty strings | ``stop``: tuple (``None`` when absent or empty) |
 | ``seed`` | integer in [0, 2**63-1] | ``seed`` (SGLang ``sampling_seed``; negative seeds are refused rather than sent to a gateway that may not take them) |
-| ``n`` | 1 | anything else: ``unsupported_parameter`` (``n`` < 1: ``invalid_request``) |
+| ``n`` | integer in [1, :data:`MAX_CHOICES`] | ``n`` (< 1: ``invalid_request``; above the cap: ``unsupported_parameter``) |
+| ``logit_bias`` | object: token id (decimal string) -> number in [-100, 100] | ``logit_bias``: keys canonical (``"007"`` is ``"7"``; the same token twice is refused), ``None`` when absent or empty |
+| ``reasoning_effort`` | ``none``, ``minimal``, ``low``, ``medium``, ``high``, ``xhigh``, ``max``, or a number in [0, 0.99] (SGLang's set) | merged into ``chat_template_kwargs`` as SGLang does (below) |
 | ``stream``, ``stream_options.include_usage`` | booleans | ``stream``, ``include_usage`` |
+| ``stream_options.include_obfuscation`` | boolean | accepted, nothing to do (the proxy never pads chunks) |
+| ``stream_options.continuous_usage_stats`` | (SGLang: usage in every chunk) | ``true``: ``unsupported_parameter`` |
 | ``logprobs``, ``top_logprobs`` | boolean; integer in [0, 20], > 0 only with ``logprobs: true`` (as OpenAI) | ``logprobs``, ``top_logprobs`` |
 | ``chat_template_kwargs`` | object | ``chat_template_kwargs`` (``None`` when absent) |
 | ``return_token_ids`` | boolean (extension) | ``return_token_ids``: ``None`` means "the server flag decides" |
 | ``response_mask`` | array of 0/1 integers (extension) | ``response_mask`` tuple; its length is checked against the context fragment later (422) |
 | ``functions``, ``function_call`` | (legacy function calling) | ``unsupported_parameter``: use ``tools`` and ``tool_choice`` |
+| ``audio``, ``prediction``, ``web_search_options``; ``modalities``, ``service_tier``, ``store``, ``verbosity`` | absent or ``null``; also OpenAI's default (``["text"]``; ``"auto"`` or ``"default"``; ``false``; ``"medium"``) | anything else: ``unsupported_parameter`` naming the field (:data:`UNSERVED_PARAMETERS`) |
 
 Decisions:
 
@@ -60,8 +65,6 @@ Decisions:
 - **Unknown tools**: the request layer checks tool names only for ``tool_choice`` (a named choice must name a
   declared tool; ``required`` or a named choice without tools is refused). Tool calls in the history may name
   tools that are no longer declared (a session's tools may change): they are recorded as given.
-- **Deprecated or unserved OpenAI fields** that change nothing the proxy records (``user``, ``metadata``,
-  ``logit_bias``, ``reasoning_effort``...) are ignored, like unknown fields; they appear in ``ignored_fields``.
 - **Tool choice and response format** behave as in SGLang 0.5.23's OpenAI server (:mod:`proxy.api.constraints`
   has the references): ``none`` renders the template without tools and parses no tool calls
   (:attr:`ChatCompletionRequest.template_tools`, :attr:`ChatCompletionRequest.parse_tools`); a named choice
@@ -69,6 +72,17 @@ Decisions:
   ``json_object`` / ``json_schema`` constrain decoding (:attr:`ChatCompletionRequest.constraint_params`, computed
   here for the server's tool-call format). ``required`` or a named choice together with a ``response_format``
   that constrains is refused (400, SGLang's message).
+- **OpenAI parameters the proxy cannot honour** are refused (400 ``unsupported_parameter`` naming the field) when
+  set to anything but their default, never silently ignored: an answer would not be what the client asked for.
+  Labels and provider hints that change nothing in the answer (``user``, ``metadata``, ``safety_identifier``,
+  ``prompt_cache_key``, ``prompt_cache_retention``) are ignored, as SGLang ignores them, and so are unknown fields
+  (SGLang's own extensions included): they appear in ``ignored_fields``.
+- **``reasoning_effort``** as SGLang (``protocol.py``: ``normalize_reasoning_inputs``; ``serving_chat.py``: the
+  template's ``reasoning_effort``): the effective ``chat_template_kwargs`` are ``{"reasoning_effort": effort}``,
+  updated with the request's own ``chat_template_kwargs``, with ``thinking`` and ``enable_thinking`` defaulting to
+  ``effort != "none"``. They are the trie's context like any template kwargs.
+- **``n > 1``**: the step is answered with ``n`` choices, each a generation of its own (see
+  ``proxy/controllers/choices.py``); the cap keeps one request from holding more than 16 generation slots.
 
 :meth:`ChatCompletionRequest.to_sampling_params` maps the sampling fields onto SGLang's ``sampling_params`` (the
 one place that mapping lives).
@@ -90,6 +104,7 @@ from proxy.api.fields import (
     INT64_MAX,
     INT64_MIN,
     check_json,
+    field_path,
     identifier,
     json_type,
     optional_bool,
@@ -110,6 +125,23 @@ REASONING_ALIASES = ("reasoning_content", "reasoning", "thinking")
 NON_TEXT_PARTS = frozenset({"image_url", "input_image", "image", "input_audio", "audio", "file", "input_file"})
 #: the largest ``top_logprobs`` OpenAI accepts
 MAX_TOP_LOGPROBS = 20
+#: the most choices (``n``) one request may ask for: each is a generation of its own (a gate slot, an upstream request)
+MAX_CHOICES = 16
+#: the largest absolute ``logit_bias`` value (OpenAI's range is [-100, 100])
+MAX_LOGIT_BIAS = 100.0
+#: the ``reasoning_effort`` tiers SGLang accepts (OpenAI's, plus ``max``); SGLang also takes a number in [0, 0.99]
+REASONING_EFFORTS = frozenset({"none", "minimal", "low", "medium", "high", "xhigh", "max"})
+#: OpenAI chat-completions parameters the proxy cannot honour: name -> (the values accepted besides null: OpenAI's
+#: defaults, which ask for nothing the proxy lacks; why any other value is refused)
+UNSERVED_PARAMETERS: dict[str, tuple[tuple[Any, ...], str]] = {
+    "audio": ((), "audio output is not served (text-only models)"),
+    "modalities": ((["text"],), "only text output is served"),
+    "prediction": ((), "predicted outputs are not served"),
+    "web_search_options": ((), "web search is not served"),
+    "service_tier": (("auto", "default"), "the proxy has a single service tier"),
+    "store": ((False,), "stored completions are not served (the proxy records trajectories: POST /trajectory/read)"),
+    "verbosity": (("medium",), "verbosity control is not served"),
+}
 
 ROUTING_KEY_HEADER = "x-smg-routing-key"
 INSTANCE_HEADER = "x-instance-id"
@@ -124,8 +156,8 @@ _READ_FIELDS = frozenset(
         "model", "messages", "tools", "tool_choice", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
         "frequency_penalty", "repetition_penalty", "max_tokens", "max_completion_tokens", "stop", "seed", "n",
         "stream", "stream_options", "logprobs", "top_logprobs", "chat_template_kwargs", "return_token_ids",
-        "response_mask", "session_id", "instance_id", "turn_id", "functions", "function_call",
-        "parallel_tool_calls", "response_format",
+        "response_mask", "session_id", "instance_id", "turn_id", "functions", "function_call", "logit_bias",
+        "reasoning_effort", "parallel_tool_calls", "response_format", *UNSERVED_PARAMETERS,
     }
 )
 
@@ -221,10 +253,15 @@ class ChatCompletionRequest:
     max_tokens: int | None = None
     stop: tuple[str, ...] | None = None
     seed: int | None = None
+    #: how many choices to answer with (each a generation of its own)
+    n: int = 1
+    #: token id (canonical decimal string, as SGLang takes it) -> bias; None when absent or empty
+    logit_bias: dict[str, float] | None = None
     stream: bool = False
     include_usage: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
+    #: the effective template kwargs (``reasoning_effort`` merged in, as SGLang does)
     chat_template_kwargs: dict[str, Any] | None = None
     #: None: the server's flag decides whether the token extension fields are returned
     return_token_ids: bool | None = None
@@ -250,11 +287,12 @@ class ChatCompletionRequest:
                 raise ApiError.unsupported_parameter(
                     f"{legacy} (legacy function calling) is not supported; use tools and tool_choice", legacy
                 )
+        _refuse_unserved(body)
         n = optional_int(body, "n", INT64_MIN, INT64_MAX)
         if n is not None and n < 1:
             raise ApiError.invalid_request(f"n must be at least 1, not {n}", "n")
-        if n is not None and n > 1:
-            raise ApiError.unsupported_parameter(f"only n=1 is supported, not n={n}", "n")
+        if n is not None and n > MAX_CHOICES:
+            raise ApiError.unsupported_parameter(f"n must be at most {MAX_CHOICES} here, not {n}", "n")
         tools = _tools(body.get("tools"))
         tool_names = frozenset(tool["function"]["name"] for tool in tools or ())
         logprobs = bool(optional_bool(body, "logprobs"))
@@ -266,12 +304,13 @@ class ChatCompletionRequest:
             raise ApiError.invalid_request(
                 f"stream_options must be an object, not {json_type(stream_options)}", "stream_options"
             )
-        include_usage = optional_bool(stream_options or {}, "include_usage", "stream_options.include_usage")
+        include_usage = _stream_options(stream_options or {})
         kwargs = body.get("chat_template_kwargs")
         if kwargs is not None and not isinstance(kwargs, dict):
             raise ApiError.invalid_request(
                 f"chat_template_kwargs must be an object, not {json_type(kwargs)}", "chat_template_kwargs"
             )
+        kwargs = _with_reasoning_effort(check_json(kwargs, "chat_template_kwargs"), body.get("reasoning_effort"))
         model = optional_str(body, "model")
         top_k = optional_int(body, "top_k", -1, INT32_MAX)
         if top_k == 0:
@@ -308,29 +347,41 @@ class ChatCompletionRequest:
             max_tokens=_max_tokens(body),
             stop=_stop(body.get("stop")),
             seed=optional_int(body, "seed", 0, INT64_MAX),
+            n=n or 1,
+            logit_bias=_logit_bias(body.get("logit_bias")),
             stream=bool(optional_bool(body, "stream")),
             include_usage=bool(include_usage),
             logprobs=logprobs,
             top_logprobs=top_logprobs,
-            chat_template_kwargs=check_json(kwargs, "chat_template_kwargs"),
+            chat_template_kwargs=kwargs,
             return_token_ids=optional_bool(body, "return_token_ids"),
             response_mask=_response_mask(body.get("response_mask")),
             ignored_fields=tuple(sorted(key for key in body if isinstance(key, str) and key not in _READ_FIELDS)),
         )
 
-    def to_sampling_params(self, max_new_tokens: int | None, *, temperature_override: float | None = None) -> dict:
-        """SGLang ``sampling_params`` for this request (spec 11; ``sglang-protocol.md`` 1.2).
+    def to_sampling_params(
+        self, max_new_tokens: int | None, *, temperature_override: float | None = None, choice_index: int = 0
+    ) -> dict:
+        """SGLang ``sampling_params`` for this request (spec 11; ``sglang-protocol.md`` 1.2), for its choice
+        ``choice_index`` (``n > 1``: each choice is a request of its own, sent with ``n`` left out, meaning 1).
 
         ``max_new_tokens`` is the budget the caller computed (the request's ``max_tokens``, clamped to the context
         window unless ``--no-dynamic-max-tokens``); it is always sent, ``None`` as an explicit ``null`` ("until the
         context ends": an omitted key would mean SGLang's default of 128). ``temperature_override`` is
-        ``--rollout-temperature``. Only fields the client set are sent, all within the gateway's whitelist:
-        temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, stop (a list),
-        sampling_seed (from ``seed``); then the constrained-decoding keys of ``tool_choice`` / ``response_format``
-        (:attr:`constraint_params`: ``json_schema``, or ``structural_tag``, which ``smg`` 1.13 drops).
+        ``--rollout-temperature``. Only fields the client set are sent: temperature, top_p, top_k, min_p,
+        presence_penalty, frequency_penalty, repetition_penalty, stop (a list), sampling_seed (from ``seed``), all
+        within the gateway's whitelist, and logit_bias (as SGLang's OpenAI server forwards it; the gateway ``smg``
+        drops it, sglang-protocol.md 4.2); then the constrained-decoding keys of ``tool_choice`` /
+        ``response_format`` (:attr:`constraint_params`: ``json_schema``, or ``structural_tag``, which ``smg`` 1.13
+        drops).
+
+        With a ``seed``, choice ``i`` is sent ``sampling_seed = (seed + i) mod 2**63``: SGLang gives the ``n``
+        parallel samples of one request the same seed, hence the same tokens (sgl-project/sglang#28805 proposes
+        ``seed + i``, as here); choice 0 gets the seed itself, so ``n = 1`` is unchanged.
         """
         params: dict[str, Any] = {"max_new_tokens": max_new_tokens}
         temperature = temperature_override if temperature_override is not None else self.temperature
+        seed = self.seed if self.seed is None or not choice_index else (self.seed + choice_index) % (INT64_MAX + 1)
         for key, value in (
             ("temperature", temperature),
             ("top_p", self.top_p),
@@ -340,7 +391,8 @@ class ChatCompletionRequest:
             ("frequency_penalty", self.frequency_penalty),
             ("repetition_penalty", self.repetition_penalty),
             ("stop", list(self.stop) if self.stop else None),
-            ("sampling_seed", self.seed),
+            ("sampling_seed", seed),
+            ("logit_bias", dict(self.logit_bias) if self.logit_bias else None),
         ):
             if value is not None:
                 params[key] = value
@@ -383,6 +435,79 @@ class ChatCompletionRequest:
     def wants_token_ids(self, server_default: bool) -> bool:
         """Whether the response carries the token extension fields (the request's flag, else the server's)."""
         return server_default if self.return_token_ids is None else self.return_token_ids
+
+
+# -- OpenAI parameters: unserved ones, stream options, reasoning effort, logit bias -------------------------------------
+
+
+def _refuse_unserved(body: dict[str, Any]) -> None:
+    """``unsupported_parameter`` for the first OpenAI parameter the proxy cannot honour, set to a non-default value."""
+    for name, (accepted, why) in UNSERVED_PARAMETERS.items():
+        value = body.get(name)
+        if value is None or any(type(value) is type(ok) and value == ok for ok in accepted):
+            continue
+        allowed = " or ".join(json.dumps(ok) for ok in accepted)
+        raise ApiError.unsupported_parameter(
+            f"{name} is not supported: {why}; leave it out" + (f" or send {allowed}" if allowed else ""), name
+        )
+
+
+def _stream_options(options: dict[str, Any]) -> bool:
+    """``include_usage``; ``include_obfuscation`` is accepted (no chunk is ever padded), SGLang's
+    ``continuous_usage_stats`` refused (usage comes once, in the final usage chunk)."""
+    include_usage = optional_bool(options, "include_usage", "stream_options.include_usage")
+    optional_bool(options, "include_obfuscation", "stream_options.include_obfuscation")
+    if optional_bool(options, "continuous_usage_stats", "stream_options.continuous_usage_stats"):
+        raise ApiError.unsupported_parameter(
+            "stream_options.continuous_usage_stats is not supported: usage comes in the final usage chunk "
+            "(stream_options.include_usage)",
+            "stream_options.continuous_usage_stats",
+        )
+    return bool(include_usage)
+
+
+def _with_reasoning_effort(kwargs: dict[str, Any] | None, effort: Any) -> dict[str, Any] | None:
+    """The effective template kwargs: ``reasoning_effort`` merged in as SGLang does (module docstring)."""
+    if effort is None:
+        return kwargs
+    if isinstance(effort, str):
+        if effort not in REASONING_EFFORTS:
+            raise ApiError.invalid_request(
+                f"reasoning_effort must be one of {', '.join(sorted(REASONING_EFFORTS))} or a number in [0, 0.99], "
+                f"not {shown(effort)}",
+                "reasoning_effort",
+            )
+    else:
+        effort = optional_float({"reasoning_effort": effort}, "reasoning_effort", 0.0, 0.99)
+    thinking = effort != "none"
+    merged: dict[str, Any] = {"reasoning_effort": effort, **(kwargs or {})}
+    merged.setdefault("thinking", thinking)
+    merged.setdefault("enable_thinking", thinking)
+    return merged
+
+
+def _logit_bias(value: Any) -> dict[str, float] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ApiError.invalid_request(
+            f"logit_bias must be an object mapping token ids to numbers, not {json_type(value)}", "logit_bias"
+        )
+    out: dict[str, float] = {}
+    for key, bias in value.items():
+        param = field_path("logit_bias", key) if len(key) <= 64 else "logit_bias"
+        if not (key.isascii() and key.isdigit() and len(key) <= 10 and int(key) <= INT32_MAX):
+            raise ApiError.invalid_request(
+                f"logit_bias keys must be token ids (non-negative decimal integers), not {shown(key)}", param
+            )
+        token = str(int(key))
+        if token in out:
+            raise ApiError.invalid_request(f"logit_bias gives token {token} twice", param)
+        number = optional_float(value, key, -MAX_LOGIT_BIAS, MAX_LOGIT_BIAS, param=param)
+        if number is None:
+            raise ApiError.invalid_request(f"{param} must be a number in [-100, 100], not null", param)
+        out[token] = number
+    return out or None
 
 
 # -- headers and ids ---------------------------------------------------------------------------------------------------

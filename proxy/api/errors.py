@@ -113,7 +113,9 @@ ERROR_TABLE: Mapping[ErrorCode, ErrorSpec] = {
     ),
     ErrorCode.UNSUPPORTED_PARAMETER: ErrorSpec(
         400, INVALID_REQUEST_ERROR,
-        "valid OpenAI input this proxy does not serve: `n` > 1, image/audio content, custom tools, `functions`",
+        "valid OpenAI input this proxy does not serve: `n` > 16, image/audio content, custom tools, `functions`, a "
+        "non-default `audio`, `modalities`, `prediction`, `web_search_options`, `service_tier`, `store`, "
+        "`verbosity`, `stream_options.continuous_usage_stats`",
     ),
     ErrorCode.CONTEXT_OVERFLOW: ErrorSpec(
         400, INVALID_REQUEST_ERROR,

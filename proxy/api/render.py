@@ -41,7 +41,10 @@ Streaming (:class:`ChunkFormat`), each event a ``chat.completion.chunk`` with th
    when the request asked for them; with extras, top-level ``token_ids``/``token_logprobs``/``weight_versions`` of
    the delta's tokens;
 3. ``finish(reason, usage)``: a chunk with ``delta: {}`` and the ``finish_reason``, then, when the request set
-   ``stream_options.include_usage``, a usage chunk with ``choices: []``.
+   ``stream_options.include_usage``, a usage chunk with ``choices: []`` (``usage_chunk(usage)`` alone).
+
+Choices (``n > 1``): every choice is rendered on its own with its ``index`` (``render_completion(..., index=i)``,
+``ChunkFormat(index=i)``); ``proxy.controllers.choices`` puts the choices of one answer together.
 
 SSE framing: :func:`sse_event` gives ``b"data: <json>\\n\\n"``, :data:`SSE_DONE` is ``b"data: [DONE]\\n\\n"``,
 :func:`sse_events` frames several events into one bytes blob (the response writer coalesces whatever is buffered
@@ -326,8 +329,10 @@ def render_completion(
     *,
     logprobs: Sequence[TokenLogprob] | None = None,
     extras: TokenExtras | None = None,
+    index: int = 0,
 ) -> dict[str, Any]:
-    """The ``chat.completion`` object; ``logprobs`` only when the request asked for them (else ``null``)."""
+    """The ``chat.completion`` object with one choice (``index``); ``logprobs`` only when the request asked for them
+    (else ``null``)."""
     completion: dict[str, Any] = {
         "id": meta.id,
         "object": "chat.completion",
@@ -335,7 +340,7 @@ def render_completion(
         "model": meta.model,
         "choices": [
             {
-                "index": 0,
+                "index": index,
                 "message": turn.message_json(),
                 "logprobs": _logprobs_json(logprobs),
                 "finish_reason": turn.finish_reason.value,
@@ -368,6 +373,8 @@ class ChunkFormat:
     logprobs: bool = False
     #: the response carries the token extension fields
     token_extras: bool = False
+    #: the choice these chunks belong to (``n > 1``: one format per choice)
+    index: int = 0
 
     @classmethod
     def for_request(
@@ -387,9 +394,8 @@ class ChunkFormat:
 
     def first(self, *, prompt_token_ids: Sequence[int] | None = None) -> dict[str, Any]:
         """The opening chunk: the assistant role (and the prompt ids, with extras)."""
-        chunk = self._chunk(
-            [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]
-        )
+        role = {"role": "assistant", "content": ""}
+        chunk = self._chunk([{"index": self.index, "delta": role, "logprobs": None, "finish_reason": None}])
         if self.token_extras and prompt_token_ids is not None:
             chunk["prompt_token_ids"] = prompt_token_ids
         return chunk
@@ -397,7 +403,9 @@ class ChunkFormat:
     def delta(self, delta: Delta) -> dict[str, Any]:
         """One content, reasoning or tool-call increment."""
         logprobs = _logprobs_json(delta.logprobs) if self.logprobs and delta.logprobs else None
-        chunk = self._chunk([{"index": 0, "delta": delta.delta_json(), "logprobs": logprobs, "finish_reason": None}])
+        chunk = self._chunk(
+            [{"index": self.index, "delta": delta.delta_json(), "logprobs": logprobs, "finish_reason": None}]
+        )
         if self.token_extras and delta.extras is not None:
             chunk.update(delta.extras.to_json())
         return chunk
@@ -405,10 +413,14 @@ class ChunkFormat:
     def finish(self, finish_reason: FinishReason | str, usage: Usage | None = None) -> list[dict[str, Any]]:
         """The closing chunk with ``finish_reason``, then the usage chunk when the request asked for usage."""
         reason = FinishReason(finish_reason).value
-        chunks = [self._chunk([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}])]
+        chunks = [self._chunk([{"index": self.index, "delta": {}, "logprobs": None, "finish_reason": reason}])]
         if self.include_usage and usage is not None:
-            chunks.append({**self._chunk([]), "usage": usage.to_json()})
+            chunks.append(self.usage_chunk(usage))
         return chunks
+
+    def usage_chunk(self, usage: Usage) -> dict[str, Any]:
+        """The usage chunk (``choices: []``) that ends a stream whose request set ``stream_options.include_usage``."""
+        return {**self._chunk([]), "usage": usage.to_json()}
 
 
 # -- JSON and SSE ------------------------------------------------------------------------------------------------------

@@ -28,6 +28,13 @@ A client that goes away (quart-trio cancels the handler, or closes the body gene
 slot or wait given back, the session's reservation dropped) and nothing is committed. A commit already requested
 still lands (it is shielded; the machine ignores a disconnect while COMMITTING).
 
+A request with ``n > 1`` is answered by ``n`` generations, one per choice (``proxy/controllers/choices.py`` starts
+them and puts their answers together): each is all of the above on its own, given its ``ChoiceSlot`` (its index, the
+answer's shared id and time). Its index enters its tool-call ids, its sampling seed and its rendering; its stream
+starts with its first delta (the answer sends every choice's opening chunk) and ends with its finish chunk followed by
+its ``Usage`` (the answer's usage chunk and ``[DONE]`` are rendered once, by the choices), and an error is always
+handed over as the ``ApiError`` (the choices decide how the client sees it).
+
 Streaming: the response opens (status 200, the role chunk) with the first generated token, so every failure before
 it is a plain HTTP error with its status; a failure after it is an SSE error event, then ``[DONE]``. Tokens flow
 through :class:`~proxy.controllers.text_decoder.TextDecoder` and the streaming message parser; the accepted tokens of
@@ -57,7 +64,7 @@ import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -124,6 +131,9 @@ from statemachines.generation import (
     UpstreamStarted,
     waits_for_client,
 )
+
+if TYPE_CHECKING:
+    from proxy.controllers.choices import ChoiceSlot
 
 log = logging.getLogger("dressage_proxy.generation")
 
@@ -193,14 +203,17 @@ class GenerationController:
             services.gate, services.context_window,
         )
 
-    async def start(self, request: ChatCompletionRequest, nursery: trio.Nursery) -> Generation:
-        """Prepare the step, decide its budget, ask the gate, start its driver in ``nursery``.
+    async def start(
+        self, request: ChatCompletionRequest, nursery: trio.Nursery, *, choice: ChoiceSlot | None = None
+    ) -> Generation:
+        """Prepare the step, decide its budget, ask the gate, start its driver in ``nursery``; ``choice``: the
+        generation is one choice of an ``n > 1`` answer (``proxy.controllers.choices``).
 
         Raises ``ApiError`` (nothing recorded, nothing sent upstream) when the session layer or context safety
         refuses the request. A cancellation (the client left) propagates after the machine was told.
         """
         model = request.model or await self._served_model_name()
-        generation = Generation(self, request, model, nursery)
+        generation = Generation(self, request, model, nursery, choice)
         self._counts["started"] += 1
         await generation.prepare()
         self._active.add(generation)
@@ -241,12 +254,16 @@ class Generation:
     request: ChatCompletionRequest
     model: str
     _nursery: trio.Nursery
+    #: one choice of an ``n > 1`` answer; None for an ``n = 1`` request
+    choice: ChoiceSlot | None = None
     machine: GenerationMachine = attrs.field(init=False)
     completion_id: str = attrs.field(init=False)
     created: int = attrs.field(init=False)
     prepared: PreparedStep | None = attrs.field(default=None, init=False)
     budget: StepBudget | None = attrs.field(default=None, init=False)
     prompt_ids: list[int] = attrs.field(factory=list, init=False)
+    # What the answer shows of them (the token extension; None: another choice of the answer shows them).
+    _shown_prompt_ids: list[int] | None = attrs.field(default=None, init=False)
     # The step's generated tokens (kept across continuations; cleared by a restart). Same lengths.
     ids: list[int] = attrs.field(factory=list, init=False)
     logprobs: list[float | None] = attrs.field(factory=list, init=False)
@@ -296,13 +313,17 @@ class Generation:
     def __attrs_post_init__(self) -> None:
         config = self.controller.config
         self.machine = GenerationMachine.new(partial_rollout=config.partial_rollout)
-        self.completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        self.created = int(time.time())
+        if self.choice is None:
+            self.completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+            self.created = int(time.time())
+        else:
+            self.completion_id, self.created = self.choice.completion_id, self.choice.created
         self._work_send, self._work_recv = trio.open_memory_channel(math.inf)
         controller = self.controller
         self._render = ResponseRenderer(
             self.request, CompletionMeta(self.completion_id, self.created, self.model), controller.tokenizer,
-            controller._end_ids, token_ids_default=config.return_token_ids,
+            controller._end_ids, token_ids_default=config.return_token_ids, choice_index=self._choice_index,
+            multiplexed=self.choice is not None,
         )
         self._new_text_state()
 
@@ -326,6 +347,17 @@ class Generation:
         if isinstance(item, ApiError):
             raise item
         return item
+
+    async def next_output(self) -> Any:
+        """One choice of several: its next output item (SSE bytes, its ``Usage`` after its last chunk, the
+        ``ApiError`` it ends with, or a non-streaming ``chat.completion`` dict), None at its end. A cancellation
+        calls :meth:`client_gone`."""
+        return await self._output.receive_next(self.client_gone)
+
+    def opening_chunk(self) -> dict[str, Any]:
+        """One choice of several: its opening chunk (the role, and the prompt ids it shows), which the answer sends
+        for every choice, in index order, when the stream opens (its own stream starts with its first delta)."""
+        return self._render.opening_chunk(self._shown_prompt_ids)
 
     def sse_body(self, first: bytes) -> AsyncIterator[bytes]:
         """The streaming response body: ``first``, then whatever the driver buffered, one write per wake-up. It holds
@@ -412,6 +444,7 @@ class Generation:
             raise
         self.prepared = prepared
         self.prompt_ids = prepared.input_ids()
+        self._shown_prompt_ids = self._prompt_ids_to_show()
         if controller.config.use_rollout_routing_replay:
             # Rows already held along the path (the base checkpoint's steps): this step asks only for the rest.
             self._rows_start = self._rows_end = routed_rows_end(prepared.tokens.base)
@@ -595,7 +628,7 @@ class Generation:
         rid = new_rid()
         input_ids = self.prompt_ids + self.ids[: start.kept_tokens] if start.kept_tokens else self.prompt_ids
         params = request.to_sampling_params(
-            start.max_new_tokens, temperature_override=config.rollout_temperature
+            start.max_new_tokens, temperature_override=config.rollout_temperature, choice_index=self._choice_index
         )
         # Routing replay: ask only for rows not held yet. That is the machine's len(input_ids) - 1 for a
         # continuation whose interrupted request delivered its rows (its abort finish was read), else the first
@@ -755,7 +788,7 @@ class Generation:
             return
         text = "".join(pieces)
         deltas = self._stream.feed(text) if text else []
-        events = self._render.token_events(tokens, effect.weight_version, deltas, self.prompt_ids)
+        events = self._render.token_events(tokens, effect.weight_version, deltas, self._shown_prompt_ids)
         if events:
             self._output.emit(events)
 
@@ -779,7 +812,7 @@ class Generation:
         if request.stream:
             self._stream = controller.parser.stream(
                 request.parse_tools, session_id=request.session_id, step_index=self._step_index,
-                reasoning_open_at_start=self._reasoning_open,
+                reasoning_open_at_start=self._reasoning_open, choice_index=self._choice_index,
             )
 
     async def _abandon_restarted_stream(self) -> None:
@@ -794,7 +827,7 @@ class Generation:
         self.controller._counts["cancelled"] += 1
         self._client_gone = True
         self._apply(self._send(ClientDisconnected()))
-        self._output.emit(sse_error(error) + SSE_DONE)
+        self._output.emit(error if self.choice is not None else sse_error(error) + SSE_DONE)
         await self._output.flush()
         self._output.close()
         self._queue(_STOP)
@@ -806,6 +839,20 @@ class Generation:
         """Tool-call ids derive from (session, step index, call index); the step index is the answer's position in
         the conversation, so a retry of the same request gets the same ids (an idempotent retry stays one node)."""
         return len(self.request.messages)
+
+    @property
+    def _choice_index(self) -> int:
+        """The choice this generation answers (0 but for the other choices of an ``n > 1`` request)."""
+        return 0 if self.choice is None else self.choice.index
+
+    def _prompt_ids_to_show(self) -> list[int] | None:
+        """The prompt ids the answer shows (token extension): every choice's prompt is the first choice's (the same
+        messages), shown once; another choice shows its own only if they differ (a checkpoint appeared on the
+        prompt's path between the preparations, so the context was built differently)."""
+        choice = self.choice
+        if choice is None or choice.first_prompt_ids is None or list(choice.first_prompt_ids) != self.prompt_ids:
+            return self.prompt_ids
+        return None
 
     @property
     def _reasoning_open(self) -> bool:
@@ -833,6 +880,7 @@ class Generation:
                     message = await parser.parse_final(
                         self._decoder.text, request.parse_tools, session_id=request.session_id,
                         step_index=self._step_index, reasoning_open_at_start=self._reasoning_open,
+                        choice_index=self._choice_index,
                     )
             except UpstreamError as exc:
                 failure = exc
@@ -887,10 +935,12 @@ class Generation:
         usage = Usage(len(self.prompt_ids), len(self.ids))
         if self._stream is not None:
             reason = message.finish_reason(finish.value)
-            self._output.emit(self._render.final_events(self._tail, reason, usage, self.prompt_ids))
+            self._output.emit(self._render.final_events(self._tail, reason, usage, self._shown_prompt_ids))
+            if self.choice is not None:
+                self._output.emit(usage)  # this choice is complete; the answer's usage chunk adds up the choices
         else:
             self._output.emit(self._render.completion(
-                message, truncated=finish is FinishKind.LENGTH, usage=usage, prompt_ids=self.prompt_ids,
+                message, truncated=finish is FinishKind.LENGTH, usage=usage, prompt_ids=self._shown_prompt_ids,
                 ids=self.ids, logprobs=self.logprobs, versions=self.versions, tops=self.tops,
             ))
         await self._output.flush()
@@ -902,7 +952,8 @@ class Generation:
         error = self._api_error(effect)
         if effect.status >= 500 and effect.code == "internal_error":
             log.error("request %s: generation %s answered 500", current_request_id(), self.completion_id)
-        self._output.emit(sse_error(error) + SSE_DONE if self._render.opened else error)
+        opened = self._render.opened and self.choice is None  # one choice of several hands the error over as is
+        self._output.emit(sse_error(error) + SSE_DONE if opened else error)
         await self._output.flush()
         self._output.close()
 

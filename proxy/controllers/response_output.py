@@ -9,6 +9,9 @@ The response side reads the first item (it decides between a 200 stream and an e
 then drains everything buffered at each wake-up and writes it as one blob. The body holds no cancel scope or nursery
 across its ``yield``; if it is closed or cancelled before the end of the channel (the client left), it calls the
 ``on_gone`` callback, synchronously.
+
+An ``n > 1`` answer (``proxy.controllers.choices``) reads each choice's channel item by item (``receive_next``) and
+feeds one merged channel whose producers ``send`` concurrently, without staging.
 """
 
 from __future__ import annotations
@@ -65,6 +68,16 @@ class ResponseChannel:
             for _ in range(count):
                 pending.popleft()
 
+    async def send(self, item: Any) -> None:
+        """Send one item now, unstaged (several tasks may send concurrently: each one's items stay in order). Blocks
+        while the channel is full; a cancellation sends nothing; a response that went away makes it a no-op."""
+        if self.closed:
+            return
+        try:
+            await self._send.send(item)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.closed = True
+
     def close(self) -> None:
         """No more items: the response reads what is buffered, then the end."""
         self.closed = True
@@ -84,6 +97,16 @@ class ResponseChannel:
             return await self._receive.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             raise ApiError.internal_error("the generation ended without an answer") from None
+        except BaseException:
+            on_gone()
+            raise
+
+    async def receive_next(self, on_gone: Callable[[], None]) -> Any:
+        """The next item, or None at the end of the channel; a cancellation calls ``on_gone`` and propagates."""
+        try:
+            return await self._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            return None
         except BaseException:
             on_gone()
             raise

@@ -6,6 +6,11 @@ a stream are attached to the next chunk that carries a delta: the parser holds t
 markup, so tokens and deltas do not align one to one; tokens still unattached at the end get a chunk of their own
 (an empty ``delta``). The end-of-turn tokens are not text: they are left out of the OpenAI ``logprobs`` (which
 describe the content) but kept in the token extension fields (which are token-exact).
+
+One choice of an ``n > 1`` answer (``choice_index``, ``multiplexed``): its chunks carry its index; its opening chunk
+(the role) is not rendered with its first token but by the answer, which opens with every choice's opening chunk in
+index order (``opening_chunk``); its stream ends with its finish chunk: the usage chunk and ``[DONE]`` are the whole
+answer's (``proxy.controllers.choices``).
 """
 
 from __future__ import annotations
@@ -40,14 +45,20 @@ class ResponseRenderer:
 
     def __init__(
         self, request: ChatCompletionRequest, meta: CompletionMeta, tokenizer: Any, end_ids: Collection[int],
-        *, token_ids_default: bool,
+        *, token_ids_default: bool, choice_index: int = 0, multiplexed: bool = False,
     ) -> None:
         self.request = request
         self.meta = meta
         self._tokenizer = tokenizer
         self._end_ids = end_ids
         self._extras = request.wants_token_ids(token_ids_default)
-        self.format = ChunkFormat.for_request(request, meta, token_ids_default=token_ids_default)
+        self.choice_index = choice_index
+        #: one choice of several: no usage chunk, no ``[DONE]`` (the whole answer's)
+        self.multiplexed = multiplexed
+        self.format = attrs.evolve(
+            ChunkFormat.for_request(request, meta, token_ids_default=token_ids_default),
+            index=choice_index, include_usage=request.include_usage and not multiplexed,
+        )
         # Tokens (with their versions) not yet carried by a chunk, when logprobs or extras are rendered.
         self._unattached: list[tuple[Token, str | None]] = []
         #: the first chunk (the assistant role) was rendered
@@ -59,7 +70,7 @@ class ResponseRenderer:
     # -- streaming -----------------------------------------------------------------------------------------------
 
     def token_events(
-        self, tokens: Sequence[Token], version: str | None, deltas: Sequence[Any], prompt_ids: Sequence[int]
+        self, tokens: Sequence[Token], version: str | None, deltas: Sequence[Any], prompt_ids: Sequence[int] | None
     ) -> bytes:
         """The SSE events the accepted tokens of one read produce (the opening chunk with the first token)."""
         if self.format.logprobs or self.format.token_extras:
@@ -69,21 +80,27 @@ class ResponseRenderer:
         return sse_events(chunks) if chunks else b""
 
     def final_events(
-        self, deltas: Sequence[Any], finish_reason: str, usage: Usage, prompt_ids: Sequence[int]
+        self, deltas: Sequence[Any], finish_reason: str, usage: Usage, prompt_ids: Sequence[int] | None
     ) -> bytes:
-        """The last deltas, the finish chunk, the usage chunk (when asked), ``[DONE]``."""
+        """The last deltas, the finish chunk, the usage chunk (when asked), ``[DONE]`` (the last two not for one
+        choice of several)."""
         chunks = self._open(prompt_ids)
         chunks.extend(self._delta_chunks(deltas))
         if self._unattached:
             chunks.append(self.format.delta(self._attach(Delta())))
         chunks.extend(self.format.finish(finish_reason, usage))
-        return sse_events(chunks) + SSE_DONE
+        return sse_events(chunks) + (b"" if self.multiplexed else SSE_DONE)
 
-    def _open(self, prompt_ids: Sequence[int]) -> list[dict[str, Any]]:
+    def _open(self, prompt_ids: Sequence[int] | None) -> list[dict[str, Any]]:
         if self.opened:
             return []
         self.opened = True
-        return [self.format.first(prompt_token_ids=prompt_ids)]
+        return [] if self.multiplexed else [self.format.first(prompt_token_ids=prompt_ids)]
+
+    def opening_chunk(self, prompt_ids: Sequence[int] | None) -> dict[str, Any]:
+        """The opening chunk (the assistant role; the prompt ids with the token extension), for the answer of
+        several choices to send itself."""
+        return self.format.first(prompt_token_ids=prompt_ids)
 
     def _delta_chunks(self, deltas: Sequence[Any]) -> list[dict[str, Any]]:
         chunks = []
@@ -121,7 +138,7 @@ class ResponseRenderer:
     # -- non-streaming -------------------------------------------------------------------------------------------
 
     def completion(
-        self, message: ParsedMessage, *, truncated: bool, usage: Usage, prompt_ids: Sequence[int],
+        self, message: ParsedMessage, *, truncated: bool, usage: Usage, prompt_ids: Sequence[int] | None,
         ids: Sequence[int], logprobs: Sequence[float | None], versions: Sequence[str | None],
         tops: Sequence[tuple[tuple[int, float], ...]] = (),
     ) -> dict[str, Any]:
@@ -146,7 +163,7 @@ class ResponseRenderer:
                 prompt_token_ids=prompt_ids, token_ids=ids, token_logprobs=logprobs if aligned else None,
                 weight_versions=versions,
             )
-        return render_completion(self.meta, turn, usage, logprobs=entries, extras=extras)
+        return render_completion(self.meta, turn, usage, logprobs=entries, extras=extras, index=self.choice_index)
 
     def token_logprob(self, token_id: int, logprob: float, top: Sequence[tuple[int, float]] = ()) -> TokenLogprob:
         """One token's OpenAI logprob entry, with up to the request's ``top_logprobs`` alternatives."""

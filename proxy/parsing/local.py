@@ -127,6 +127,7 @@ def assemble(
     session_id: str,
     step_index: int,
     flags: Iterable[str] = (),
+    choice_index: int = 0,
 ) -> ParsedMessage:
     """Step 3: the message from the segments and one decision per closed block (in order)."""
     all_flags = set(flags)
@@ -144,7 +145,9 @@ def assemble(
         if not decision.accepted:
             content.append(segment.raw)
         for name, arguments_json in decision.calls:
-            calls.append(ToolCall(tool_call_id(session_id, step_index, len(calls)), name, arguments_json))
+            calls.append(
+                ToolCall(tool_call_id(session_id, step_index, len(calls), choice_index), name, arguments_json)
+            )
     return ParsedMessage(
         content="".join(content).strip(),
         reasoning_content=reasoning or None,
@@ -161,6 +164,7 @@ def parse_local(
     session_id: str,
     step_index: int,
     reasoning_open_at_start: bool = False,
+    choice_index: int = 0,
 ) -> ParsedMessage:
     """The whole local parse of a finished output. Never raises."""
     split = (
@@ -174,4 +178,6 @@ def parse_local(
     decisions = [
         decide_block(s.raw, fmt.tool_call, tools) for s in segments if isinstance(s, BlockSegment) and s.closed
     ]
-    return assemble(split.reasoning, segments, decisions, session_id=session_id, step_index=step_index)
+    return assemble(
+        split.reasoning, segments, decisions, session_id=session_id, step_index=step_index, choice_index=choice_index
+    )

@@ -157,8 +157,10 @@ class MessageParser:
         session_id: str,
         step_index: int,
         reasoning_open_at_start: bool = False,
+        choice_index: int = 0,
     ) -> ParsedMessage:
-        """The message in a finished output ``text``. ``tools`` is the request's ``tools`` list.
+        """The message in a finished output ``text``. ``tools`` is the request's ``tools`` list; ``choice_index`` is
+        the answer's choice (``n > 1``), part of its tool-call ids.
 
         Never raises for any text; with an ``sglang_api`` backend, SGLang's failures raise ``UpstreamError``.
         """
@@ -172,7 +174,8 @@ class MessageParser:
             raws = [s.raw for s in segments if isinstance(s, BlockSegment) and s.closed]
             decisions = await self.decide_blocks(raws, specs, flags)
             message = assemble(
-                split.reasoning, segments, decisions, session_id=session_id, step_index=step_index, flags=flags
+                split.reasoning, segments, decisions, session_id=session_id, step_index=step_index, flags=flags,
+                choice_index=choice_index,
             )
         return self._count(message)
 
@@ -183,6 +186,7 @@ class MessageParser:
         session_id: str,
         step_index: int,
         reasoning_open_at_start: bool = False,
+        choice_index: int = 0,
     ) -> MessageStream:
         """A streaming parse of one output; see :class:`MessageStream`."""
         specs = tools if isinstance(tools, ToolSpecs) else ToolSpecs.from_openai(tools)
@@ -193,6 +197,7 @@ class MessageParser:
             step_index,
             reasoning_open_at_start=reasoning_open_at_start,
             defer_blocks=self._fmt.tool_call is not None and self.config.tool_call_backend != "local",
+            choice_index=choice_index,
         )
         return MessageStream(self, core)
 

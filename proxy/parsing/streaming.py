@@ -116,6 +116,8 @@ class StreamingMessageParser:
     reasoning_open_at_start: bool = False
     defer_blocks: bool = False
     """Leave closed blocks undecided until ``resolve()`` (SGLang decides them)."""
+    choice_index: int = 0
+    """The answer's choice (``n > 1``): part of the tool-call ids."""
 
     # scanner
     _phase: _Phase = attrs.field(init=False, default=_Phase.START)
@@ -301,7 +303,9 @@ class StreamingMessageParser:
                 self._content_ws = self._text(piece.raw, self._content_ws, self._content, ContentDelta, out)
             for name, arguments_json in decision.calls:
                 index = len(self._calls)
-                call = ToolCall(tool_call_id(self.session_id, self.step_index, index), name, arguments_json)
+                call = ToolCall(
+                    tool_call_id(self.session_id, self.step_index, index, self.choice_index), name, arguments_json
+                )
                 self._calls.append(call)
                 out.append(ToolCallDelta(index, call.id, name, ""))
                 out.append(ToolCallDelta(index, None, None, arguments_json))

@@ -16,6 +16,10 @@ A client that disconnects cancels this handler (quart-trio's disconnect watcher)
 generation turns either into ``ClientDisconnected``. A disconnect in the window after the handler returned and
 before quart started the body runs neither: the end of the exchange (``proxy/request_end.py``) calls
 ``client_gone`` then, and always (idempotent, a no-op after a delivered answer). Errors are rendered by ``proxy.app``'s handlers.
+
+A request with ``n > 1`` is answered the same way by a ``ChoiceSet`` (``proxy/controllers/choices.py``): ``n``
+generations, one per choice, put together as one answer (one object, or one multiplexed stream); under an
+idempotency key, its answer is recorded once every choice committed.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from quart_trio import QuartTrio
 from proxy.api import ChatCompletionRequest, dumps, parse_json_body
 from proxy.api.chat_request import SessionIdSources
 from proxy.controllers import idempotency
-from proxy.controllers.generation import GenerationController
+from proxy.controllers.choices import ChoiceSet
+from proxy.controllers.generation import Generation, GenerationController
 from proxy.request_end import on_request_end
 from proxy.services import ProxyServices
 
@@ -64,12 +69,16 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         """Generate and answer; with a claim, record a committed answer under its key (or free the key)."""
         handed_over = False
         try:
-            generation = await controller.start(chat, app.nursery)
+            generation: Generation | ChoiceSet
+            if chat.n > 1:
+                generation = await ChoiceSet.start(controller, chat, app.nursery)
+            else:
+                generation = await controller.start(chat, app.nursery)
             # However this exchange ends (a disconnect before the body starts included), the generation hears of it.
             on_request_end(request.scope, generation.client_gone)
             if not chat.stream:
                 payload = dumps(await generation.result())
-                step_id = sessions.committed_step(generation.prepared.handle)
+                step_id = committed_step(generation)
                 if claim is not None and step_id is not None:
                     claim.record(idempotency.RecordedResponse(payload, JSON, False, step_id))
                 return Response(payload, status=200, content_type=JSON)
@@ -77,8 +86,8 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
             sse = generation.sse_body(first)
             if claim is not None:
                 # The stream's body records the answer at its end (or frees the key).
-                handle = generation.prepared.handle
-                sse = idempotency.RecordingBody(sse, claim, lambda: sessions.committed_step(handle), SSE)
+                answered = generation
+                sse = idempotency.RecordingBody(sse, claim, lambda: committed_step(answered), SSE)
                 # A body quart never started records nothing: the exchange's end frees the key (no-op if recorded).
                 on_request_end(request.scope, claim.release)
                 handed_over = True
@@ -89,6 +98,15 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         response.headers.update(SSE_HEADERS)
         response.timeout = None  # never cut a stream (stack-notes pitfall 2; the app-wide timeouts are off too)
         return response
+
+    def committed_step(generation: Generation | ChoiceSet) -> int | None:
+        """The step an answer committed, for its idempotency record; with several choices, the first choice's once
+        every choice committed (an answer is recorded whole or not at all)."""
+        if isinstance(generation, ChoiceSet):
+            steps = [committed_step(choice) for choice in generation.generations]
+            return None if None in steps else steps[0]
+        assert generation.prepared is not None
+        return sessions.committed_step(generation.prepared.handle)
 
 
 __all__ = ["SSE_HEADERS", "register"]

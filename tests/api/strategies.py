@@ -200,7 +200,16 @@ OPTIONAL_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "max_completion_tokens": st.integers(1, 2**31 - 1),
     "stop": st.text(min_size=1, max_size=5) | st.lists(st.text(min_size=1, max_size=5), max_size=4),
     "seed": st.integers(0, 2**63 - 1),
-    "n": st.just(1),
+    "n": st.integers(1, 16),
+    "logit_bias": st.dictionaries(st.integers(0, 10**6), st.floats(-100, 100) | st.integers(-100, 100), max_size=4).map(
+        lambda biases: {str(token): bias for token, bias in biases.items()}
+    ),
+    "reasoning_effort": st.sampled_from(["none", "minimal", "low", "medium", "high", "xhigh", "max"])
+    | st.floats(0, 0.99),
+    "store": st.just(False),
+    "modalities": st.just(["text"]),
+    "service_tier": st.sampled_from(["auto", "default"]),
+    "metadata": st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2),
     "stream": st.booleans(),
     "stream_options": st.fixed_dictionaries({}, optional={"include_usage": st.booleans()}),
     "logprobs": st.booleans(),

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from werkzeug.datastructures import Headers
 
-from proxy.api.chat_request import ChatCompletionRequest, ToolChoice
+from proxy.api.chat_request import MAX_CHOICES, UNSERVED_PARAMETERS, ChatCompletionRequest, ToolChoice
 from proxy.api.constraints import ResponseFormat
 from proxy.api.errors import ApiError, ErrorCode
 from tests.api import strategies as s
@@ -131,11 +131,14 @@ def test_from_http_round_trips_every_field_of_valid_bodies(body: dict, headers: 
     assert request.include_usage is bool(body.get("stream_options", {}).get("include_usage"))
     assert request.logprobs is bool(body.get("logprobs"))
     assert request.top_logprobs == body.get("top_logprobs", 0)
-    assert request.chat_template_kwargs == body.get("chat_template_kwargs")
+    assert request.chat_template_kwargs == expected_template_kwargs(body)
+    assert request.n == (body.get("n") or 1)
+    bias = body.get("logit_bias")
+    assert request.logit_bias == ({key: float(value) for key, value in bias.items()} if bias else None)
     assert request.return_token_ids == body.get("return_token_ids")
     mask = body.get("response_mask")
     assert request.response_mask == (tuple(mask) if mask is not None else None)
-    known = {"user", "some_future_field"}
+    known = {"user", "some_future_field", "metadata"}
     assert request.ignored_fields == tuple(sorted(known & set(body)))
     assert request.parallel_tool_calls is body.get("parallel_tool_calls", True)
     response_format = body.get("response_format")
@@ -147,6 +150,16 @@ def test_from_http_round_trips_every_field_of_valid_bodies(body: dict, headers: 
     assert params.get("sampling_seed") == body.get("seed")
     assert params.get("stop") == (list(request.stop) if request.stop else None)
     assert "seed" not in params and "n" not in params
+    assert params.get("logit_bias") == request.logit_bias
+
+
+def expected_template_kwargs(body: dict) -> dict | None:
+    """SGLang's rule for ``reasoning_effort`` (the request's kwargs win; thinking defaults to effort != none)."""
+    kwargs, effort = body.get("chat_template_kwargs"), body.get("reasoning_effort")
+    if effort is None:
+        return kwargs
+    thinking = effort != "none"
+    return {"reasoning_effort": effort, "thinking": thinking, "enable_thinking": thinking, **(kwargs or {})}
 
 
 # -- session identity --------------------------------------------------------------------------------------------------
@@ -316,8 +329,13 @@ def test_max_completion_tokens_wins_over_max_tokens() -> None:
     assert parse({"messages": USER}).max_tokens is None
 
 
-@pytest.mark.parametrize("n", [2, 8])
-def test_n_greater_than_one_is_unsupported(n: int) -> None:
+@pytest.mark.parametrize("n", [2, 8, MAX_CHOICES])
+def test_n_up_to_the_cap_is_accepted(n: int) -> None:
+    assert parse({"messages": USER, "n": n}).n == n
+
+
+@pytest.mark.parametrize("n", [MAX_CHOICES + 1, 128])
+def test_n_above_the_cap_is_unsupported(n: int) -> None:
     error = refused({"messages": USER, "n": n})
     assert (error.status, error.code, error.param) == (400, ErrorCode.UNSUPPORTED_PARAMETER, "n")
 
@@ -365,6 +383,96 @@ def test_to_sampling_params_applies_the_rollout_temperature_override() -> None:
     request = parse({"messages": USER, "temperature": 0.2})
     assert request.to_sampling_params(5, temperature_override=1.0) == {"max_new_tokens": 5, "temperature": 1.0}
     assert parse({"messages": USER}).to_sampling_params(5) == {"max_new_tokens": 5}
+
+
+def test_each_choice_gets_its_own_seed_offset_from_the_request_seed() -> None:
+    # SGLang 0.5.23 gives the n parallel samples one sampling_seed (identical samples); sglang#28805 proposes seed + i.
+    request = parse({"messages": USER, "seed": 2**63 - 2, "n": 3})
+    seeds = [request.to_sampling_params(5, choice_index=index)["sampling_seed"] for index in range(3)]
+    assert seeds == [2**63 - 2, 2**63 - 1, 0]  # choice 0 is an n=1 request's seed; the rest wrap within int64
+    assert "sampling_seed" not in parse({"messages": USER, "n": 3}).to_sampling_params(5, choice_index=2)
+
+
+def test_logit_bias_is_forwarded_as_sglang_takes_it_with_canonical_keys() -> None:
+    request = parse({"messages": USER, "logit_bias": {"007": -100, "151645": 5.5, "0": 100}})
+    assert request.logit_bias == {"7": -100.0, "151645": 5.5, "0": 100.0}
+    assert request.to_sampling_params(5)["logit_bias"] == {"7": -100.0, "151645": 5.5, "0": 100.0}
+    assert parse({"messages": USER, "logit_bias": {}}).logit_bias is None
+    assert "logit_bias" not in parse({"messages": USER, "logit_bias": None}).to_sampling_params(5)
+
+
+@pytest.mark.parametrize(
+    ("bias", "param"),
+    [([1], "logit_bias"), ("x", "logit_bias"), ({"a": 1}, "logit_bias.a"), ({"-1": 1}, 'logit_bias["-1"]'),
+     ({"1.5": 1}, 'logit_bias["1.5"]'), ({" 1": 1}, 'logit_bias[" 1"]'),
+     ({"99999999999": 1}, 'logit_bias["99999999999"]'),
+     ({"1" * 5000: 1}, "logit_bias"), ({"\u0661": 1}, 'logit_bias["\\u0661"]'), ({"1": 100.5}, 'logit_bias["1"]'),
+     ({"1": -101}, 'logit_bias["1"]'), ({"1": True}, 'logit_bias["1"]'), ({"1": None}, 'logit_bias["1"]'),
+     ({"1": "5"}, 'logit_bias["1"]'), ({"1": 1, "01": 2}, 'logit_bias["01"]')],
+)
+def test_bad_logit_bias_is_invalid_request_naming_the_entry(bias: Any, param: str) -> None:
+    error = refused({"messages": USER, "logit_bias": bias})
+    assert (error.status, error.code, error.param) == (400, ErrorCode.INVALID_REQUEST, param)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("audio", {"voice": "alloy", "format": "wav"}), ("modalities", ["text", "audio"]), ("modalities", ["audio"]),
+     ("modalities", []), ("prediction", {"type": "content", "content": "x"}), ("web_search_options", {}),
+     ("service_tier", "flex"), ("service_tier", "priority"), ("store", True), ("verbosity", "low"),
+     ("verbosity", "high"), ("store", 1)],
+)
+def test_unserved_openai_parameters_are_unsupported_naming_them(name: str, value: Any) -> None:
+    error = refused({"messages": USER, name: value})
+    assert (error.status, error.code, error.param) == (400, ErrorCode.UNSUPPORTED_PARAMETER, name)
+    assert name in error.message
+
+
+def test_unserved_openai_parameters_are_accepted_at_their_defaults_or_null() -> None:
+    for name, (accepted, _why) in UNSERVED_PARAMETERS.items():
+        for value in (None, *accepted):
+            request = parse({"messages": USER, name: value})
+            assert name not in request.ignored_fields
+
+
+def test_labels_and_provider_hints_are_ignored_like_unknown_fields() -> None:
+    hints = {"user": "u", "metadata": {"k": "v"}, "safety_identifier": "h", "prompt_cache_key": "c",
+             "prompt_cache_retention": "24h", "ignore_eos": True}
+    assert parse({"messages": USER, **hints}).ignored_fields == tuple(sorted(hints))
+
+
+@pytest.mark.parametrize(
+    ("effort", "kwargs", "expected"),
+    [("none", None, {"reasoning_effort": "none", "thinking": False, "enable_thinking": False}),
+     ("high", None, {"reasoning_effort": "high", "thinking": True, "enable_thinking": True}),
+     (0.5, None, {"reasoning_effort": 0.5, "thinking": True, "enable_thinking": True}),
+     ("low", {"enable_thinking": False, "x": 1},
+      {"reasoning_effort": "low", "thinking": True, "enable_thinking": False, "x": 1}),
+     ("high", {"reasoning_effort": "max"}, {"reasoning_effort": "max", "thinking": True, "enable_thinking": True})],
+)
+def test_reasoning_effort_is_merged_into_the_template_kwargs_as_sglang_does(
+    effort: Any, kwargs: Any, expected: dict
+) -> None:
+    request = parse({"messages": USER, "reasoning_effort": effort, "chat_template_kwargs": kwargs})
+    assert request.chat_template_kwargs == expected
+    assert "reasoning_effort" not in request.ignored_fields
+
+
+@pytest.mark.parametrize("effort", ["huge", "", True, 1, 1.5, -0.1, [], {"effort": "low"}])
+def test_bad_reasoning_effort_is_invalid_request(effort: Any) -> None:
+    error = refused({"messages": USER, "reasoning_effort": effort})
+    assert (error.code, error.param) == (ErrorCode.INVALID_REQUEST, "reasoning_effort")
+
+
+def test_stream_options_serve_include_usage_accept_obfuscation_and_refuse_continuous_usage() -> None:
+    request = parse({"messages": USER, "stream": True,
+                     "stream_options": {"include_usage": True, "include_obfuscation": False}})
+    assert request.include_usage is True
+    parse({"messages": USER, "stream_options": {"continuous_usage_stats": False}})
+    error = refused({"messages": USER, "stream": True, "stream_options": {"continuous_usage_stats": True}})
+    assert (error.code, error.param) == (ErrorCode.UNSUPPORTED_PARAMETER, "stream_options.continuous_usage_stats")
+    error = refused({"messages": USER, "stream_options": {"include_obfuscation": "no"}})
+    assert error.code == ErrorCode.INVALID_REQUEST
 
 
 def test_wants_token_ids_follows_the_request_then_the_server_flag() -> None:

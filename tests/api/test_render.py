@@ -340,3 +340,34 @@ def test_openai_client_raises_on_an_error_event_mid_stream() -> None:
     with pytest.raises(openai.APIError) as info:
         list(stream)
     assert info.value.code == "upstream_unavailable"
+
+
+# -- several choices (n > 1) -------------------------------------------------------------------------------------------
+
+
+def test_each_choice_renders_its_index_and_the_sdk_assembles_the_multiplexed_stream() -> None:
+    """Chunks of three choices, interleaved as the proxy multiplexes them, with one usage chunk and one [DONE]: the
+    SDK's own stream accumulator puts each choice back together by its index."""
+    formats = [ChunkFormat(META, index=index) for index in range(3)]
+    texts = ["Alpha one.", "Beta two.", "Gamma three."]
+    opening = [fmt.first() for fmt in formats]
+    pieces = [[fmt.delta(Delta(content=word + " ")) for word in text.split()] for fmt, text in zip(formats, texts)]
+    interleaved = [chunk for group in zip(*pieces, strict=False) for chunk in group]
+    finishing = [fmt.finish("stop")[0] for fmt in reversed(formats)]
+    usage = ChunkFormat(META, include_usage=True).usage_chunk(Usage(7, 12))
+    assert all(chunk["choices"][0]["index"] == index for index, chunk in enumerate(opening))
+    assert usage["choices"] == [] and usage["usage"]["total_tokens"] == 19
+    state = ChatCompletionStreamState()
+    for event in [*opening, *interleaved, *finishing, usage]:
+        state.handle_chunk(ChatCompletionChunk.model_validate(event))
+    completion = state.get_final_completion()
+    assert [choice.index for choice in completion.choices] == [0, 1, 2]
+    assert [choice.message.content for choice in completion.choices] == [text + " " for text in texts]
+    assert [choice.finish_reason for choice in completion.choices] == ["stop"] * 3
+    assert completion.usage.completion_tokens == 12
+
+
+def test_render_completion_renders_the_choice_index() -> None:
+    completion = render_completion(META, AssistantTurn("hi"), Usage(1, 1), index=3)
+    assert completion["choices"][0]["index"] == 3
+    assert ChatCompletion.model_validate(completion).choices[0].index == 3

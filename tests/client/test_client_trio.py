@@ -139,7 +139,7 @@ async def test_client_chat_errors_are_proxy_errors(nursery, qwen3_path: Path) ->
         assert (caught.value.status, caught.value.code, caught.value.param) == (400, "missing_session_id",
                                                                                  "X-Session-Id")
         with pytest.raises(ProxyError) as caught:
-            async with proxy.stream_chat_completions({"messages": ASK, "n": 2}, session_id="s"):
+            async with proxy.stream_chat_completions({"messages": ASK, "n": 17}, session_id="s"):
                 raise AssertionError("not reached")
         assert (caught.value.status, caught.value.code) == (400, "unsupported_parameter")
         first = await proxy.chat_completions({"messages": ASK}, session_id="masked")

@@ -233,12 +233,12 @@ async def test_bad_constraints_are_400s_and_record_nothing(start_proxy) -> None:
                 model="m", messages=USER, response_format={"type": "json_schema", "json_schema": {"name": "x"}},
                 extra_headers=headers("bad"))
         assert missing.value.body["message"] == "schema_ is required for json_schema response format request."
-        # A schema the grammar backend refuses: SGLang's 400 abort, passed on as upstream_error (400).
+        # A schema the grammar backend refuses: SGLang's 400 abort, passed on as upstream_rejected (400).
         with pytest.raises(openai.BadRequestError) as grammar:
             await client.chat.completions.create(
                 model="m", messages=USER, extra_headers=headers("bad"), response_format={
                     "type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {"type": "string"}}}})
-        assert grammar.value.body["code"] == "upstream_error"
+        assert grammar.value.body["code"] == "upstream_rejected"
         assert "Failed to compile json grammar" in grammar.value.body["message"]
     assert await proxy.debug("bad") is None or not (await proxy.segments("bad"))
 

@@ -135,6 +135,20 @@ async def test_bad_input_is_400_never_500(client: httpx.AsyncClient) -> None:
         assert isinstance(r.json()["error"]["message"], str)
 
 
+async def test_logit_bias_is_validated_as_sglang_and_recorded(client: httpx.AsyncClient, engine: EngineHandle) -> None:
+    """§1.2: ``logit_bias`` (token id strings -> numbers) is a sampling parameter; SGLang's ``SamplingParams.verify``
+    refuses a key outside the vocabulary. The scripted engine records it and does not apply it (docs/engine.md)."""
+    ok = await client.post("/generate", json={"text": "Hi", "sampling_params": {
+        "max_new_tokens": 2, "logit_bias": {"13": -100, "42": 2.5}, "sampling_seed": 3}})
+    assert ok.status_code == 200
+    record = engine.engine.request_log[-1]
+    assert record.sampling.logit_bias == ((13, -100.0), (42, 2.5)) and record.sampling.sampling_seed == 3
+    for bias in ([1], {"x": 1}, {"1": "a"}, {"1": True}, {"-1": 1}, {"999999999": 1}):
+        bad = await client.post("/generate", json={"text": "Hi", "sampling_params": {"logit_bias": bias}})
+        assert bad.status_code == 400, (bias, bad.text)
+        assert "logit_bias" in bad.json()["error"]["message"]
+
+
 async def test_stop_string_trims_text_but_keeps_token(client: httpx.AsyncClient, engine: EngineHandle) -> None:
     """§1.3: ``{"type":"stop","matched": "<stop string>"}``; "output_ids always include the matched stop";
     "Only text is trimmed ... With no_stop_trim=true the stop string is kept in text"."""

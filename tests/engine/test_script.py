@@ -131,6 +131,29 @@ async def test_script_resumes_after_abort(start_engine: StartEngine, autojump_cl
         assert rest["meta_info"]["finish_reason"] == {"type": "stop", "matched": IM_END}
 
 
+def test_several_entries_cut_at_once_are_each_resumed_by_their_own_continuation() -> None:
+    """The choices of an ``n > 1`` request, paused together, leave several entries of one session open: each
+    continuation (its input ends with its own partial reply) resumes its own; a request that continues none takes
+    the last one left open, as when only one entry could be open."""
+    from proxy.upstream.engine.planner import resume_offset
+    from proxy.upstream.engine.script import ScriptBook, ScriptEntry
+
+    book = ScriptBook()
+    a, b, c = (ScriptEntry("k", text) for text in ("a", "b", "c"))
+    book.leave_open("k", a, (1, 2, 3, 4), 2)
+    book.leave_open("k", b, (5, 6, 7, 8), 3)
+    book.leave_open("k", c, (9, 10, 11), 1)
+
+    def fit(prompt: list[int]) -> Any:
+        return lambda entry: resume_offset(prompt, entry.tokens, entry.emitted)
+
+    assert book.take_open("k", fit([0, 5, 6, 7])).entry is b
+    assert book.take_open("k", fit([0, 1, 2])).entry is a
+    book.leave_open("k", a, (1, 2, 3, 4), 2)
+    assert book.take_open("k", fit([0, 42])).entry is a  # a fresh request: the last one left open
+    assert book.take_open("k", fit([0, 9])) is None  # ...and the others were dropped
+
+
 async def test_script_entry_faults(start_engine: StartEngine, autojump_clock: trio.testing.MockClock) -> None:
     """Per-entry faults: ``error_status`` (HTTP error, entry consumed), ``drop_after`` (stream cut without
     [DONE]), ``latency`` (before the first token), ``token_rate``."""

@@ -28,3 +28,15 @@ def test_ids_are_stable_across_releases() -> None:
     assert tool_call_id("s", 0, 0) == "call_" + __import__("hashlib").sha256(
         b'dressage-proxy/tool-call-id/v1\x00["s",0,0]').hexdigest()[:24]
     assert tool_call_id("session-1", 2, 0) != tool_call_id("session-1", 2, 1) != tool_call_id("session-1", 3, 1)
+
+
+@given(keys)
+def test_choice_zero_keeps_the_single_choice_id_and_every_other_choice_gets_its_own(key: tuple[str, int, int]) -> None:
+    """n > 1: each choice's calls get different ids (choice 0 keeps an n = 1 request's ids), and the same choice of an
+    identical retry gets the same ids."""
+    assert tool_call_id(*key, 0) == tool_call_id(*key)
+    ids = [tool_call_id(*key, choice) for choice in range(16)]
+    assert len(set(ids)) == 16
+    assert ids == [tool_call_id(*key, choice) for choice in range(16)]
+    assert tool_call_id("s", 0, 0, 1) == "call_" + __import__("hashlib").sha256(
+        b'dressage-proxy/tool-call-id/v1\x00["s",0,0,1]').hexdigest()[:24]

@@ -96,6 +96,10 @@ class SamplingParams:
     constraint: Constraint | None = None
     #: the ``sampling_params`` object as received (for the request log)
     received: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+    #: ``logit_bias`` as (token id, bias) pairs: validated (keys against the vocabulary at admission, as SGLang's
+    #: ``SamplingParams.verify``) and recorded, not applied (the scripted engine does not sample from logits)
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    sampling_seed: int | None = None
 
     @classmethod
     def from_json(cls, params: Any) -> SamplingParams:
@@ -157,6 +161,9 @@ class SamplingParams:
         for key in ("ignore_eos", "skip_special_tokens", "no_stop_trim", "spaces_between_special_tokens"):
             _bool(params, key, False)
         constraint = Constraint.from_params(params)
+        seed = params.get("sampling_seed")
+        if seed is not None and not _is_int(seed):
+            raise ValueError(f"sampling_seed must be an integer, got {seed!r}")
         return cls(
             max_new_tokens=max_new_tokens,
             max_new_tokens_given=given and max_new_tokens is not None,
@@ -169,7 +176,27 @@ class SamplingParams:
             min_new_tokens=min_new_tokens,
             constraint=constraint,
             received=dict(params),
+            logit_bias=_logit_bias(params.get("logit_bias")),
+            sampling_seed=seed,
         )
+
+
+def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
+    """SGLang's ``logit_bias``: an object from token ids (strings, ``int()``-parsable) to numbers."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise ValueError(f"logit_bias must be an object, got {type(value).__name__}")
+    pairs = []
+    for key, bias in value.items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise ValueError(f"logit_bias keys must be token ids, got {key[:64]!r}") from None
+        if not _is_number(bias):
+            raise ValueError(f"logit_bias values must be numbers, got {bias!r}")
+        pairs.append((token, float(bias)))
+    return tuple(pairs)
 
 
 @attrs.frozen

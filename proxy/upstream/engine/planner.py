@@ -71,7 +71,7 @@ class Planner:
         """The plan for a request whose session keys are ``keys`` (most specific first). A script entry is emitted
         as written; the default policy writes output that satisfies ``grammar`` (the request's constraint)."""
         session_key = keys[0]
-        opened = self.book.take_open(session_key)
+        opened = self.book.take_open(session_key, lambda entry: resume_offset(input_ids, entry.tokens, entry.emitted))
         if opened is not None:
             start = resume_offset(input_ids, opened.tokens, opened.emitted)
             return Plan(opened.tokens, start, self._filler, opened.entry, session_key)

@@ -65,6 +65,8 @@ class RequestRecord:
     finished_in: Phase
     #: The request's ``sampling_params`` as received (constraints included), for tests to inspect.
     sampling_params: dict[str, Any] = attrs.field(factory=dict, repr=False)
+    #: The request's sampling parameters as the engine read them (``logit_bias``, ``sampling_seed``, ``stop``...).
+    sampling: Any = None
 
     @property
     def input_ids(self) -> tuple[int, ...]:
@@ -152,4 +154,5 @@ class RequestState:
             source=self.plan.source if self.plan is not None else "",
             finished_in=self.finished_from or self.phase,
             sampling_params=self.request.sampling.received,
+            sampling=self.request.sampling,
         )

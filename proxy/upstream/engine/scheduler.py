@@ -210,6 +210,10 @@ class Engine:
         for token_id in request.token_ids_logprob or ():
             if not tk.is_valid_id(token_id):
                 raise ValueError(f"token_ids_logprob: token id {token_id} is out of vocabulary.")
+        for token_id, _bias in request.sampling.logit_bias:
+            if not tk.is_valid_id(token_id):
+                # SGLang's SamplingParams.verify (its wording).
+                raise ValueError(f"logit_bias must has keys in [0, {tk.vocab_size - 1}], got {token_id}.")
         context = self.config.context_length
         prompt_len = len(input_ids)
         if prompt_len >= context:

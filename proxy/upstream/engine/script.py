@@ -11,9 +11,11 @@ left, the next unused ``"*"`` entry; when none is left either, the default polic
 
 An entry that was cut short (finished by ``abort`` or ``length`` before all its tokens were emitted) stays open
 for its session: the next request of that session resumes it at the longest prefix of the entry's tokens that
-its input ends with, the way a model continues a partial reply that is fed back to it. An entry with a
-``protocol_fault`` is used up by the one request it answered (the client gives up on the broken answer): it is never
-resumed.
+its input ends with, the way a model continues a partial reply that is fed back to it. Several requests of one
+session cut at once (the choices of an ``n > 1`` request, paused) leave several entries open: each continuation
+resumes the one its input continues; a request that continues none takes the last one left open (the others are
+dropped). An entry with a ``protocol_fault`` is used up by the one request it answered (the client gives up on the
+broken answer): it is never resumed.
 
 ``protocol_fault`` makes the answer break SGLang's protocol (``faults.py`` applies it to the built chunks):
 ``fault_after`` is the output position it hits, see :data:`PROTOCOL_FAULTS`.
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +157,7 @@ class ScriptBook:
 
     _keyed: dict[str, deque[ScriptEntry]] = attrs.field(factory=dict)
     _wildcard: deque[ScriptEntry] = attrs.field(factory=deque)
-    _open: dict[str, OpenEntry] = attrs.field(factory=dict)
+    _open: dict[str, list[OpenEntry]] = attrs.field(factory=dict)
 
     @classmethod
     def from_entries(cls, entries: Iterable[ScriptEntry]) -> ScriptBook:
@@ -167,9 +169,22 @@ class ScriptBook:
                 book._keyed.setdefault(entry.session, deque()).append(entry)
         return book
 
-    def take_open(self, key: str) -> OpenEntry | None:
-        """The entry a previous request of ``key`` left unfinished, if any (removed from the book)."""
-        return self._open.pop(key, None)
+    def take_open(self, key: str, fit: Callable[[OpenEntry], int] = lambda _entry: 0) -> OpenEntry | None:
+        """The entry a previous request of ``key`` left unfinished, if any (removed from the book): the one with
+        the best positive ``fit`` (how many of its tokens the request's input continues), else the last one left
+        open, dropping the others."""
+        entries = self._open.get(key)
+        if not entries:
+            return None
+        scores = [fit(entry) for entry in entries]
+        best = max(range(len(entries)), key=lambda index: (scores[index], -index))
+        if scores[best] > 0:
+            chosen = entries.pop(best)
+            if not entries:
+                del self._open[key]
+            return chosen
+        del self._open[key]
+        return entries[-1]
 
     def take(self, keys: Iterable[str]) -> ScriptEntry | None:
         """The next unused entry for the first of ``keys`` that has one, else the next ``"*"`` entry."""
@@ -180,7 +195,7 @@ class ScriptBook:
         return self._wildcard.popleft() if self._wildcard else None
 
     def leave_open(self, key: str, entry: ScriptEntry, tokens: tuple[int, ...], emitted: int) -> None:
-        self._open[key] = OpenEntry(entry, tokens, emitted)
+        self._open.setdefault(key, []).append(OpenEntry(entry, tokens, emitted))
 
     def remaining(self) -> dict[str, int]:
         """Unused entries per session key (``"*"`` included), for statistics."""
