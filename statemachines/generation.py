@@ -339,9 +339,9 @@ class Respond:
 
 @attrs.frozen
 class RespondError:
-    """Answer the client with an OpenAI-style error (503 answers carry Retry-After). ``code`` decides the answer;
-    the proxy takes its status from ``proxy/api/errors.py``'s table, which ``status`` must equal (tested)."""
+    """Answer the client with an OpenAI-style error (503 answers carry Retry-After)."""
 
+    # The proxy answers ``code`` with the status of proxy/api/errors.py's table, which ``status`` equals (tested).
     status: int
     code: str
     message: str
