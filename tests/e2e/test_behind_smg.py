@@ -9,64 +9,24 @@ as its workers): what a gateway changes must not change what the model saw (issu
 
 from __future__ import annotations
 
-import shutil
-import socket
-import sys
-from pathlib import Path
-
 import httpx
-import pytest
-import trio
 
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
 from proxy.upstream.engine import EngineConfig, serve_engine
+from tests.e2e.gateway import smg_gateway
 
 LONG = " ".join(f"token{i}" for i in range(120))  # ~240 tokens
 MESSAGES = [{"role": "user", "content": "Tell me a long story."}]
 
 
-def _smg() -> str:
-    found = shutil.which("smg") or str(Path(sys.executable).parent / "smg")
-    if not Path(found).exists():
-        pytest.skip("SKIPPED LOUDLY: the smg gateway is not installed (the test extra installs smg==1.13.0, whose "
-                    "wheel exists for x86_64 Linux only); the gateway conformance test did not run")
-    return found
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-async def _until_ready(url: str) -> None:
-    async with httpx.AsyncClient(timeout=2.0) as client:
-        with trio.fail_after(60):
-            while True:
-                try:
-                    if (await client.get(url + "/readiness")).status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                await trio.sleep(0.2)
-
-
 async def test_behind_smg_an_answer_without_max_tokens_is_whole_and_health_is_ok(nursery, qwen3_path) -> None:
-    smg = _smg()
     engines = [
         await nursery.start(serve_engine, EngineConfig(port=0, tokenizer_path=qwen3_path,
                                                        script_lines=({"session": "*", "output": LONG},) * 4))
         for _ in range(2)
     ]
-    port = _free_port()
-    command = [smg, "launch", "--worker-urls", *[engine.url for engine in engines], "--policy",
-               "consistent_hashing", "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
-               "--prometheus-port", str(_free_port()), "--log-level", "warn"]
-    gateway = await trio.lowlevel.open_process(command)
-    try:
-        router = f"http://127.0.0.1:{port}"
-        await _until_ready(router)
+    async with smg_gateway([engine.url for engine in engines]) as router:
         config = ProxyConfig(port=0, tokenizer_path=qwen3_path, sglang_router_url=router,
                              sglang_worker_urls=tuple(engine.url for engine in engines),
                              tool_call_parse_backend="local", reasoning_parse_backend="local")
@@ -87,9 +47,3 @@ async def test_behind_smg_an_answer_without_max_tokens_is_whole_and_health_is_ok
         served = [record for engine in engines for record in engine.engine.request_log
                   if record.routing_key == "agent-1"]
         assert len(served) == 1
-    finally:
-        gateway.terminate()
-        with trio.move_on_after(10):
-            await gateway.wait()
-        if gateway.returncode is None:
-            gateway.kill()

@@ -10,14 +10,13 @@ from typing import Any
 import jsonschema
 import openai
 import pytest
-import trio
 
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
 from proxy.upstream.engine import EngineConfig, serve_engine
 from tests.api.sglang_expected import qwen3_coder_tag, qwen25_tag
 from tests.e2e.harness import CALCULATOR_TOOLS, assistant_echo
-from tests.e2e.test_behind_smg import _free_port, _smg, _until_ready
+from tests.e2e.gateway import smg_gateway
 
 USER = [{"role": "user", "content": "Please calculate 5 plus 3."}]
 NAMED = {"type": "function", "function": {"name": "multiply"}}
@@ -247,16 +246,8 @@ async def test_behind_smg_json_schema_arrives_and_structural_tag_is_dropped(nurs
     """The gateway's closed ``sampling_params`` (smg 1.13, sglang-protocol.md 4.2) keeps ``json_schema`` and drops
     ``structural_tag``: behind it, ``response_format`` is enforced but a required or named tool call is not (the
     proxy then answers what the model wrote, as SGLang does; docs/api.md)."""
-    smg = _smg()
     engine = await nursery.start(serve_engine, EngineConfig(port=0, tokenizer_path=qwen3_path))
-    port = _free_port()
-    gateway = await trio.lowlevel.open_process([
-        smg, "launch", "--worker-urls", engine.url, "--policy", "consistent_hashing", "--host", "127.0.0.1",
-        "--port", str(port), "--prometheus-host", "127.0.0.1", "--prometheus-port", str(_free_port()),
-        "--log-level", "warn"])
-    try:
-        router = f"http://127.0.0.1:{port}"
-        await _until_ready(router)
+    async with smg_gateway([engine.url]) as router:
         proxy = await nursery.start(run_proxy, ProxyConfig(
             port=0, tokenizer_path=qwen3_path, sglang_router_url=router, sglang_worker_urls=(engine.url,),
             tool_call_parse_backend="local", reasoning_parse_backend="local"))
@@ -270,9 +261,3 @@ async def test_behind_smg_json_schema_arrives_and_structural_tag_is_dropped(nurs
         records = {record.routing_key: record for record in engine.engine.request_log}
         assert constraint_of(records["t"]) == {}
         assert constraint_of(records["j"]) == {"json_schema": json.dumps(CITY)}
-    finally:
-        gateway.terminate()
-        with trio.move_on_after(10):
-            await gateway.wait()
-        if gateway.returncode is None:
-            gateway.kill()
