@@ -193,7 +193,7 @@ JSON_CALL = '<tool_call>\n{"name": "calc", "arguments": {"x": 2}}\n</tool_call>'
 # -- documented differences that are not flagged: the same message ------------------------------------------------
 
 @pytest.mark.parametrize(("text", "open_at_start"), [
-    ("<think>\n  Plan.\n\n</think>\n\n  Answer.\n\n", False),  # 0.5.23: reasoning "\n  Plan.\n\n", text "\n\n  Answer.\n\n"
+    ("<think>\n  Plan.\n\n</think>\n\n  Answer.\n\n", False),  # 0.5.23: "\n  Plan.\n\n", "\n\n  Answer.\n\n"
     ("  Plan. \n</think>\n\nAnswer.", True),
     ("<think>\nPlan. \n" + CODER_CALL, False),                 # reasoning ended by <tool_call>: trailing space dropped
 ])
