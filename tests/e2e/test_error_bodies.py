@@ -219,7 +219,7 @@ BAD_INPUT = [
      "invalid_request"),
     ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\ud800"}]}', {"X-Session-Id": "s"},
      400, "invalid_request"),
-    ("POST", "/v1/chat/completions", {"messages": MESSAGES, "n": 2}, {"X-Session-Id": "s"}, 400,
+    ("POST", "/v1/chat/completions", {"messages": MESSAGES, "n": 17}, {"X-Session-Id": "s"}, 400,
      "unsupported_parameter"),
     ("POST", "/v1/chat/completions", {"messages": "hi"}, {"X-Session-Id": "s"}, 400, "invalid_request"),
     ("POST", "/v1/chat/completions", {"messages": MESSAGES}, {"X-Session-Id": "x" * 300}, 400, "invalid_request"),
