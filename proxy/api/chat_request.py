@@ -32,7 +32,7 @@ Body fields:
 | ``seed`` | integer in [0, 2**63-1] | ``seed`` (SGLang ``sampling_seed``; negative seeds are refused rather than sent to a gateway that may not take them) |
 | ``n`` | integer in [1, :data:`MAX_CHOICES`] | ``n`` (< 1: ``invalid_request``; above the cap: ``unsupported_parameter``) |
 | ``logit_bias`` | object: token id (decimal string) -> number in [-100, 100] | ``logit_bias``: keys canonical (``"007"`` is ``"7"``; the same token twice is refused), ``None`` when absent or empty |
-| ``reasoning_effort`` | ``none``, ``minimal``, ``low``, ``medium``, ``high``, ``xhigh``, ``max``, or a number in [0, 0.99] (SGLang's set) | merged into ``chat_template_kwargs`` as SGLang does (below) |
+| ``reasoning_effort`` | ``none``, ``minimal``, ``low``, ``medium``, ``high``, ``xhigh``, ``ultra``, ``max``, or a number in [0, 0.99] (SGLang's set) | merged into ``chat_template_kwargs`` as SGLang does (below) |
 | ``stream``, ``stream_options.include_usage`` | booleans | ``stream``, ``include_usage`` |
 | ``stream_options.include_obfuscation`` | boolean | accepted, nothing to do (the proxy never pads chunks) |
 | ``stream_options.continuous_usage_stats`` | (SGLang: usage in every chunk) | ``true``: ``unsupported_parameter`` |
@@ -129,8 +129,9 @@ MAX_TOP_LOGPROBS = 20
 MAX_CHOICES = 16
 #: the largest absolute ``logit_bias`` value (OpenAI's range is [-100, 100])
 MAX_LOGIT_BIAS = 100.0
-#: the ``reasoning_effort`` tiers SGLang accepts (OpenAI's, plus ``max``); SGLang also takes a number in [0, 0.99]
-REASONING_EFFORTS = frozenset({"none", "minimal", "low", "medium", "high", "xhigh", "max"})
+#: the ``reasoning_effort`` tiers SGLang 0.5.23 accepts (OpenAI's, plus ``ultra`` and ``max``: protocol.py
+#: ``ReasoningEffortTier``); SGLang also takes a number in [0, 0.99]
+REASONING_EFFORTS = frozenset({"none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max"})
 #: OpenAI chat-completions parameters the proxy cannot honour: name -> (the values accepted besides null: OpenAI's
 #: defaults, which ask for nothing the proxy lacks; why any other value is refused)
 UNSERVED_PARAMETERS: dict[str, tuple[tuple[Any, ...], str]] = {
@@ -375,9 +376,11 @@ class ChatCompletionRequest:
         ``response_format`` (:attr:`constraint_params`: ``json_schema``, or ``structural_tag``, which ``smg`` 1.13
         drops).
 
-        With a ``seed``, choice ``i`` is sent ``sampling_seed = (seed + i) mod 2**63``: SGLang gives the ``n``
-        parallel samples of one request the same seed, hence the same tokens (sgl-project/sglang#28805 proposes
-        ``seed + i``, as here); choice 0 gets the seed itself, so ``n = 1`` is unchanged.
+        With a ``seed``, choice ``i`` is sent ``sampling_seed = (seed + i) mod 2**63``: SGLang 0.5.23 copies one
+        ``sampling_seed`` into every parallel sample of a request (tokenizer_manager.py ``_handle_batch_request``),
+        so under deterministic inference, the mode in which it honours the seed, the ``n`` samples are the same
+        tokens (sgl-project/sglang#28805 proposes ``seed + i``, as here); choice 0 gets the seed itself, so
+        ``n = 1`` is unchanged.
         """
         params: dict[str, Any] = {"max_new_tokens": max_new_tokens}
         temperature = temperature_override if temperature_override is not None else self.temperature
@@ -495,6 +498,8 @@ def _logit_bias(value: Any) -> dict[str, float] | None:
         )
     out: dict[str, float] = {}
     for key, bias in value.items():
+        if not isinstance(key, str):  # only from a caller that did not parse JSON
+            raise ApiError.invalid_request(f"logit_bias has a non-string key {shown(key)}", "logit_bias")
         param = field_path("logit_bias", key) if len(key) <= 64 else "logit_bias"
         if not (key.isascii() and key.isdigit() and len(key) <= 10 and int(key) <= INT32_MAX):
             raise ApiError.invalid_request(

@@ -204,7 +204,7 @@ OPTIONAL_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "logit_bias": st.dictionaries(st.integers(0, 10**6), st.floats(-100, 100) | st.integers(-100, 100), max_size=4).map(
         lambda biases: {str(token): bias for token, bias in biases.items()}
     ),
-    "reasoning_effort": st.sampled_from(["none", "minimal", "low", "medium", "high", "xhigh", "max"])
+    "reasoning_effort": st.sampled_from(["none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max"])
     | st.floats(0, 0.99),
     "store": st.just(False),
     "modalities": st.just(["text"]),

@@ -386,7 +386,8 @@ def test_to_sampling_params_applies_the_rollout_temperature_override() -> None:
 
 
 def test_each_choice_gets_its_own_seed_offset_from_the_request_seed() -> None:
-    # SGLang 0.5.23 gives the n parallel samples one sampling_seed (identical samples); sglang#28805 proposes seed + i.
+    # SGLang 0.5.23 copies one sampling_seed into its n parallel samples (identical under deterministic inference);
+    # sglang#28805 proposes seed + i.
     request = parse({"messages": USER, "seed": 2**63 - 2, "n": 3})
     seeds = [request.to_sampling_params(5, choice_index=index)["sampling_seed"] for index in range(3)]
     assert seeds == [2**63 - 2, 2**63 - 1, 0]  # choice 0 is an n=1 request's seed; the rest wrap within int64
@@ -408,7 +409,7 @@ def test_logit_bias_is_forwarded_as_sglang_takes_it_with_canonical_keys() -> Non
      ({"99999999999": 1}, 'logit_bias["99999999999"]'),
      ({"1" * 5000: 1}, "logit_bias"), ({"\u0661": 1}, 'logit_bias["\\u0661"]'), ({"1": 100.5}, 'logit_bias["1"]'),
      ({"1": -101}, 'logit_bias["1"]'), ({"1": True}, 'logit_bias["1"]'), ({"1": None}, 'logit_bias["1"]'),
-     ({"1": "5"}, 'logit_bias["1"]'), ({"1": 1, "01": 2}, 'logit_bias["01"]')],
+     ({"1": "5"}, 'logit_bias["1"]'), ({"1": 1, "01": 2}, 'logit_bias["01"]'), ({0: 1}, "logit_bias")],
 )
 def test_bad_logit_bias_is_invalid_request_naming_the_entry(bias: Any, param: str) -> None:
     error = refused({"messages": USER, "logit_bias": bias})
