@@ -48,9 +48,12 @@ class GateMember(Protocol):
     def resumed(self, epoch: int, weight_version: str | None) -> None:
         """The gate resumed while this generation waited (feed ``Resumed``); it streams from now on."""
 
-    def force_cut(self) -> dict[str, object]:
+    def cut_report(self) -> dict[str, object]:
+        """How a pause's answer names this generation when it had to force-cut it."""
+
+    def force_cut(self) -> None:
         """The pause's bound passed and the upstream has not confirmed this generation's abort: cut its request
-        now (it acknowledges, or fails closed, before long); return how the pause's answer names it."""
+        now (it acknowledges, or fails closed, before long)."""
 
 
 class ResumeRefusedError(Exception):
@@ -203,11 +206,9 @@ class GateController:
         for member in list(self._in_flight):
             # A member's force_cut may release others synchronously: only those still in flight are cut.
             if member in self._in_flight and member not in self._force_cut:
-                # Entered before the cut and filled after it: a cut that fails closed releases the member, and may
-                # acknowledge the pause, synchronously (the acknowledgement holds this same dict).
-                entry: dict[str, object] = {}
-                self._force_cut[member] = entry
-                entry.update(member.force_cut())
+                # Named before the cut: a cut that fails closed may acknowledge the pause synchronously.
+                self._force_cut[member] = member.cut_report()
+                member.force_cut()
         if self._force_cut:
             log.warning("gate: the upstream did not confirm %d abort(s) within %.1f s; cut by the proxy: %s",
                         len(self._force_cut), self.abort_timeout, list(self._force_cut.values()))

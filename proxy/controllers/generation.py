@@ -399,19 +399,18 @@ class Generation:
         self._wait_began = None
         self._apply(self._send(Resumed(epoch, weight_version)))
 
-    def force_cut(self) -> dict[str, object]:
+    def cut_report(self) -> dict[str, object]:
+        return {"id": self.completion_id, "session_id": self.request.session_id, "tokens_before": len(self.ids)}
+
+    def force_cut(self) -> None:
         """The pause's bound passed without the upstream confirming this generation's abort: cancel its request's
         scope, so its reader returns and acknowledges with the tokens it delivered (the rules of any abort). With no
         request open while the gate counts it in flight, its driver is not where it must be (a bug): fail closed,
         which releases the gate slot at once."""
-        entry: dict[str, object] = {
-            "id": self.completion_id, "session_id": self.request.session_id, "tokens_before": len(self.ids),
-        }
         if self._request_scope is not None:
             self._request_scope.cancel()
         else:
             self._apply(self._send(InternalError("in flight at the pause's bound with no upstream request open")))
-        return entry
 
     # -- prepare (in the handler's task) -------------------------------------------------------------------------
 

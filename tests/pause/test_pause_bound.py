@@ -104,8 +104,11 @@ class _DeafMember:
     def resumed(self, epoch: int, weight_version: str | None) -> None:
         pass
 
-    def force_cut(self) -> dict[str, object]:
+    def cut_report(self) -> dict[str, object]:
         return {"id": "deaf"}
+
+    def force_cut(self) -> None:
+        pass
 
 
 async def test_health_is_degraded_while_a_pause_runs_past_its_bound(start_stack, mock_clock) -> None:
