@@ -13,10 +13,10 @@ every response; it is absent only outside an HTTP exchange (unit tests). Some co
 
 **One table.** :data:`ERROR_TABLE` maps every code to its HTTP status, OpenAI ``type`` and description; it is the
 only place a status is decided. Every producer names a code and gets status and type from here:
-``ApiError.of(code, message)`` and the named classmethods, the upstream failure table
-(``proxy/controllers/upstream_reader.py``), the generation controller's answers to its machine's ``RespondError``,
-the session layer's errors (``ApiError.from_session_error``), werkzeug's HTTP errors (``from_http_status``). The
-constructor refuses a known code with another status or type. ``docs/api.md``'s error table is this table
+``ApiError.of(code, message)`` and the named classmethods, the generation controller's answers to its machine's
+``RespondError``, and the one mapping of internal errors (session layer, chat template, upstream, werkzeug) onto
+codes, ``proxy/api/error_mapping.py:api_error_for``. The constructor refuses a known code with another status or
+type. ``docs/api.md``'s error table is this table
 rendered by :func:`error_table_markdown` (``tests/api/test_error_table.py`` compares the two row by row and
 prints the rendered table when they differ). Adding a code: one :class:`ErrorCode` member, one
 :data:`ERROR_TABLE` entry, the docs table regenerated.
@@ -224,9 +224,6 @@ ERROR_TABLE: Mapping[ErrorCode, ErrorSpec] = {
         "a bug; the message never leaks internals (the log has the traceback under the request id)",
     ),
 }
-
-# werkzeug HTTPException statuses the app maps onto codes; any other 4xx is invalid_request, any 5xx internal_error.
-_CODE_BY_HTTP_STATUS = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED, 413: ErrorCode.REQUEST_TOO_LARGE}
 
 #: the headers of a request's session id when nothing else is configured (proxy.config: --session-id-header)
 DEFAULT_SESSION_ID_HEADERS = ("X-Session-Id",)
@@ -437,33 +434,6 @@ class ApiError(Exception):
     @classmethod
     def internal_error(cls, message: str = "internal error") -> ApiError:
         return cls.of(ErrorCode.INTERNAL_ERROR, message)
-
-    # -- translations from other layers --------------------------------------------------------------------------------
-
-    @classmethod
-    def from_http_status(cls, status: int, description: str | None = None) -> ApiError:
-        """A werkzeug ``HTTPException`` (unknown route, wrong method, body too large...) as an API error: 404, 405
-        and 413 have their codes; any other status is ``invalid_request`` (4xx) or ``internal_error`` (otherwise),
-        with the table's status."""
-        code = _CODE_BY_HTTP_STATUS.get(status)
-        if code is None:
-            code = ErrorCode.INVALID_REQUEST if 400 <= status <= 499 else ErrorCode.INTERNAL_ERROR
-        if code is ErrorCode.INTERNAL_ERROR:
-            description = None  # werkzeug's 5xx descriptions are not for clients
-        return cls.of(code, description or code.value.replace("_", " "))
-
-    @classmethod
-    def from_session_error(cls, error: Exception) -> ApiError:
-        """A ``proxy.controllers.errors.SessionError`` (read by duck typing: ``code``, message): the table gives
-        the status; an unknown code is ``invalid_request``."""
-        try:
-            code = ErrorCode(str(getattr(error, "code", ErrorCode.INVALID_REQUEST)))
-        except ValueError:
-            code = ErrorCode.INVALID_REQUEST
-        details = {}
-        if code == ErrorCode.RESPONSE_MASK_MISMATCH:
-            details = {key: getattr(error, key) for key in ("expected", "got") if hasattr(error, key)}
-        return cls.of(code, str(error), "response_mask" if details else None, details=details)
 
 
 __all__ = [

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from proxy.api.error_mapping import CodedError
 from proxy.api.errors import ERROR_TABLE, ErrorCode
 
 
-class SessionError(Exception):
+class SessionError(CodedError):
     """Base of the errors a request can get from the session layer; nothing was recorded when one is raised."""
 
     code: ClassVar[str] = "session_error"

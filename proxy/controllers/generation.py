@@ -70,6 +70,7 @@ import attrs
 import trio
 
 from proxy.api import SSE_DONE, ApiError, ChatCompletionRequest, CompletionMeta, Usage, sse_error
+from proxy.api.error_mapping import api_error_for
 from proxy.api.errors import ErrorCode
 from proxy.controllers.context_budget import StepBudget, plan_step_budget
 from proxy.controllers.context_window import ContextWindow
@@ -428,11 +429,8 @@ class Generation:
                 chat_template_kwargs=request.chat_template_kwargs, response_mask=request.response_mask,
                 instance_id=request.instance_id, turn_id=request.turn_id,
             )
-        except SessionError as exc:
-            self._refuse(ApiError.from_session_error(exc))
-        except TitoError as exc:
-            log.info("request %s: the chat template cannot render the messages: %s", current_request_id(), exc)
-            self._refuse(ApiError.chat_template_refused(exc.failure.reason.value))
+        except (SessionError, TitoError) as exc:
+            self._refuse(api_error_for(exc))
         except trio.Cancelled:
             # The client left during prepare; the registry rolled itself back.
             self._apply(self._send(ClientDisconnected()))

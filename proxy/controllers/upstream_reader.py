@@ -8,53 +8,23 @@ per request (cumulative chunks, ``bench/overhead.py``). Either way the caller se
 ending into exactly one machine event (:func:`ending_event`). Cancellation (a pause's abort, a client gone) is never
 caught here: the caller's cancel scope around the call says whether it fired.
 
-Upstream failures map onto the API's stable codes in one place (:func:`failure_event`), also for the parser
-backend's failures; the statuses are ``proxy/api/errors.py``'s table (``ERROR_TABLE``), never decided here:
-
-| upstream | code (status) |
-|---|---|
-| connection refused, reset before an answer, DNS, a connect / write / pool timeout, a stream cut without ``[DONE]`` | ``upstream_unavailable`` (502) |
-| HTTP 408, 429, 503, or an error abort with one of them (busy: retry later) | ``upstream_overloaded`` (503) |
-| HTTP 400, 413, 422, an in-stream 4xx error chunk, a 4xx error abort (the request was refused: not retried) | ``upstream_rejected`` (400) |
-| any other error status (5xx; 401/403/404: a misconfigured gateway), a 5xx error chunk or abort, a malformed stream, a stream ended without a final event | ``upstream_error`` (502) |
-| an answer that breaks the protocol: not JSON, no ``meta_info`` or ``output_ids``, a token id outside the vocabulary, logprobs not one per id or not matching the ids, an unknown finish reason, a malformed HTTP response | ``upstream_protocol_error`` (502) |
-
-The message a client sees names the failure, never the upstream's URL, host or port or an exception's text;
-SGLang's reason for a refusal is quoted only when :func:`~proxy.api.errors.client_safe_text` allows it. The whole
-detail is logged (logger ``dressage_proxy.upstream``) with the request id the error body carries.
+Upstream failures become ``UpstreamFailed`` through the one error mapping
+(``proxy/api/error_mapping.py:upstream_error``), which picks the code and the client's message and logs the
+detail; the statuses are ``proxy/api/errors.py``'s table (``ERROR_TABLE``), never decided here.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from proxy.api.errors import ErrorCode, client_safe_text, status_of
-from proxy.request_id import current_request_id
-from proxy.upstream.errors import (
-    UpstreamError,
-    UpstreamErrorChunk,
-    UpstreamHTTPError,
-    UpstreamProtocolError,
-    UpstreamStreamCut,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-)
+from proxy.api.error_mapping import upstream_error, upstream_failure, upstream_status
+from proxy.api.errors import ApiError, ErrorCode
+from proxy.upstream.errors import UpstreamError
 from proxy.upstream.events import FinishAbort, Finished, FinishLength, FinishStop, Token
 from statemachines.generation import FinishKind, UpstreamAborted, UpstreamFailed, UpstreamFinished
-
-log = logging.getLogger("dressage_proxy.upstream")
-
-#: upstream statuses that mean "busy, retry later"
-_RETRY_LATER = frozenset({408, 429, 503})
-#: upstream statuses that mean "this request is invalid" (SGLang: 400 for a ValueError, 422 for a body FastAPI
-#: refuses; a gateway: 413 for a body over its limit); any other 4xx is the gateway's configuration, not the input
-_REFUSED = frozenset({400, 413, 422})
-
-log = logging.getLogger("dressage_proxy.upstream")
 
 
 @attrs.frozen
@@ -162,57 +132,13 @@ async def _read_whole(
 
 
 def failure_event(error: UpstreamError) -> UpstreamFailed:
-    """An upstream (or parser-backend) failure as the machine's ``UpstreamFailed`` (see the module's table); the
-    detail (URL, exception text, SGLang's message) is logged with the request id, the event's message is for the
-    client."""
-    if isinstance(error, UpstreamProtocolError):
-        # The proxy's own words about what broke (never the URL): the session stays as before, the client may retry.
-        code, message = ErrorCode.UPSTREAM_PROTOCOL_ERROR, f"SGLang's answer broke the protocol: {describe(error)}"
-    elif isinstance(error, UpstreamHTTPError):
-        # In a stream, only SGLang itself speaks: any 4xx chunk is its refusal; an HTTP 401/404 may be a gateway's.
-        in_stream = isinstance(error, UpstreamErrorChunk)
-        what = f"an error chunk {error.status}" if in_stream else f"HTTP {error.status}"
-        code, message = _by_status(error.status, what, error.message, any_4xx_refuses=in_stream)
-    elif isinstance(error, UpstreamTimeout):
-        code = ErrorCode.UPSTREAM_UNAVAILABLE
-        message = f"the upstream SGLang server did not answer in time ({error.phase} timeout)"
-    elif isinstance(error, UpstreamStreamCut):
-        code = ErrorCode.UPSTREAM_UNAVAILABLE
-        message = "upstream stream cut: SGLang's stream ended before the generation finished"
-    elif isinstance(error, UpstreamUnavailable):
-        code, message = ErrorCode.UPSTREAM_UNAVAILABLE, "the upstream SGLang server cannot be reached"
-    else:
-        code, message = ErrorCode.UPSTREAM_ERROR, "the upstream SGLang server sent an answer the proxy cannot use"
-    return _failed(code, message, f"{type(error).__name__}: {error}")
+    """An upstream (or parser-backend) failure as the machine's ``UpstreamFailed``: code, status and message are the
+    one mapping's (``proxy/api/error_mapping.py``), which logs the detail with the request id."""
+    return _as_event(upstream_error(error))
 
 
-def _by_status(status: int, what: str, reason: str | None, *, any_4xx_refuses: bool) -> tuple[ErrorCode, str]:
-    """The code and client message of an upstream error status (an answer, an error chunk or an error abort)."""
-    if status in _RETRY_LATER:
-        return ErrorCode.UPSTREAM_OVERLOADED, f"the upstream SGLang server is busy ({what}); retry later"
-    if status in _REFUSED or (any_4xx_refuses and 400 <= status < 500):
-        quoted = client_safe_text(reason)
-        message = f"the upstream SGLang server refused the request ({what})"
-        return ErrorCode.UPSTREAM_REJECTED, f"{message}: {quoted}" if quoted else message
-    return ErrorCode.UPSTREAM_ERROR, f"the upstream SGLang server failed ({what})"
-
-
-def _failed(code: ErrorCode, message: str, detail: str) -> UpstreamFailed:
-    """The event, with the table's status; the detail goes to the log under the request id."""
-    status = status_of(code)
-    log.warning("request %s: upstream failure answered %d %s: %s", current_request_id() or "-", status, code, detail)
-    return UpstreamFailed(status, code.value, message)
-
-
-def describe(error: UpstreamError) -> str:
-    """What went wrong, for the client: the error's message (with the HTTP status, and how many tokens had arrived),
-    never the upstream's URL."""
-    text = error.message
-    if isinstance(error, UpstreamHTTPError):
-        text = f"HTTP {error.status}: {text}"
-    if error.partial is not None and error.partial.output_ids:
-        text += f" (after {len(error.partial.output_ids)} tokens)"
-    return text
+def _as_event(answer: ApiError) -> UpstreamFailed:
+    return UpstreamFailed(answer.status, str(answer.code), answer.message)
 
 
 def ending_event(outcome: ReadOutcome, tokens: int) -> UpstreamFinished | UpstreamAborted | UpstreamFailed:
@@ -222,10 +148,10 @@ def ending_event(outcome: ReadOutcome, tokens: int) -> UpstreamFinished | Upstre
         return failure_event(outcome.failure)
     finished = outcome.finished
     if finished is None:
-        return _failed(
+        return _as_event(upstream_failure(
             ErrorCode.UPSTREAM_ERROR, "the upstream SGLang stream ended without a final event",
             "the stream ended without a final event",
-        )
+        ))
     reason = finished.finish_reason
     if isinstance(reason, FinishStop):
         return UpstreamFinished(FinishKind.STOP, tokens)
@@ -234,9 +160,10 @@ def ending_event(outcome: ReadOutcome, tokens: int) -> UpstreamFinished | Upstre
     assert isinstance(reason, FinishAbort)
     if reason.is_error:
         status = reason.status_code or 500
-        code, message = _by_status(status, f"an error abort {status}", reason.message, any_4xx_refuses=True)
-        return _failed(code, message, f"SGLang aborted the request ({status}): {reason.message or 'no message'}")
+        code, message = upstream_status(status, f"an error abort {status}", reason.message, any_4xx_refuses=True)
+        detail = f"SGLang aborted the request ({status}): {reason.message or 'no message'}"
+        return _as_event(upstream_failure(code, message, detail))
     return UpstreamAborted(tokens)
 
 
-__all__ = ["ReadOutcome", "describe", "ending_event", "failure_event", "read_request"]
+__all__ = ["ReadOutcome", "ending_event", "failure_event", "read_request"]

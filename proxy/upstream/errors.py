@@ -5,8 +5,8 @@ in-stream error chunks become :class:`UpstreamHTTPError` through :func:`error_fr
 :func:`error_from_chunk` below. ``trio.Cancelled`` is never caught or translated anywhere.
 
 Their text (``str(error)``: the message, the URL, the tokens received, the underlying exception) is for the log
-only: it names hosts, ports and exception classes. A client sees the message of the failure table
-(``proxy/controllers/upstream_reader.py:failure_event``), which logs this text with the request id.
+only: it names hosts, ports and exception classes. A client sees the message of the one error mapping
+(``proxy/api/error_mapping.py:upstream_error``), which logs this text with the request id.
 
 Hierarchy::
 

@@ -8,6 +8,7 @@ import httpx2
 import openai
 import pytest
 
+from proxy.api import error_mapping
 from proxy.api.errors import ERROR_TABLE, ApiError, ErrorCode, client_safe_text
 from proxy.controllers import errors as session_errors
 from proxy.request_id import _current as current_request_id_var
@@ -149,8 +150,8 @@ def test_constructor_refuses_non_error_statuses() -> None:
     [(404, "not_found"), (405, "method_not_allowed"), (413, "request_too_large"), (400, "invalid_request"),
      (415, "invalid_request"), (500, "internal_error"), (503, "internal_error"), (302, "internal_error")],
 )
-def test_from_http_status_maps_werkzeug_exceptions_onto_codes_with_the_tables_status(status: int, code: str) -> None:
-    error = ApiError.from_http_status(status, "description")
+def test_http_errors_map_werkzeug_exceptions_onto_codes_with_the_tables_status(status: int, code: str) -> None:
+    error = error_mapping.http_error(status, "description")
     assert (error.code, error.status) == (code, ERROR_TABLE[ErrorCode(code)].status)
     assert error.message == ("internal error" if code == "internal_error" else "description")
 
@@ -166,8 +167,8 @@ def test_from_http_status_maps_werkzeug_exceptions_onto_codes_with_the_tables_st
         (session_errors.ExportFailedError("s1", 3, "OSError"), 500, "export_failed"),
     ],
 )
-def test_from_session_error_keeps_the_session_layers_code_and_status(exc: Exception, status: int, code: str) -> None:
-    error = ApiError.from_session_error(exc)
+def test_session_errors_keep_the_session_layers_code_and_status(exc: Exception, status: int, code: str) -> None:
+    error = error_mapping.api_error_for(exc)
     assert (error.status, error.code, error.message) == (status, code, str(exc))
     assert exc.http_status == status  # the session layer reads the same table
     assert "OSError" not in error.message
