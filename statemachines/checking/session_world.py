@@ -1,269 +1,62 @@
-"""Systems for the explorer: real machines composed with small abstract peers that play the controllers' part.
+"""The session world: the real SessionMachine and ChainMachines, ``n`` abstract generations, a finalizing trainer.
 
-``gate_with_generations(n)``: the real ``RolloutGate`` (restored from its snapshot for every step), a trainer that
-pauses and resumes at most ``pauses`` times, and ``n`` abstract generations. Each generation goes
-IDLE -> start (asks the gate) -> STREAMING (admitted) or WAITING (parked) -> tokens, at most ``max_tokens`` ->
-finished; when the gate says ``AbortInFlight`` every STREAMING generation is ABORTING at once (its cancel scope is
-cancelled), and then answers: abort acknowledged (WAITING, tokens kept) or finished anyway. ``AdmitWaiters`` moves
-every WAITING generation back to STREAMING. A waiting client may give up (CANCELLED). The trainer may also repeat
-its pause, resume too early, or resume while running: idempotent or refused, those change nothing.
+``session_with_generations(n)``: the real ``SessionMachine`` and real ``ChainMachine``s (restored from their
+snapshots for every step), a trainer that finalizes (and repeats it: a retry after a failed export), aborts,
+drains, or whose export fails, and ``n`` abstract generations,
+driven exactly as ``proxy/controllers/session.py`` drives them. Each generation is prepared once, on a base of its
+choice: no checkpoint (a new segment), the tip of any chain, or a chain's first step below its tip (a splice);
+the chain machine says whether it extends the tip, forks, or starts a new segment (a closed tip). A prepared
+generation may fail (upstream failure, client gone), have its incremental encode fail (it moves to a new
+segment), or commit a step that ends at a turn boundary or at the length limit (which closes its chain).
+It may also commit the same answer as an earlier step over the same checkpoint position (an idempotent retry,
+spec 5.2): the controller asks that step's chain (``RefreshRequested``), which replaces its tip, shadows the
+step below the tip, or declines (the step then commits as usual). Which earlier step: the newest of any position
+whose base sits where the generation's base sits (the trie's node is abstracted away: an over-approximation).
+Every step occupies one (chain, position); a chain's steps are the walk back from its tip through the bases.
+Finalize exports every chain (``ExportRequested``) and records each exported segment's steps; a failed export
+keeps them (``KeepForRetry``) and the next finalize runs the same export again (``RetryExport``).
 
-The composition applies the gate's effects exactly as the controllers will: nothing here reads the gate's state
-to decide what to do. Invariants checked in every reachable state (the first two are architecture.md's):
+Invariants (architecture.md 4, 5, 6 and the bookkeeping behind them):
+1. ``each_generation_commits_at_most_once``; 2. ``failed_or_rejected_generations_commit_nothing``;
+3. ``no_commit_after_session_left_active``; 4. ``every_committed_step_owned_by_exactly_one_chain`` (it holds
+one position of one chain, and that position exists);
+5. ``chains_are_token_paths`` (a chain's steps extend one another: a sibling never overwrites a tip);
+6. ``every_committed_step_in_exactly_one_exported_segment`` (once exported; no segment without a step): a step
+a refresh superseded (replaced, shadowed, or replaced back by a generation that was extending it) is in none, and
+another step of its position is in one;
+7. ``machines_accept_every_event``; 8. ``no_committed_step_lost_by_a_failed_export`` (only an abort of an active
+session discards steps); 9. ``no_accepted_commit_lost`` (every accepted commit is a step). Final states: every
+generation ended, the session finalized (or drained, or aborted).
 
-1. ``paused_means_no_generation_streaming``: gate PAUSED -> no generation STREAMING or ABORTING.
-2. ``pause_returns_after_every_stream_is_interrupted_or_finished``: the trainer's pause call has returned -> no
-   generation STREAMING or ABORTING.
-3. ``no_stream_admitted_while_pausing``: gate not RUNNING -> no generation STREAMING. The per-step form of 1 and 2:
-   the set of streams a pause waits for only shrinks, and no token is produced between pause and resume.
-4. ``gate_counts_match_generations``: in_flight = STREAMING + ABORTING, waiting = WAITING.
-5. ``gate_accepts_every_event``: no ``IllegalTransition`` (nor a table/code disagreement) on the way.
+The world runs on the one step mechanism (``step``): every move is a function of a ``SessionStep``, run by ``take``;
+the machines are fed through the memoized pure step of ``step.WorldConfig``. The session rules (prepare, commit,
+place, refresh, discard, finalize) are functions from a world to the next (``session_with_generations``' inner
+functions); ``guarded`` makes each a move, and a refusal (``_Refused``, a ``Broken``) keeps what the move did up
+to it for the trace.
 
-Final states (for the deadlock check): every generation finished or cancelled, the trainer not pausing.
-
-``session_with_generations(n)``: the real ``SessionMachine`` and ``ChainMachine``s with ``n`` abstract generations
-and a finalizing trainer; it checks architecture invariants 4, 5 and 6 (see the comment above it, further down).
+``commit_holds_the_lock=False`` plants a bug: the commit's check-then-act is no longer one critical section (the
+session's lock, ``proxy/controllers/session_registry.py``), but two moves: the commit *reads* (it computes its
+outcome from the world as it is) and later *writes* that outcome back, over whatever other moves (another commit,
+the finalize) did in between: their changes are lost.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 import attrs
 
 from statemachines import chain as chain_sm
 from statemachines import session as session_sm
-from statemachines.core import IllegalTransition, Snapshot, TableError
-from statemachines.explorer import Composition, Invariant
-from statemachines.rollout_gate import (
-    AbortInFlight,
-    Admit,
-    AdmitWaiters,
-    AlreadyPaused,
-    GenerationAbortAcknowledged,
-    GenerationFinished,
-    GenerationWantsToStart,
-    PauseAcknowledged,
-    PauseRequested,
-    ResumeRequested,
-    RolloutGate,
-    State,
-    Wait,
-    WaiterCancelled,
+from statemachines.checking.explorer import Composition, Invariant
+from statemachines.checking.invariants import (
+    ACCEPTS, AT_MOST_ONCE, EXPORTED_ONCE, NO_COMMIT_LOST, NOT_AFTER_ACTIVE, NOT_LOST_BY_FAILED_EXPORT,
+    NOTHING_IF_FAILED, OWNED_ONCE, PATHS, chains_are_paths, not_broken,
 )
-
-
-class Phase(enum.Enum):
-    """An abstract generation's phase, as its controller sees it."""
-
-    IDLE = "not started"
-    WAITING = "parked by the gate until resume (new, or interrupted with its tokens)"
-    STREAMING = "admitted; tokens arrive from upstream"
-    ABORTING = "its upstream stream is being cut; no token is recorded any more"
-    DONE = "finished: stop, length, upstream failure or client gone while in flight"
-    CANCELLED = "gave up while waiting: client gone or pause-wait timeout"
-
-
-class Trainer(enum.Enum):
-    """The trainer's side of pause and resume."""
-
-    TRAINING = "no pause call in progress"
-    PAUSE_PENDING = "its pause call waits for PauseAcknowledged"
-    PAUSE_RETURNED = "its pause call returned: weights may change, then it resumes"
-
-
-# Phases in which a generation holds an upstream stream (the gate counts them in flight).
-_IN_FLIGHT = (Phase.STREAMING, Phase.ABORTING)
-# Phases a generation never leaves.
-_ENDED = (Phase.DONE, Phase.CANCELLED)
-
-
-@attrs.frozen
-class Generation:
-    """An abstract generation: its phase and the tokens it has received (kept across an interruption)."""
-
-    phase: Phase
-    tokens: int = 0
-
-
-@attrs.frozen(cache_hash=True)
-class GateWorld:
-    """The global state: the gate's snapshot, the generations, the trainer, the pauses it has left."""
-
-    gate: Snapshot
-    generations: tuple[Generation, ...]
-    trainer: Trainer
-    pauses_left: int
-    # Set when the gate refused an event or an effect did not match the generations; the world stops there.
-    error: str | None = None
-
-    def describe(self) -> str:
-        """One line: gate state and counters, trainer, each generation's phase and tokens."""
-        gate = self.gate.data
-        gens = " ".join(f"g{i}={g.phase.name}/{g.tokens}" for i, g in enumerate(self.generations))
-        text = (
-            f"gate={self.gate.state.name}(epoch={gate.epoch}, in_flight={gate.in_flight}, waiting={gate.waiting}) "
-            f"trainer={self.trainer.name} pauses_left={self.pauses_left} {gens}"
-        )
-        return text + (f" ERROR: {self.error}" if self.error else "")
-
-
-def gate_with_generations(
-    n: int,
-    *,
-    pauses: int = 2,
-    max_tokens: int = 2,
-    clients_may_leave: bool = True,
-    gate: type[RolloutGate] = RolloutGate,
-) -> Composition:
-    """The gate, a trainer with ``pauses`` pause/resume rounds, and ``n`` generations of ``max_tokens`` tokens."""
-    initial = GateWorld(gate.new("v0").snapshot(), (Generation(Phase.IDLE),) * n, Trainer.TRAINING, pauses)
-
-    def send(world: GateWorld, event: object, actor: int | None, **changes: object) -> GateWorld:
-        """Apply the actor's own move (``changes``), feed ``event`` to the gate, carry out its effects."""
-        machine = gate.from_snapshot(world.gate)
-        try:
-            effects = machine.send(event)
-        except (IllegalTransition, TableError) as error:
-            return attrs.evolve(world, error=f"{type(error).__name__}: {error}")
-        world = attrs.evolve(world, gate=machine.snapshot(), **changes)
-        gens = list(world.generations)
-        trainer = world.trainer
-        for effect in effects:
-            problem = None
-            if isinstance(effect, (Admit, Wait)):
-                # The answer to this generation's start: stream now, or park.
-                if actor is None or not isinstance(event, GenerationWantsToStart):
-                    problem = f"{effect!r} answers no start"
-                else:
-                    gens[actor] = Generation(Phase.STREAMING if isinstance(effect, Admit) else Phase.WAITING)
-            elif isinstance(effect, AbortInFlight):
-                # The controller cancels every stream it holds, all in this step.
-                holding = sum(g.phase in _IN_FLIGHT for g in gens)
-                problem = None if effect.count == holding else f"{effect!r} but {holding} hold a stream"
-                gens = [attrs.evolve(g, phase=Phase.ABORTING) if g.phase is Phase.STREAMING else g for g in gens]
-            elif isinstance(effect, AdmitWaiters):
-                # Every waiter streams again (continuing with its tokens), and the resume call returns.
-                parked = sum(g.phase is Phase.WAITING for g in gens)
-                problem = None if effect.count == parked else f"{effect!r} but {parked} wait"
-                gens = [attrs.evolve(g, phase=Phase.STREAMING) if g.phase is Phase.WAITING else g for g in gens]
-                trainer = Trainer.TRAINING
-            elif isinstance(effect, (PauseAcknowledged, AlreadyPaused)):
-                # Every pending pause call returns.
-                trainer = Trainer.PAUSE_RETURNED
-            # AlreadyPausing, AlreadyRunning, ResumeRefused: the caller is answered; nothing else changes.
-            if problem is not None:
-                return attrs.evolve(world, error=problem)
-        return attrs.evolve(world, generations=tuple(gens), trainer=trainer)
-
-    def successors(world: GateWorld) -> list[tuple[str, GateWorld]]:
-        """Every event enabled in ``world``, labelled for traces."""
-        if world.error is not None:
-            return []
-        moves = []
-        trainer = world.trainer
-        # The trainer: pause (bounded rounds), resume after the pause returned, and the harmless repeats.
-        if trainer is Trainer.TRAINING and world.pauses_left:
-            changes = dict(trainer=Trainer.PAUSE_PENDING, pauses_left=world.pauses_left - 1)
-            moves.append(("trainer: pause", send(world, PauseRequested(), None, **changes)))
-        if trainer is not Trainer.TRAINING:
-            moves.append(("trainer: pause again", send(world, PauseRequested(), None)))
-        if trainer is Trainer.PAUSE_RETURNED:
-            version = f"v{pauses - world.pauses_left}"
-            moves.append((f"trainer: resume {version}", send(world, ResumeRequested(version), None)))
-        else:
-            # Too early (pause pending) or while running (no-op): the same version, nothing may change.
-            version = world.gate.data.weight_version
-            moves.append(("trainer: resume (repeat)", send(world, ResumeRequested(version), None)))
-        for i, gen in enumerate(world.generations):
-            name = f"g{i}"
-            if gen.phase is Phase.IDLE:
-                moves.append((f"{name}: start", send(world, GenerationWantsToStart(), i)))
-            if gen.phase is Phase.STREAMING and gen.tokens < max_tokens:
-                # A token arrives: local to the generation, the gate does not see it.
-                moved = _replace(world.generations, i, Generation(Phase.STREAMING, gen.tokens + 1))
-                moves.append((f"{name}: token {gen.tokens + 1}", attrs.evolve(world, generations=moved)))
-            if gen.phase in _IN_FLIGHT:
-                # Stop, length, upstream failure or client gone: the stream ends (also racing an abort).
-                done = _replace(world.generations, i, Generation(Phase.DONE))
-                moves.append((f"{name}: finish", send(world, GenerationFinished(), i, generations=done)))
-            if gen.phase is Phase.ABORTING:
-                # Cut at a token boundary: it keeps its tokens and waits for resume.
-                parked = _replace(world.generations, i, Generation(Phase.WAITING, gen.tokens))
-                moves.append((f"{name}: abort acknowledged", send(world, GenerationAbortAcknowledged(), i,
-                                                                  generations=parked)))
-            if gen.phase is Phase.WAITING and clients_may_leave:
-                gone = _replace(world.generations, i, Generation(Phase.CANCELLED))
-                moves.append((f"{name}: client gone while waiting", send(world, WaiterCancelled(), i,
-                                                                         generations=gone)))
-        return moves
-
-    invariants = (
-        Invariant("paused_means_no_generation_streaming",
-                  lambda w: w.gate.state is not State.PAUSED or not _holding(w)),
-        Invariant("pause_returns_after_every_stream_is_interrupted_or_finished",
-                  lambda w: w.trainer is not Trainer.PAUSE_RETURNED or not _holding(w)),
-        Invariant("no_stream_admitted_while_pausing",
-                  lambda w: w.gate.state is State.RUNNING or all(g.phase is not Phase.STREAMING
-                                                                for g in w.generations)),
-        Invariant("gate_counts_match_generations", _counts_match),
-        Invariant("gate_accepts_every_event", lambda w: w.error is None),
-    )
-
-    def is_final(world: GateWorld) -> bool:
-        """Everyone is done and no pause call is left hanging."""
-        return world.trainer is Trainer.TRAINING and all(g.phase in _ENDED for g in world.generations)
-
-    name = f"RolloutGate x {n} generation(s), {pauses} pause(s), {max_tokens} token(s)"
-    return Composition(name, initial, successors, invariants, is_final, GateWorld.describe)
-
-
-def _replace(gens: tuple[Generation, ...], i: int, gen: Generation) -> tuple[Generation, ...]:
-    """``gens`` with generation ``i`` replaced."""
-    return gens[:i] + (gen,) + gens[i + 1:]
-
-
-def _holding(world: GateWorld) -> bool:
-    """Does any generation hold an upstream stream?"""
-    return any(g.phase in _IN_FLIGHT for g in world.generations)
-
-
-def _counts_match(world: GateWorld) -> bool:
-    """The gate's counters agree with the generations."""
-    gate = world.gate.data
-    in_flight = sum(g.phase in _IN_FLIGHT for g in world.generations)
-    waiting = sum(g.phase is Phase.WAITING for g in world.generations)
-    return (gate.in_flight, gate.waiting) == (in_flight, waiting)
-
-
-# ---- Sessions, chains and generations ------------------------------------------------------------------------------
-#
-# ``session_with_generations(n)``: the real ``SessionMachine`` and real ``ChainMachine``s (restored from their
-# snapshots for every step), a trainer that finalizes (and repeats it: a retry after a failed export), aborts,
-# drains, or whose export fails, and ``n`` abstract generations,
-# driven exactly as ``proxy/controllers/session.py`` drives them. Each generation is prepared once, on a base of its
-# choice: no checkpoint (a new segment), the tip of any chain, or a chain's first step below its tip (a splice);
-# the chain machine says whether it extends the tip, forks, or starts a new segment (a closed tip). A prepared
-# generation may fail (upstream failure, client gone), have its incremental encode fail (it moves to a new
-# segment), or commit a step that ends at a turn boundary or at the length limit (which closes its chain).
-# It may also commit the same answer as an earlier step over the same checkpoint position (an idempotent retry,
-# spec 5.2): the controller asks that step's chain (``RefreshRequested``), which replaces its tip, shadows the
-# step below the tip, or declines (the step then commits as usual). Which earlier step: the newest of any position
-# whose base sits where the generation's base sits (the trie's node is abstracted away: an over-approximation).
-# Every step occupies one (chain, position); a chain's steps are the walk back from its tip through the bases.
-# Finalize exports every chain (``ExportRequested``) and records each exported segment's steps; a failed export
-# keeps them (``KeepForRetry``) and the next finalize runs the same export again (``RetryExport``).
-#
-# Invariants (architecture.md 4, 5, 6 and the bookkeeping behind them):
-# 1. ``each_generation_commits_at_most_once``; 2. ``failed_or_rejected_generations_commit_nothing``;
-# 3. ``no_commit_after_session_left_active``; 4. ``every_committed_step_owned_by_exactly_one_chain`` (it holds
-# one position of one chain, and that position exists);
-# 5. ``chains_are_token_paths`` (a chain's steps extend one another: a sibling never overwrites a tip);
-# 6. ``every_committed_step_in_exactly_one_exported_segment`` (once exported; no segment without a step): a step
-# a refresh superseded (replaced, shadowed, or replaced back by a generation that was extending it) is in none, and
-# another step of its position is in one;
-# 7. ``machines_accept_every_event``; 8. ``no_committed_step_lost_by_a_failed_export`` (only an abort of an active
-# session discards steps). Final states: every generation ended, the session finalized (or drained, or aborted).
+from statemachines.checking.records import ChainRecord
+from statemachines.checking.step import Broken, Move, Step, WorldConfig, take
+from statemachines.core import Snapshot
 
 
 class GenPhase(enum.Enum):
@@ -274,6 +67,7 @@ class GenPhase(enum.Enum):
     COMMITTED = "its step was accepted"
     FAILED = "ended without committing: upstream failure or client gone"
     REJECTED = "refused at prepare (session closed, step limit) or its commit was rejected"
+    COMMITTING = "its commit read the world and will write its outcome later (only without the lock: a planted bug)"
 
 
 class Finalizer(enum.Enum):
@@ -301,17 +95,6 @@ class AbstractGeneration:
 
 
 @attrs.frozen
-class ChainRecord:
-    """A chain: its machine's snapshot, the step its first step extends (0: none), the step ids it owns."""
-
-    machine: Snapshot
-    base: int
-    steps: tuple[int, ...] = ()
-    # Forgotten by the controller after DiscardChain.
-    discarded: bool = False
-
-
-@attrs.frozen
 class StepRecord:
     """A committed step: its generation, the step it extends (0: none), the session state that accepted it, and
     the position it holds (chain index, 1-based position; -1 until its commit placed it)."""
@@ -321,6 +104,18 @@ class StepRecord:
     accepted_in: str
     chain: int = -1
     position: int = -1
+
+
+@attrs.frozen
+class PendingWrite:
+    """Without the lock (a planted bug): what generation ``generation``'s commit computed when it read the world, to
+    be written back later over whatever changed in between."""
+
+    generation: int
+    session: Snapshot
+    chains: tuple[ChainRecord, ...]
+    steps: tuple[StepRecord, ...]
+    outcome: AbstractGeneration
 
 
 @attrs.frozen(cache_hash=True)
@@ -335,7 +130,10 @@ class SessionWorld:
     finalizer: Finalizer
     # The owned step ids of every exported segment, once exported.
     exported: tuple[tuple[int, ...], ...] | None = None
-    error: str | None = None
+    # (invariant name, what happened) when a machine refused an event or an effect did not fit; the world stops.
+    broken: tuple[str, str] | None = None
+    # Commits that read the world and have not written their outcome yet (only without the lock).
+    writes: tuple[PendingWrite, ...] = ()
 
     def describe(self) -> str:
         """One line: session, chains, generations, steps."""
@@ -347,7 +145,7 @@ class SessionWorld:
         gens = " ".join(f"g{i}={g.phase.name}/{g.mode or '-'}" for i, g in enumerate(self.generations))
         text = (f"session={self.session.state.name}(steps={data.steps}, in_flight={data.in_flight}) "
                 f"finalizer={self.finalizer.name} {chains} {gens} exported={self.exported}")
-        return text + (f" ERROR: {self.error}" if self.error else "")
+        return text + (f" BROKEN {self.broken[0]}: {self.broken[1]}" if self.broken else "")
 
 
 def session_with_generations(
@@ -356,34 +154,43 @@ def session_with_generations(
     max_steps: int | None = None,
     session: type | None = None,
     chain: type | None = None,
+    commit_holds_the_lock: bool = True,
 ) -> Composition:
-    """A session, its chains, a finalizing trainer and ``n`` generations (see the comment above)."""
+    """A session, its chains, a finalizing trainer and ``n`` generations (module docstring); ``session`` and ``chain``
+    may be variant machines, and ``commit_holds_the_lock=False`` splits each commit into a read and a write (planted
+    bugs)."""
     session_cls = session or session_sm.SessionMachine
     chain_cls = chain or chain_sm.ChainMachine
     initial = SessionWorld(session_cls.new(max_steps).snapshot(), (), (AbstractGeneration(GenPhase.IDLE),) * n, (),
                            Finalizer.WORKING)
 
-    class _Refused(Exception):
-        """A machine refused an event, or an effect did not fit: the world (as far as it got) stops with an error."""
+    config = WorldConfig()
+
+    class _Refused(Broken):
+        """A machine refused an event, or an effect did not fit: the world (as far as it got: ``world``, or the
+        step's) stops there."""
 
         world: SessionWorld | None = None
 
-    def feed(machine_cls: type, snapshot: Snapshot, event: object) -> tuple[Snapshot, list]:
-        machine = machine_cls.from_snapshot(snapshot)
-        try:
-            effects = machine.send(event)
-        except (IllegalTransition, TableError) as error:
-            raise _Refused(f"{type(error).__name__}: {error}") from None
-        return machine.snapshot(), effects
+        def __init__(self, detail: str) -> None:
+            super().__init__(ACCEPTS, detail)
 
-    def guarded(step):
-        """Run a move; a refusal becomes the world's error."""
-        def run(world: SessionWorld, *args) -> SessionWorld:
+    def feed(machine_cls: type, snapshot: Snapshot, event: object) -> tuple[Snapshot, tuple]:
+        """The machine's pure step (memoized); a refusal is ``_Refused``."""
+        try:
+            return config.send(machine_cls, snapshot, event, machine_cls.table.machine)
+        except Broken as broken:
+            raise _Refused(broken.detail) from None
+
+    def guarded(step: Callable[..., SessionWorld]) -> Callable[..., None]:
+        """A session rule (world -> world) as a move of the step: a refusal keeps what the rule did up to it."""
+        def move(run: SessionStep, *args: object) -> None:
             try:
-                return step(world, *args)
+                run.current = step(run.current, *args)
             except _Refused as refused:
-                return attrs.evolve(refused.world or world, error=str(refused))
-        return run
+                run.current = refused.world or run.current
+                raise
+        return move
 
     def with_chain(chains: tuple[ChainRecord, ...], index: int, record: ChainRecord) -> tuple[ChainRecord, ...]:
         return chains[:index] + (record,) + chains[index + 1:]
@@ -587,57 +394,85 @@ def session_with_generations(
         snapshot, _ = feed(session_cls, world.session, session_sm.SegmentsDrained())
         return attrs.evolve(world, session=snapshot, finalizer=Finalizer.DRAINED)
 
+    def commit_reads(run: SessionStep, i: int, closes: bool, target: int = 0) -> None:
+        """Without the lock: the commit runs on the world as it is now, but its outcome is only kept aside."""
+        before = run.current
+        commit(run, i, closes, target)
+        after = run.current
+        write = PendingWrite(i, after.session, after.chains, after.steps, after.generations[i])
+        committing = _replace_any(before.generations, i, AbstractGeneration(GenPhase.COMMITTING))
+        run.current = attrs.evolve(before, generations=committing, writes=before.writes + (write,))
+
+    def commit_writes(run: SessionStep, i: int) -> None:
+        """Without the lock: the commit writes what it computed back, over what changed since it read."""
+        world = run.current
+        write = next(w for w in world.writes if w.generation == i)
+        run.current = attrs.evolve(
+            world, session=write.session, chains=write.chains, steps=write.steps,
+            generations=_replace_any(world.generations, i, write.outcome),
+            writes=tuple(w for w in world.writes if w is not write),
+        )
+
     def successors(world: SessionWorld) -> list[tuple[str, SessionWorld]]:
-        if world.error is not None:
+        if world.broken is not None:
             return []
-        moves = []
+        moves: list[tuple[str, Move]] = []
         if world.finalizer is Finalizer.WORKING:
-            moves.append(("trainer: finalize", finalize(world)))
+            moves.append(("trainer: finalize", finalize))
         else:
-            moves.append(("trainer: finalize again", finalize(world)))
+            moves.append(("trainer: finalize again", finalize))
         if world.finalizer is Finalizer.EXPORTING:
-            moves.append(("trainer: export stored", complete(world)))
-            moves.append(("trainer: export fails", export_fails(world)))
-        moves.append(("trainer: abort", abort(world)))
+            moves.append(("trainer: export stored", complete))
+            moves.append(("trainer: export fails", export_fails))
+        moves.append(("trainer: abort", abort))
         if world.finalizer in (Finalizer.FINALIZED, Finalizer.DRAINED):
-            moves.append(("trainer: drain", drain(world)))
+            moves.append(("trainer: drain", drain))
+        # With the lock a commit is one move; without it, it reads in one and writes in a later one.
+        commits = commit if commit_holds_the_lock else commit_reads
+        reads = "" if commit_holds_the_lock else " (reads)"
         for i, gen in enumerate(world.generations):
             name = f"g{i}"
             if gen.phase is GenPhase.IDLE:
-                moves.append((f"{name}: prepare (no checkpoint)", prepare(world, i, None)))
+                moves.append((f"{name}: prepare (no checkpoint)", lambda run, i=i: prepare(run, i, None)))
                 for c, record in enumerate(world.chains):
                     if record.steps:
-                        moves.append((f"{name}: prepare on c{c} tip", prepare(world, i, (c, len(record.steps)))))
+                        tip = (c, len(record.steps))
+                        moves.append((f"{name}: prepare on c{c} tip", lambda run, i=i, t=tip: prepare(run, i, t)))
                         if len(record.steps) > 1:
-                            moves.append((f"{name}: prepare on c{c} step 1", prepare(world, i, (c, 1))))
+                            moves.append((f"{name}: prepare on c{c} step 1",
+                                          lambda run, i=i, c=c: prepare(run, i, (c, 1))))
             if gen.phase is GenPhase.PREPARED:
-                moves.append((f"{name}: commit", commit(world, i, False)))
-                moves.append((f"{name}: commit (length)", commit(world, i, True)))
+                moves.append((f"{name}: commit{reads}", lambda run, i=i: commits(run, i, False)))
+                moves.append((f"{name}: commit (length){reads}", lambda run, i=i: commits(run, i, True)))
                 for k in refresh_targets(world, gen):
-                    moves.append((f"{name}: commit the same answer as s{k}", commit(world, i, False, k)))
-                    moves.append((f"{name}: commit the same answer as s{k} (length)", commit(world, i, True, k)))
-                moves.append((f"{name}: fail", fail(world, i)))
+                    moves.append((f"{name}: commit the same answer as s{k}{reads}",
+                                  lambda run, i=i, k=k: commits(run, i, False, k)))
+                    moves.append((f"{name}: commit the same answer as s{k} (length){reads}",
+                                  lambda run, i=i, k=k: commits(run, i, True, k)))
+                moves.append((f"{name}: fail", lambda run, i=i: fail(run, i)))
                 if gen.mode in ("tip", "fork"):
-                    moves.append((f"{name}: tito fails", tito_fails(world, i)))
-        return moves
+                    moves.append((f"{name}: tito fails", lambda run, i=i: tito_fails(run, i)))
+            if gen.phase is GenPhase.COMMITTING:
+                moves.append((f"{name}: commit (writes)", lambda run, i=i: commit_writes(run, i)))
+        return take(world, moves, lambda w: SessionStep(w, config), symmetry=False)
 
     invariants = (
-        Invariant("each_generation_commits_at_most_once",
-                  lambda w: all(sum(s.generation == i for s in w.steps) <= 1 for i in range(n))),
-        Invariant("failed_or_rejected_generations_commit_nothing",
+        Invariant(AT_MOST_ONCE, lambda w: all(sum(s.generation == i for s in w.steps) <= 1 for i in range(n))),
+        Invariant(NOTHING_IF_FAILED,
                   lambda w: not any(w.generations[s.generation].phase in (GenPhase.FAILED, GenPhase.REJECTED)
                                     for s in w.steps)),
-        Invariant("no_commit_after_session_left_active", lambda w: all(s.accepted_in == "ACTIVE" for s in w.steps)),
-        Invariant("every_committed_step_owned_by_exactly_one_chain", _positions_held),
-        Invariant("chains_are_token_paths", _chains_are_paths),
-        Invariant("every_committed_step_in_exactly_one_exported_segment", _exported_once),
-        Invariant("machines_accept_every_event", lambda w: w.error is None),
-        Invariant("no_committed_step_lost_by_a_failed_export",
-                  lambda w: w.finalizer is not Finalizer.LOST or not w.steps),
+        Invariant(NOT_AFTER_ACTIVE, lambda w: all(s.accepted_in == "ACTIVE" for s in w.steps)),
+        Invariant(OWNED_ONCE, _positions_held),
+        Invariant(PATHS, chains_are_paths),
+        Invariant(EXPORTED_ONCE, _exported_once),
+        not_broken(ACCEPTS),
+        Invariant(NOT_LOST_BY_FAILED_EXPORT, lambda w: w.finalizer is not Finalizer.LOST or not w.steps),
+        Invariant(NO_COMMIT_LOST,
+                  lambda w: sum(g.phase is GenPhase.COMMITTED for g in w.generations) == len(w.steps)),
     )
 
     def is_final(world: SessionWorld) -> bool:
-        ended = all(g.phase not in (GenPhase.IDLE, GenPhase.PREPARED) for g in world.generations)
+        ended = all(g.phase not in (GenPhase.IDLE, GenPhase.PREPARED, GenPhase.COMMITTING) for g in world.generations)
         # LOST is final too: a bug, but the invariant reports it (a deadlock report would hide which bug).
         finals = (Finalizer.FINALIZED, Finalizer.DRAINED, Finalizer.DISCARDED, Finalizer.LOST)
         return ended and world.finalizer in finals
@@ -645,6 +480,17 @@ def session_with_generations(
     limit = "" if max_steps is None else f", max {max_steps} step(s)"
     name = f"SessionMachine + ChainMachines x {n} generation(s){limit}"
     return Composition(name, initial, successors, invariants, is_final, SessionWorld.describe)
+
+
+class SessionStep(Step):
+    """One step of the session world: the world as the move's session rules leave it (they are world -> world)."""
+
+    def __init__(self, world: SessionWorld, config: WorldConfig) -> None:
+        super().__init__(config)
+        self.current = world
+
+    def world(self, broken: tuple[str, str] | None = None, *, symmetry: bool = True) -> SessionWorld:
+        return self.current if broken is None else attrs.evolve(self.current, broken=broken)
 
 
 def _replace_any(items: tuple, i: int, item: object) -> tuple:
@@ -662,17 +508,6 @@ def _positions_held(world: SessionWorld) -> bool:
         for position, step_id in enumerate(chain.steps, start=1):
             if (world.steps[step_id - 1].chain, world.steps[step_id - 1].position) != (c, position):
                 return False
-    return True
-
-
-def _chains_are_paths(world: SessionWorld) -> bool:
-    """Each chain's steps extend one another, starting from the chain's base."""
-    for record in world.chains:
-        previous = record.base
-        for step_id in record.steps:
-            if world.steps[step_id - 1].base != previous:
-                return False
-            previous = step_id
     return True
 
 

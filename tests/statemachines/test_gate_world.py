@@ -10,9 +10,9 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from statemachines.compositions import GateWorld, Phase, gate_with_generations
+from statemachines.checking.gate_world import GateWorld, Phase, gate_with_generations
 from statemachines.core import Branch, Goto, on
-from statemachines.explorer import DEADLOCK
+from statemachines.checking.explorer import DEADLOCK
 from statemachines.rollout_gate import (
     TABLE,
     AbortInFlight,

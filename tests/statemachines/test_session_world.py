@@ -11,7 +11,7 @@ import pytest
 
 from statemachines import chain as chain_sm
 from statemachines import session as session_sm
-from statemachines.compositions import GenPhase, SessionWorld, session_with_generations
+from statemachines.checking.session_world import GenPhase, SessionWorld, session_with_generations
 from statemachines.core import Branch, Goto, on
 
 # Measured once and documented in docs/statemachines/README.md; a change here must be deliberate.
