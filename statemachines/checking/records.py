@@ -75,8 +75,9 @@ class GenWorld:
     attachment: Any = None
     # What the session side records at each accepted commit of this generation (its state then).
     commits: tuple[str, ...] = ()
-    # A StartUpstream the driver holds back until its client reads (only where ``waits_for_client`` says the
-    # driver waits on the client first: never with the correct rule; the planted pause-liveness bug).
+    # A StartUpstream not sent yet: held back until its client reads (only where ``waits_for_client`` says the
+    # driver waits on the client first: never with the correct rule; the planted pause-liveness bug), or, with
+    # ``rid_in_a_later_step``, until the driver draws its rid and sends it.
     start_pending: gen_sm.StartUpstream | None = None
 
 
@@ -132,7 +133,7 @@ def describe_gen(i: int, g: GenWorld) -> str:
     if g.attachment is not None:
         text += f" {g.attachment.label}"
     if g.start_pending is not None:
-        text += f" start-held-for-client(req {g.start_pending.request})"
+        text += f" start-held(req {g.start_pending.request})"
     text += f" {g.client.name.lower()}"
     return text + (f" commits={list(g.commits)}" if g.commits else "")
 

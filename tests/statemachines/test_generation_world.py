@@ -212,3 +212,61 @@ def test_generation_composition_main_prints_the_counts(capsys):
     out = capsys.readouterr().out
     assert "RolloutGate x 1 GenerationMachine(s), budget 2, 2 pause(s), partial rollout on: 287 states" in out
     assert out.count("no violation") == 2
+
+
+# ---- Planted bug 4: an abort that comes before the request's rid is known is forgotten ----------------------------
+#
+# The controller's reader task draws a request's rid and reports it (UpstreamStarted) some time after StartUpstream;
+# a pause may come first. The machine must remember that abort: UpstreamStarted while ABORTING answers
+# AbortUpstream(rid) (the request is cut the moment it exists). rid_in_a_later_step models that window.
+
+# (generations, partial rollout) -> (states, transitions) with the window modelled.
+RID_WINDOW_COUNTS = {(1, True): (315, 1724), (1, False): (243, 1278)}
+
+
+@pytest.mark.parametrize("n, partial", sorted(RID_WINDOW_COUNTS), ids=str)
+def test_generation_composition_with_the_rid_reported_later_keeps_every_invariant(n, partial):
+    sent: set = set()
+
+    class Recording(gm.GenerationMachine):
+        def send(self, event):
+            sent.add((self.snapshot().state, type(event)))
+            return super().send(event)
+
+    system = gate_with_generation_machines(n, partial_rollout=partial, rid_in_a_later_step=True, generation=Recording)
+    result = system.explore()
+    assert result.violation is None, result.violation.format(system.describe)
+    assert (result.states, result.transitions) == RID_WINDOW_COUNTS[(n, partial)]
+    # The window is reached: a pause's abort arrives before the rid, and the rid then comes to an aborting machine.
+    assert (S.ABORTING, gm.UpstreamStarted) in sent
+
+
+def _started_forgetting_the_abort(state, gen, event):
+    """The rid comes to an aborting machine, which names the request but forgets the abort that came first."""
+    return Goto(state, attrs.evolve(gen, rid=event.rid), [])
+
+
+class ForgetsAnEarlyAbortGeneration(gm.GenerationMachine):
+    table = gm.TABLE.overriding(
+        on(S.ABORTING, gm.UpstreamStarted, _started_forgetting_the_abort, Branch(S.ABORTING, when="rid not set")),
+    )
+
+
+def test_planted_bug_abort_before_the_rid_is_known_is_found_in_three_steps():
+    # Shortest: g0 is admitted (StartUpstream; its rid is not drawn yet); the trainer pauses (AbortRequested: nothing
+    # to cut yet); the driver sends the request: it streams on, uncut, while the pause waits for it.
+    system = gate_with_generation_machines(1, rid_in_a_later_step=True, generation=ForgetsAnEarlyAbortGeneration)
+    violation = system.explore().violation
+    assert violation is not None, "the explorer missed the planted bug"
+    print("\n" + violation.format(system.describe))
+    assert len(violation) <= 3
+    assert violation.labels == ("g0: prepare", "trainer: pause", "g0: driver sends the request")
+    assert violation.invariant == inv.ABORT_SENT
+    final: gc.World = violation.final
+    assert final.gate.state is GateState.PAUSING and final.trainer is Trainer.PAUSE_PENDING
+    assert final.gens[0].machine.state is S.ABORTING and not final.gens[0].upstream.aborting
+
+
+def test_planted_bug_abort_before_the_rid_is_known_needs_the_window_in_the_model():
+    # With the rid reported in the step that starts the request, no abort can come first: the model's choices matter.
+    assert gate_with_generation_machines(1, generation=ForgetsAnEarlyAbortGeneration).explore().violation is None
