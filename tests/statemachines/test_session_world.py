@@ -13,6 +13,7 @@ import pytest
 from statemachines import chain as chain_sm
 from statemachines import session as session_sm
 from statemachines.checking.session_world import GenPhase, SessionWorld, session_with_generations
+from statemachines.checking.__main__ import main
 from statemachines.checking.explorer import explore
 from statemachines.core import Branch, Goto, on
 
@@ -235,3 +236,10 @@ def test_planted_bug_two_commits_without_the_lock_interleave_and_one_is_lost():
         return [(label, target) for label, target in moves if ": prepare" in label] or moves
 
     assert explore(locked.initial, locked_schedule, locked.invariants).violation is None
+
+
+def test_the_command_line_explores_the_session_world(capsys):
+    assert main(["session", "--generations", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "SessionMachine + ChainMachines x 2 generation(s): 582 states, 2286 transitions" in out
+    assert out.count("no violation") == 2
