@@ -209,17 +209,21 @@ def test_planted_bug_commit_without_the_lock_is_found_racing_the_finalize_in_fou
     assert violation.invariant == "every_committed_step_in_exactly_one_exported_segment"
 
 
+def _prepares_first_no_trainer(system):
+    """``system``'s successors with the trainer left out and every prepare before any other move (a schedule)."""
+
+    def successors(world):
+        moves = [(label, target) for label, target in system.successors(world) if not label.startswith("trainer")]
+        return [(label, target) for label, target in moves if ": prepare" in label] or moves
+
+    return successors
+
+
 def test_planted_bug_two_commits_without_the_lock_interleave_and_one_is_lost():
     # The trainer left out and both generations prepared first: two commits on one session read the same world, and
     # the second write loses the first commit's step, although both generations were answered as committed.
     system = session_with_generations(2, commit_holds_the_lock=False)
-
-    def prepares_first_no_trainer(world):
-        moves = [(label, target) for label, target in system.successors(world) if not label.startswith("trainer")]
-        prepares = [(label, target) for label, target in moves if ": prepare" in label]
-        return prepares or moves
-
-    violation = explore(system.initial, prepares_first_no_trainer, system.invariants).violation
+    violation = explore(system.initial, _prepares_first_no_trainer(system), system.invariants).violation
     assert violation is not None, "the explorer missed the planted bug"
     print("\n" + violation.format(system.describe))
     assert len(violation) <= SHORT
@@ -230,12 +234,7 @@ def test_planted_bug_two_commits_without_the_lock_interleave_and_one_is_lost():
     assert violation.invariant == "no_accepted_commit_lost"
     # With the lock, the same schedule keeps every invariant.
     locked = session_with_generations(2)
-
-    def locked_schedule(world):
-        moves = [(label, target) for label, target in locked.successors(world) if not label.startswith("trainer")]
-        return [(label, target) for label, target in moves if ": prepare" in label] or moves
-
-    assert explore(locked.initial, locked_schedule, locked.invariants).violation is None
+    assert explore(locked.initial, _prepares_first_no_trainer(locked), locked.invariants).violation is None
 
 
 def test_the_command_line_explores_the_session_world(capsys):
