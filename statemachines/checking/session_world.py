@@ -38,6 +38,9 @@ to it for the trace.
 session's lock, ``proxy/controllers/session_registry.py``), but two moves: the commit *reads* (it computes its
 outcome from the world as it is) and later *writes* that outcome back, over whatever other moves (another commit,
 the finalize) did in between: their changes are lost.
+
+Over 500 lines: about 200 of them are the session rules kept as units here until they become calls into the pure
+session rule the controller runs (issue 20, item 1), which will shrink this module.
 """
 
 from __future__ import annotations
