@@ -78,6 +78,7 @@ def test_planted_bug_admit_while_PAUSING_is_found_with_a_three_step_trace():
     violation = system.explore().violation
     assert violation is not None, "the explorer missed the planted bug"
     print("\n" + violation.format(system.describe))
+    assert len(violation) <= 3
     assert violation.labels == ("g0: start", "trainer: pause", "g1: start")
     assert violation.invariant == "no_stream_admitted_while_pausing"
     final: GateWorld = violation.final
