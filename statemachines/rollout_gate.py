@@ -25,6 +25,10 @@ or PAUSED (``AlreadyPaused``: return at once); a resume while RUNNING with no ve
 (the pause has not returned yet) and a resume while RUNNING that announces a different version (weights may only
 change under a pause); the controller answers 409 to those.
 
+The broadcast effects name no generation: the gate counts them. ``tell`` is the one rule, shared by the gate controller
+(``proxy/controllers/gate.py``) and the model-checked worlds (``statemachines/checking/``), that turns one effect and
+the members the caller knows (in flight, waiting) into who is told what.
+
 Illegal events are programming errors in the controller (a count would go negative, an abort acknowledged that
 was never requested): the policy is transactional, ``IllegalTransition`` with state and counts unchanged, because
 the gate is shared by the whole proxy and must not wedge it.
@@ -33,6 +37,8 @@ the gate is shared by the whole proxy and must not wedge it.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
+from typing import Generic, TypeVar
 
 import attrs
 
@@ -343,6 +349,47 @@ TABLE = TransitionTable.build(
 )
 
 
+# ---- The broadcast rule: which member is told what --------------------------------------------------------------
+
+M = TypeVar("M")
+
+
+@attrs.frozen
+class Told(Generic[M]):
+    """What one gate effect asks of the gate's members (``tell``) and of the trainer's calls."""
+
+    # In-flight members whose upstream stream must be cut (``AbortInFlight``): each is told ``AbortRequested``
+    # (it answers later: abort acknowledged, or finished).
+    abort: tuple[M, ...] = ()
+    # Waiters admitted by ``AdmitWaiters``: every one is counted in flight before any of them is told
+    # ``Resumed(epoch, weight_version)`` (a member may release itself while being told, and must find itself in
+    # flight); ``resumed`` is that effect (the resume call returns).
+    resume: tuple[M, ...] = ()
+    resumed: AdmitWaiters | None = None
+    # ``PauseAcknowledged``: every pending pause call returns with it.
+    acknowledged: PauseAcknowledged | None = None
+    # Set when the members the caller knows disagree with the effect's count: the caller's records and the machine's
+    # counts diverged (a bug in the caller; the members are told anyway).
+    mismatch: str | None = None
+
+
+def tell(effect: object, in_flight: Sequence[M], waiting: Sequence[M]) -> Told[M]:
+    """The broadcast rule: who is told what for ``effect``, given the members in flight and waiting (in order).
+
+    ``AbortInFlight`` reaches every in-flight member, ``AdmitWaiters`` every waiter; ``PauseAcknowledged`` returns
+    every pending pause call. The answers to the caller (``Admit``, ``Wait``, ``AlreadyPausing``, ``AlreadyPaused``,
+    ``AlreadyRunning``, ``ResumeRefused``) tell nobody else: an empty ``Told``."""
+    if isinstance(effect, AbortInFlight):
+        mismatch = None if effect.count == len(in_flight) else f"{effect!r} but {len(in_flight)} member(s) in flight"
+        return Told(abort=tuple(in_flight), mismatch=mismatch)
+    if isinstance(effect, AdmitWaiters):
+        mismatch = None if effect.count == len(waiting) else f"{effect!r} but {len(waiting)} member(s) wait"
+        return Told(resume=tuple(waiting), resumed=effect, mismatch=mismatch)
+    if isinstance(effect, PauseAcknowledged):
+        return Told(acknowledged=effect)
+    return Told()
+
+
 @attrs.define(eq=False)
 class RolloutGate(Machine):
     """The proxy's rollout gate; the gate controller (proxy/) feeds it events and carries out its effects."""
@@ -364,5 +411,5 @@ __all__ = [
     "State", "PauseRequested", "ResumeRequested", "GenerationWantsToStart", "GenerationFinished",
     "GenerationAbortAcknowledged", "WaiterCancelled", "EVENTS", "Admit", "Wait", "AbortInFlight",
     "PauseAcknowledged", "AlreadyPausing", "AlreadyPaused", "AdmitWaiters", "AlreadyRunning", "ResumeRefused",
-    "GateData", "GateStatistics", "TABLE", "RolloutGate",
+    "GateData", "GateStatistics", "TABLE", "Told", "tell", "RolloutGate",
 ]

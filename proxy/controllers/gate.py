@@ -2,8 +2,9 @@
 
 The machine counts generations (in flight, waiting); the controller keeps the sets behind those counts, so that
 the machine's ``AbortInFlight`` reaches every in-flight generation (``abort_requested()``) and ``AdmitWaiters``
-every waiter (``resumed(epoch, version)``). Members are the generation controllers' per-request objects; anything
-with those two methods will do (:class:`GateMember`).
+every waiter (``resumed(epoch, version)``), as the gate's broadcast rule (``rollout_gate.tell``, shared with the
+model-checked worlds) says. Members are the generation controllers' per-request objects; anything with those methods
+will do (:class:`GateMember`).
 
 Everything a generation asks of the gate is synchronous (admission, release, acknowledgement, giving up): each is
 one ``send`` to the machine and the effects it returns, carried out before the call returns. So the machine's
@@ -169,8 +170,7 @@ class GateController:
         """Pause generation; returns once nothing streams upstream (every in-flight generation acknowledged its
         abort or finished). Idempotent. Cancelling the caller does not undo the pause."""
         paused = self._paused
-        effects = self._send(gate_sm.PauseRequested())
-        for effect in effects:
+        for effect in self._send(gate_sm.PauseRequested()):
             if isinstance(effect, gate_sm.AlreadyPaused):
                 return PauseResult(effect.epoch, 0, effect.waiting, already_paused=True)
             if isinstance(effect, gate_sm.AbortInFlight):
@@ -182,14 +182,12 @@ class GateController:
                 self._force_cut = {}
                 self._pausing_since = trio.current_time()
                 self._running = trio.Event()
-                for member in list(self._in_flight):
-                    # Each answers later (abort acknowledged, or finished), through this controller.
-                    member.abort_requested()
             elif isinstance(effect, gate_sm.PauseAcknowledged):
-                # Nothing was in flight: paused at once.
+                # Nothing was in flight: paused at once (the broadcast below records the result).
                 self._pauses += 1
                 self._running = trio.Event()
-                self._acknowledge(effect)
+            self._broadcast(effect)
+            if isinstance(effect, gate_sm.PauseAcknowledged):
                 return self._pause_result  # type: ignore[return-value]
             # AlreadyPausing: join the pause in progress below.
         since = self._pausing_since
@@ -228,16 +226,7 @@ class GateController:
                 raise ResumeRefusedError(effect.reason)
             if isinstance(effect, gate_sm.AlreadyRunning):
                 return ResumeResult(effect.epoch, effect.weight_version, 0, already_running=True)
-            if isinstance(effect, gate_sm.AdmitWaiters):
-                waiters = list(self._waiting)
-                self._waiting.clear()
-                # Every waiter is counted in flight by the machine already: mirror that before any of them runs,
-                # so a member's synchronous release (finished()) during resumed() finds itself in flight.
-                for member in waiters:
-                    self._in_flight[member] = None
-                self._running.set()
-                for member in waiters:
-                    member.resumed(effect.epoch, effect.weight_version)
+            if self._broadcast(effect).resumed is not None:
                 return ResumeResult(effect.epoch, effect.weight_version, effect.count)
         raise AssertionError("the gate answered a resume with no known effect")  # the table rules this out
 
@@ -275,8 +264,28 @@ class GateController:
     def _carry_out(self, effects: list) -> None:
         """The effects of a member's answer: only ``PauseAcknowledged`` can come back."""
         for effect in effects:
-            if isinstance(effect, gate_sm.PauseAcknowledged):
-                self._acknowledge(effect)
+            self._broadcast(effect)
+
+    def _broadcast(self, effect: object) -> gate_sm.Told[GateMember]:
+        """Carry out one effect's broadcast as the gate's rule says (``rollout_gate.tell``): every in-flight member
+        told to abort, every waiter admitted (all counted in flight before any is told, so a member's synchronous
+        release during ``resumed()`` finds itself in flight), or the pending pause calls returned."""
+        told = gate_sm.tell(effect, list(self._in_flight), list(self._waiting))
+        if told.mismatch is not None:
+            log.error("gate: the members disagree with the machine: %s", told.mismatch)
+        for member in told.abort:
+            # Each answers later (abort acknowledged, or finished), through this controller.
+            member.abort_requested()
+        for member in told.resume:
+            del self._waiting[member]
+            self._in_flight[member] = None
+        if told.resumed is not None:
+            self._running.set()
+            for member in told.resume:
+                member.resumed(told.resumed.epoch, told.resumed.weight_version)
+        if told.acknowledged is not None:
+            self._acknowledge(told.acknowledged)
+        return told
 
     def _acknowledge(self, effect: gate_sm.PauseAcknowledged) -> None:
         self._pause_result = PauseResult(effect.epoch, effect.aborted, effect.waiting, tokens_kept=self._tokens_kept,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from statemachines.explorer import DEADLOCK, Composition, Invariant, Progress, explore
+from statemachines.checking.explorer import DEADLOCK, Composition, Invariant, Progress, explore
 
 
 def steps_of_one_or_two(limit: int):

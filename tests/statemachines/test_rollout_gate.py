@@ -32,6 +32,7 @@ from statemachines.rollout_gate import (
     State,
     Wait,
     WaiterCancelled,
+    tell,
 )
 
 RUNNING, PAUSING, PAUSED = State.RUNNING, State.PAUSING, State.PAUSED
@@ -295,3 +296,37 @@ def test_rollout_gate_snapshot_is_frozen_hashable_and_restores_the_same_gate():
     assert {snapshot: 1}[Snapshot(PAUSING, GateData(weight_version="v0", in_flight=1))] == 1
     restored = RolloutGate.from_snapshot(snapshot)
     assert restored.send(GenerationAbortAcknowledged()) == gate.send(GenerationAbortAcknowledged())
+
+
+# ---- The broadcast rule (``tell``): who is told what ---------------------------------------------------------------
+
+
+def test_tell_abort_in_flight_reaches_every_in_flight_member_and_no_waiter():
+    told = tell(AbortInFlight(2, 3), ["a", "b"], ["w"])
+    assert (told.abort, told.resume, told.resumed, told.acknowledged, told.mismatch) == (("a", "b"), (), None, None, None)
+
+
+def test_tell_admit_waiters_resumes_every_waiter_under_the_new_epoch_and_version():
+    effect = AdmitWaiters(2, 4, "v4")
+    told = tell(effect, ["a"], ["w1", "w2"])
+    assert (told.abort, told.resume, told.resumed, told.mismatch) == ((), ("w1", "w2"), effect, None)
+
+
+def test_tell_pause_acknowledged_returns_the_pause_calls_and_tells_no_member():
+    effect = PauseAcknowledged(1, 2, 2)
+    told = tell(effect, [], ["w1", "w2"])
+    assert (told.abort, told.resume, told.acknowledged) == ((), (), effect)
+
+
+@pytest.mark.parametrize("answer", [Admit(0, "v0"), Wait(0), AlreadyPausing(0), AlreadyPaused(0, 1),
+                                    AlreadyRunning(0, "v0"), ResumeRefused("no")], ids=lambda e: type(e).__name__)
+def test_tell_an_answer_to_the_caller_tells_nobody_else(answer):
+    assert tell(answer, ["a"], ["w"]) == tell(answer, [], [])
+    assert tell(answer, ["a"], ["w"]).abort == () and tell(answer, ["a"], ["w"]).resume == ()
+
+
+def test_tell_reports_members_that_disagree_with_the_count_and_still_tells_them():
+    told = tell(AbortInFlight(3, 0), ["a"], [])
+    assert told.abort == ("a",) and "1 member(s) in flight" in told.mismatch
+    told = tell(AdmitWaiters(0, 1, None), [], ["w"])
+    assert told.resume == ("w",) and "1 member(s) wait" in told.mismatch

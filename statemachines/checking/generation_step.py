@@ -1,30 +1,27 @@
-"""The generation side of the compositions: what a generation's controllers keep and do, written once for
-``generation_composition`` (an abstract session) and ``full_composition`` (the real session and chains).
+"""The generation side of the worlds: what a generation's controllers keep and do, written once for
+``generation_world`` (an abstract session) and ``full_world`` (the real session and chains).
 
 Theory of operation
 -------------------
-Both compositions run the real RolloutGate and real GenerationMachines, feed one event per step and carry out the
+Both worlds run the real RolloutGate and real GenerationMachines, feed one event per step and carry out the
 effects exactly as ``proxy/controllers/gate.py`` and ``generation.py`` do: the world never reads a machine's state
-to decide what to do, it only keeps the records a controller keeps. They differ in the session side only (who
-admits a generation, how a ``Commit`` is answered, what ``DropFromSession`` releases) and in a few modelling
-choices. What they share lives here:
+to decide what to do, it only keeps the records a controller keeps (``records``). They differ in the session side
+only (who admits a generation, how a ``Commit`` is answered, what ``DropFromSession`` releases) and in a few
+modelling choices. What they share lives here:
 
-- the records: ``GenWorld`` (a generation's machine and its controllers' records: token buffer, gate record, open
-  upstream request, pending parse, last aborted request, where it attaches in the session, its commits) and the
-  ``Trainer``, ``Client``, ``GateRecord`` and ``Upstream`` records;
-- ``GenerationStep``, one step of a world: mutable drafts of the generations, the gate and the generation machines
-  fed through their pure ``send`` (memoized in ``Config``), and their effects carried out: ``AskGate`` answered in
-  the same step (``GateAdmitted`` / ``GateWait``), ``AbortInFlight`` reaching every in-flight generation as
-  ``AbortRequested`` and ``AdmitWaiters`` every waiter as ``Resumed``, ``StartUpstream`` reported at once as
-  ``UpstreamStarted``, tokens accepted (and checked), the parse, the answers. A composition subclasses it for its
-  session side: ``commit`` answers a ``Commit`` (``record_commit`` then ``CommitAccepted``, or ``CommitRejected``),
-  ``drop`` carries out ``DropFromSession``, ``world`` builds its ``World``;
+- ``GenerationStep``, one ``step.Step`` of a world: mutable drafts of the generations, the gate and the generation
+  machines fed through their pure ``send`` (memoized in ``step.WorldConfig``), and their effects carried out:
+  ``AskGate`` answered in the same step (``GateAdmitted`` / ``GateWait``); the gate's broadcast effects as the gate's
+  own rule says (``rollout_gate.tell``: ``AbortInFlight`` reaches every in-flight generation as ``AbortRequested``,
+  ``AdmitWaiters`` every waiter as ``Resumed``); ``StartUpstream`` reported as ``UpstreamStarted`` (in the same step,
+  or with ``rid_in_a_later_step`` in a later move of the driver); tokens accepted (and checked), the parse, the
+  answers. A world subclasses it for its session side: ``commit`` answers a ``Commit`` (``record_commit`` then
+  ``CommitAccepted``, or ``CommitRejected``), ``drop`` carries out ``DropFromSession``, ``world`` builds its world;
 - the moves: the trainer's pause and resume (``trainer_moves``), and each generation's SGLang request, parser,
-  client, pause-wait timer and stragglers (``generation_moves``; the composition adds its prepare moves);
-- the invariant names and the invariants about generations (``invariants``: the composition inserts its
-  session's own), the dead-record reduction (``settle``) and the symmetry reduction's order (``order``).
+  client, pause-wait timer and stragglers (``generation_moves``; the world adds its prepare moves);
+- the dead-record reduction (``settle``) and the symmetry reduction's order (``order``).
 
-Modelling choices, fixed by each composition in its ``Config`` (generation composition / full composition):
+Modelling choices, fixed by each world in its ``Config`` (generation world / full world):
 
 - ``one_token_after_abort``: after an abort SGLang delivers at most one more token (the decode step in flight),
   or any number up to the request's limit (an over-approximation);
@@ -33,186 +30,42 @@ Modelling choices, fixed by each composition in its ``Config`` (generation compo
   leaves (the window where no request is open);
 - ``tokens_checked_against_pause``: no token may be accepted between the pause acknowledgement and the resume;
 - ``versions_reported``: SGLang reports the weights of each token (or not: the announced version stamps it);
-- ``data_reductions``: token stamps are a count where nothing reads more (and the composition may reduce more).
+- ``data_reductions``: token stamps are a count where nothing reads more (and the world may reduce more);
+- ``rid_in_a_later_step``: the driver draws the request's rid and reports it (``UpstreamStarted``) in a move of its
+  own after ``StartUpstream``, as the controller does when its reader task runs (off by default: the CI bounds
+  report it in the same step; the planted abort-before-rid bug needs the window);
+- ``waits_for_client``: the driver's rule about its client (``generation.waits_for_client``; a variant rule plants
+  the pause-liveness bug).
 """
 
 from __future__ import annotations
 
 import abc
-import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from statemachines import generation as gen_sm
 from statemachines import rollout_gate as gate_sm
-from statemachines.core import IllegalTransition, Machine, Snapshot, TableError
-from statemachines.explorer import Composition, Invariant, Progress
+from statemachines.checking.invariants import (
+    ACCEPTS, BUDGET, NO_LATE_TOKEN, NO_TOKEN_WHILE_PAUSED, REMAINING, SINGLE_VERSION, STAMPED, SUCCESS_AFTER_COMMIT,
+    UNMIXED,
+)
+from statemachines.checking.records import Client, GateRecord, GenWorld, Trainer, Upstream, freeze, thaw
+from statemachines.checking.step import Broken, Move, Step, WorldConfig
+from statemachines.core import Snapshot
+
+G = gen_sm.State
 
 # The prompt length every generation is prepared with (only the routed-experts start position depends on it).
 PROMPT_TOKENS = 4
 
-# Invariant names (architecture.md numbers in brackets); the per-step ones are recorded in World.broken.
-PAUSED = "paused_means_no_generation_streaming"  # [1]
-PAUSE_RETURNS = "pause_returns_after_every_stream_is_interrupted_or_finished"  # [2]
-NOT_WHILE_PAUSING = "no_stream_admitted_while_pausing"  # [2]
-NO_TOKEN_WHILE_PAUSED = "no_token_accepted_between_pause_acknowledgement_and_resume"  # [2]
-NO_LATE_TOKEN = "no_token_accepted_after_its_abort_was_acknowledged"  # [2]
-STAMPED = "every_token_stamped_with_the_version_that_generated_it"  # [3]
-UNMIXED = "no_upstream_request_mixes_versions"  # [3]
-SINGLE_VERSION = "without_partial_rollout_every_step_is_single_version"  # [3]
-AT_MOST_ONCE = "each_generation_commits_at_most_once"  # [4]
-NOTHING_IF_ENDED = "failed_cancelled_or_rejected_generations_commit_nothing"  # [4]
-SUCCESS_AFTER_COMMIT = "success_answered_only_after_a_commit"  # [4]
-NOT_AFTER_FINALIZE = "no_commit_after_finalize"  # [5]
-BUDGET = "budgets_never_go_negative"  # [7]
-REMAINING = "continuation_never_requests_more_than_the_remaining_budget"  # [7]
-GATE_COUNTS = "gate_counts_match_generations"
-# A liveness property (explorer.Progress), checked once the search is complete.
-PAUSE_ACKNOWLEDGED = "every_pause_is_acknowledged_once_the_upstream_has_answered_the_aborts"  # [2]
-ACCEPTS = "machines_accept_every_event"
-
-G = gen_sm.State
-# Machine states that hold an upstream request (the gate counts them in flight), and those the gate counts waiting.
-HOLDING = (G.STREAMING, G.CONTINUING, G.ABORTING)
-WAITING = (G.WAITING, G.INTERRUPTED)
-
-
-class Trainer(enum.Enum):
-    """The trainer's side of pause and resume."""
-
-    TRAINING = "no pause call in progress"
-    PAUSE_PENDING = "its pause call waits for PauseAcknowledged"
-    PAUSE_RETURNED = "its pause call returned: it loads new weights, then resumes"
-
-
-class Client(enum.Enum):
-    """A generation's client, as the HTTP layer sees it."""
-
-    WAITING = "its request is open"
-    ANSWERED = "it got its answer (success or error)"
-    GONE = "it went away before its answer"
-
-
-class GateRecord(enum.Enum):
-    """What the gate controller knows of a generation (from the effects it carried out)."""
-
-    NONE = "not counted by the gate"
-    IN_FLIGHT = "admitted; counted in flight"
-    WAITING = "parked; counted waiting"
-
-
-@attrs.frozen
-class Upstream:
-    """An abstract SGLang request: its rid, its max_new_tokens, what it produced, whether it is being aborted."""
-
-    rid: str
-    limit: int
-    produced: int = 0
-    # The weights its first token was generated with (None before any token).
-    version: str | None = None
-    aborting: bool = False
-    # Whether it already delivered the one token in flight after its abort (with ``one_token_after_abort``).
-    straggled: bool = False
-
-
-@attrs.frozen(cache_hash=True)
-class GenWorld:
-    """One generation: its machine and the records its controllers keep."""
-
-    machine: Snapshot
-    prepared: bool = False
-    client: Client = Client.WAITING
-    gate: GateRecord = GateRecord.NONE
-    upstream: Upstream | None = None
-    # The token buffer: the version stamp of every kept token, in order ("*": a stamp nothing reads any more).
-    stamps: tuple[str | None, ...] = ()
-    # ParseOutput was carried out; ParseDone (or a parser failure) is pending. The finish kind it was given.
-    parsing: bool = False
-    finish: gen_sm.FinishKind | None = None
-    # (rid, weights) of its last aborted request: it may still deliver one straggler token.
-    stale: tuple[str, str] | None = None
-    # Where its step attaches in the session, while the session counts it (the session side's record, hashable,
-    # with a ``key`` tuple for the symmetry order and a ``label`` for traces); None with the abstract session.
-    attachment: Any = None
-    # What the session side records at each accepted commit of this generation (its state then).
-    commits: tuple[str, ...] = ()
-    # A StartUpstream the driver holds back until its client reads (only where ``waits_for_client`` says the
-    # driver waits on the client first: never with the correct rule; the planted pause-liveness bug).
-    start_pending: gen_sm.StartUpstream | None = None
-
-
-@attrs.define
-class _GenDraft:
-    """A mutable copy of a ``GenWorld`` while a step changes it (same fields; built and frozen once per step)."""
-
-    machine: Snapshot
-    prepared: bool
-    client: Client
-    gate: GateRecord
-    upstream: Upstream | None
-    stamps: tuple[str | None, ...]
-    parsing: bool
-    finish: gen_sm.FinishKind | None
-    stale: tuple[str, str] | None
-    attachment: Any
-    commits: tuple[str, ...]
-    start_pending: gen_sm.StartUpstream | None
-
-
-def _draft(g: GenWorld) -> _GenDraft:
-    return _GenDraft(g.machine, g.prepared, g.client, g.gate, g.upstream, g.stamps, g.parsing, g.finish, g.stale,
-                     g.attachment, g.commits, g.start_pending)
-
-
-def _frozen(g: _GenDraft) -> GenWorld:
-    return GenWorld(g.machine, g.prepared, g.client, g.gate, g.upstream, g.stamps, g.parsing, g.finish, g.stale,
-                    g.attachment, g.commits, g.start_pending)
-
-
-def describe_head(world: Any) -> str:
-    """``gate=RUNNING(epoch=0, v0, in_flight=1, waiting=0) trainer=TRAINING weights=v0``: a world's common part."""
-    gate = world.gate.data
-    return (f"gate={world.gate.state.name}(epoch={gate.epoch}, {gate.weight_version}, in_flight={gate.in_flight}, "
-            f"waiting={gate.waiting}) trainer={world.trainer.name} weights={world.weights}")
-
-
-def describe_gens(world: Any) -> str:
-    """Each generation, compactly (``describe_gen``), then the per-step violation if any."""
-    text = " ".join(describe_gen(i, g) for i, g in enumerate(world.gens))
-    return text + (f" BROKEN {world.broken[0]}: {world.broken[1]}" if world.broken else "")
-
-
-def describe_gen(i: int, g: GenWorld) -> str:
-    """``g0=STREAMING(1/2, req 1) up=r1:1/2 stamps=v0 tip@c0:1 waiting``, compactly."""
-    data = g.machine.data
-    text = f"g{i}={g.machine.state.name}({data.tokens}/{data.budget}, req {data.requests})"
-    if g.upstream is not None:
-        up = g.upstream
-        text += f" up={up.rid}:{up.produced}/{up.limit}{'!' if up.aborting else ''}"
-    text += f" stamps={','.join(str(s) for s in g.stamps) or '-'}"
-    if g.attachment is not None:
-        text += f" {g.attachment.label}"
-    if g.start_pending is not None:
-        text += f" start-held-for-client(req {g.start_pending.request})"
-    text += f" {g.client.name.lower()}"
-    return text + (f" commits={list(g.commits)}" if g.commits else "")
-
-
-class Broken(Exception):
-    """A per-step violation: the step's world is recorded with ``broken`` set."""
-
-    def __init__(self, invariant: str, detail: str) -> None:
-        super().__init__(detail)
-        self.invariant = invariant
-        self.detail = detail
-
 
 @attrs.frozen(kw_only=True)
-class Config:
+class Config(WorldConfig):
     """The bounds, the modelling choices (module docstring) and the machine classes (variants for planted bugs);
-    a composition subclasses it for its session side."""
+    a world subclasses it for its session side."""
 
     budget: int
     pauses: int
@@ -229,29 +82,10 @@ class Config:
     tokens_checked_against_pause: bool
     gate: type[gate_sm.RolloutGate]
     generation: type[gen_sm.GenerationMachine]
-    # Memo of the machines' pure step: (class, snapshot, event) -> (snapshot, effects) or a refusal.
-    sent: dict[tuple[type, Snapshot, object], tuple[Snapshot, tuple] | str] = attrs.field(factory=dict, eq=False)
+    rid_in_a_later_step: bool = False
+    waits_for_client: Callable[[object], bool] = gen_sm.waits_for_client
     # Memo of each generation's sort key (generations recur in many worlds; their hash is cached).
     orders: dict[GenWorld, tuple] = attrs.field(factory=dict, eq=False)
-
-    def send(self, cls: type[Machine], snapshot: Snapshot, event: object, who: str) -> tuple[Snapshot, tuple]:
-        """``cls.from_snapshot(snapshot).send(event)`` as a pure function, memoized; a refusal is ``Broken``.
-
-        A machine's ``send`` is a pure function of (table, snapshot, event): the memo changes the run time, not
-        the states."""
-        key = (cls, snapshot, event)
-        found = self.sent.get(key)
-        if found is None:
-            try:
-                machine = cls.from_snapshot(snapshot)
-                effects = tuple(machine.send(event))
-                found = (machine.snapshot(), effects)
-            except (IllegalTransition, TableError) as error:
-                found = f"{type(error).__name__}: {error}"
-            self.sent[key] = found
-        if isinstance(found, str):
-            raise Broken(ACCEPTS, f"{who}: {found}")
-        return found
 
     def order(self, g: GenWorld) -> tuple:
         """``order(g)``, memoized."""
@@ -261,17 +95,19 @@ class Config:
         return found
 
 
-class GenerationStep(abc.ABC):
+class GenerationStep(Step):
     """One step of a world, as the controllers carry it out: mutable copies, written back by ``world()``.
 
     The world must have ``gate``, ``gens``, ``trainer``, ``pauses_left`` and ``weights``; a subclass copies the
     rest, builds the next world in ``world`` (with ``settled_gens``) and answers the session side's effects.
     """
 
+    config: Config
+
     def __init__(self, world: Any, config: Config) -> None:
-        self.config = config
+        super().__init__(config)
         self.gate = world.gate
-        self.gens: list[GenWorld | _GenDraft] = list(world.gens)
+        self.gens: list[Any] = list(world.gens)
         self.touched: set[int] = set()
         self.trainer = world.trainer
         self.pauses_left = world.pauses_left
@@ -279,13 +115,9 @@ class GenerationStep(abc.ABC):
         # The token being fed, as (rid, weights that generated it): what AcceptTokens is checked against.
         self.token: tuple[str | None, str] | None = None
 
-    @abc.abstractmethod
-    def world(self, broken: tuple[str, str] | None = None, *, symmetry: bool = True) -> Any:
-        """The next world (with ``broken`` when the step broke an invariant); each composition builds its own."""
-
     def settled_gens(self, sort: bool) -> tuple[GenWorld, ...]:
         """The generations, frozen again: the ended ones settled and, with ``sort``, in the symmetry order."""
-        gens = [settle(_frozen(g)) if i in self.touched else g for i, g in enumerate(self.gens)]
+        gens = [settle(freeze(g)) if i in self.touched else g for i, g in enumerate(self.gens)]
         if sort:
             gens.sort(key=self.config.order)
         return tuple(gens)
@@ -293,7 +125,7 @@ class GenerationStep(abc.ABC):
     def set(self, i: int, **changes: object) -> None:
         """Change generation ``i``'s records (in a mutable draft, frozen again by ``world()``)."""
         if i not in self.touched:
-            self.gens[i] = _draft(self.gens[i])
+            self.gens[i] = thaw(self.gens[i])
             self.touched.add(i)
         draft = self.gens[i]
         for name, value in changes.items():
@@ -302,29 +134,33 @@ class GenerationStep(abc.ABC):
     # -- the gate controller ------------------------------------------------------------------------------------
 
     def gate_send(self, event: object) -> list:
-        """Feed the gate; carry out its broadcast effects; return its answers (Admit, Wait) to the caller."""
+        """Feed the gate; carry out its broadcast effects as its own rule says (``rollout_gate.tell``); return its
+        answers (Admit, Wait) to the caller."""
         self.gate, effects = self.config.send(self.config.gate, self.gate, event, "gate")
         answers = []
         for effect in effects:
             if isinstance(effect, (gate_sm.Admit, gate_sm.Wait)):
                 answers.append(effect)
-            elif isinstance(effect, gate_sm.AbortInFlight):
-                holding = [i for i, g in enumerate(self.gens) if g.gate is GateRecord.IN_FLIGHT]
-                if effect.count != len(holding):
-                    raise Broken(ACCEPTS, f"{effect!r} but {len(holding)} generation(s) in flight")
-                for i in holding:
-                    self.feed(i, gen_sm.AbortRequested())
-            elif isinstance(effect, gate_sm.AdmitWaiters):
-                waiters = [i for i, g in enumerate(self.gens) if g.gate is GateRecord.WAITING]
-                if effect.count != len(waiters):
-                    raise Broken(ACCEPTS, f"{effect!r} but {len(waiters)} generation(s) wait")
+                continue
+            if isinstance(effect, gate_sm.AlreadyPaused):
+                # This pause call returns at once.
+                self.trainer = Trainer.PAUSE_RETURNED
+                continue
+            in_flight = [i for i, g in enumerate(self.gens) if g.gate is GateRecord.IN_FLIGHT]
+            waiting = [i for i, g in enumerate(self.gens) if g.gate is GateRecord.WAITING]
+            told = gate_sm.tell(effect, in_flight, waiting)
+            if told.mismatch is not None:
+                raise Broken(ACCEPTS, told.mismatch)
+            for i in told.abort:
+                self.feed(i, gen_sm.AbortRequested())
+            for i in told.resume:
+                self.set(i, gate=GateRecord.IN_FLIGHT)
+            if told.resumed is not None:
                 # The resume call returns; each waiter is in flight before any of them runs.
                 self.trainer = Trainer.TRAINING
-                for i in waiters:
-                    self.set(i, gate=GateRecord.IN_FLIGHT)
-                for i in waiters:
-                    self.feed(i, gen_sm.Resumed(effect.epoch, effect.weight_version))
-            elif isinstance(effect, (gate_sm.PauseAcknowledged, gate_sm.AlreadyPaused)):
+                for i in told.resume:
+                    self.feed(i, gen_sm.Resumed(told.resumed.epoch, told.resumed.weight_version))
+            if told.acknowledged is not None:
                 # Every pending pause call returns.
                 self.trainer = Trainer.PAUSE_RETURNED
             # AlreadyPausing, AlreadyRunning, ResumeRefused: the caller is answered; nothing else changes.
@@ -340,7 +176,7 @@ class GenerationStep(abc.ABC):
     def drop(self, i: int) -> None:
         """``DropFromSession`` (it never committed): the session counts it out. Nothing to do by default."""
 
-    def record_commit(self, i: int, g: GenWorld | _GenDraft, recorded: str) -> None:
+    def record_commit(self, i: int, g: Any, recorded: str) -> None:
         """The session accepted generation ``i``'s commit (``g``: its records before the commit)."""
         if not self.config.partial_rollout and len(set(g.stamps)) > 1:
             raise Broken(SINGLE_VERSION, f"g{i}: commits versions {g.stamps} without partial rollout")
@@ -372,9 +208,13 @@ class GenerationStep(abc.ABC):
                     self.set(i, gate=GateRecord.WAITING)
                     self.feed(i, gen_sm.GateWait(answer.epoch))
         elif isinstance(effect, gen_sm.StartUpstream):
-            if gen_sm.waits_for_client(effect) and g.client is Client.WAITING and effect.request > 1:
+            if _held_for_client(effect, config) and g.client is Client.WAITING:
                 # The driver first waits for its client to read what earlier requests streamed (before the first
                 # request nothing is staged: that wait returns at once); only the client's move goes on.
+                self.set(i, start_pending=effect)
+            elif config.rid_in_a_later_step:
+                # The driver's reader task draws the rid and reports it in a move of its own (a pause may come
+                # first: the machine must remember its abort until the rid is known).
                 self.set(i, start_pending=effect)
             else:
                 self.start_upstream(i, effect)
@@ -457,6 +297,12 @@ class GenerationStep(abc.ABC):
         self.set(i, stamps=g.stamps + (stamp,))
 
 
+def _held_for_client(effect: gen_sm.StartUpstream, config: Config) -> bool:
+    """Does the driver hold this start until its client reads (``waits_for_client``; never before the first
+    request, when nothing is staged yet)?"""
+    return config.waits_for_client(effect) and effect.request > 1
+
+
 def settle(g: GenWorld) -> GenWorld:
     """An ended generation, reduced to what the invariants still read: its final state, its commits (and its
     session record).
@@ -500,25 +346,6 @@ def order(g: GenWorld) -> tuple:
 
 
 # ---- The moves -------------------------------------------------------------------------------------------------
-
-Move = Callable[[GenerationStep], object]
-
-
-def take(world: Any, moves: Sequence[tuple[str, Move]], new_step: Callable[[Any], GenerationStep],
-         symmetry: bool) -> list[tuple[str, Any]]:
-    """Run each move in a fresh step of ``world``: (label, next world); a move's note joins its label, a per-step
-    violation becomes the next world's ``broken`` (what the step did up to it is kept for the trace)."""
-    out = []
-    for label, move in moves:
-        run = new_step(world)
-        try:
-            note = move(run)
-        except Broken as broken:
-            out.append((label, run.world((broken.invariant, broken.detail))))
-            continue
-        out.append((f"{label} ({note})" if note else label, run.world(symmetry=symmetry)))
-    return out
-
 
 def trainer_moves(world: Any, config: Config) -> list[tuple[str, Move]]:
     """The trainer's pause (bounded rounds) and resume after its pause returned (round k announces ``vk``; with
@@ -590,7 +417,8 @@ def _moves_of(i: int, g: GenWorld, config: Config) -> list[tuple[str, Move]]:
     if g.client is Client.WAITING and config.clients_may_leave:
         moves.append(("client gone", lambda run: _client_gone(run, i)))
     if g.start_pending is not None:
-        moves.append(("client reads", lambda run: run.start_upstream(i, run.gens[i].start_pending)))
+        label = "client reads" if _held_for_client(g.start_pending, config) else "driver sends the request"
+        moves.append((label, lambda run: run.start_upstream(i, run.gens[i].start_pending)))
     if g.gate is GateRecord.WAITING and config.timeouts:
         moves.append(("pause wait times out", lambda run: run.feed(i, gen_sm.PauseWaitTimedOut())))
     if g.stale is not None and config.stragglers:
@@ -666,71 +494,7 @@ def _straggler(run: GenerationStep, i: int) -> None:
     run.feed(i, gen_sm.TokensReceived(rid, version if run.config.versions_reported else None))
 
 
-# ---- The invariants --------------------------------------------------------------------------------------------
-
-
-def _holding(world: Any) -> bool:
-    """Does any generation stream, abort, or hold an open upstream request?"""
-    return any(g.machine.state in HOLDING or g.upstream is not None for g in world.gens)
-
-
-def _gate_counts_match(world: Any) -> bool:
-    """The gate's counts, the gate controller's records and the machines' states agree."""
-    gate = world.gate.data
-    records = [g.gate for g in world.gens]
-    states = [g.machine.state for g in world.gens]
-    return gate.in_flight == records.count(GateRecord.IN_FLIGHT) == sum(s in HOLDING for s in states) and (
-        gate.waiting == records.count(GateRecord.WAITING) == sum(s in WAITING for s in states))
-
-
-def not_broken(name: str) -> Invariant:
-    """An invariant checked when its fact happens, recorded in ``World.broken``."""
-    return Invariant(name, lambda w: w.broken is None or w.broken[0] != name)
-
-
-def invariants(config: Config, session: Sequence[Invariant], counts: Sequence[Invariant] = ()) -> tuple:
-    """Every invariant, in the order they are checked (the first broken one is reported): the generations' and the
-    gate's, with the session side's ``session`` ones (invariants 5-6) before the budgets and its ``counts`` last."""
-    ended = (G.FAILED, G.CANCELLED, G.REJECTED)
-    paused = (not_broken(NO_TOKEN_WHILE_PAUSED),) if config.tokens_checked_against_pause else ()
-    return (
-        not_broken(ACCEPTS),
-        Invariant(PAUSED, lambda w: w.gate.state is not gate_sm.State.PAUSED or not _holding(w)),
-        Invariant(PAUSE_RETURNS, lambda w: w.trainer is not Trainer.PAUSE_RETURNED or not _holding(w)),
-        Invariant(NOT_WHILE_PAUSING, lambda w: w.gate.state is gate_sm.State.RUNNING or not any(
-            g.machine.state in (G.STREAMING, G.CONTINUING) for g in w.gens)),
-        *paused,
-        not_broken(NO_LATE_TOKEN),
-        not_broken(STAMPED),
-        not_broken(UNMIXED),
-        not_broken(SINGLE_VERSION),
-        Invariant(AT_MOST_ONCE, lambda w: all(len(g.commits) <= 1 for g in w.gens)),
-        Invariant(NOTHING_IF_ENDED, lambda w: not any(g.machine.state in ended and g.commits for g in w.gens)),
-        not_broken(SUCCESS_AFTER_COMMIT),
-        *session,
-        Invariant(BUDGET, lambda w: (w.broken is None or w.broken[0] != BUDGET) and all(
-            0 <= len(g.stamps) <= g.machine.data.budget and g.machine.data.remaining >= 0 for g in w.gens)),
-        not_broken(REMAINING),
-        Invariant(GATE_COUNTS, _gate_counts_match),
-        *counts,
-    )
-
-
-def _not_a_client_move(label: str) -> bool:
-    """Moves of the proxy, the upstream and the trainer: a client may never read again, nor be seen to leave."""
-    return ": client " not in label
-
-
-def pause_progress() -> Progress:
-    """Every pause call returns using only the proxy's, the upstream's and the trainer's moves: no client is needed
-    (one that stopped reading, or left without the proxy noticing, must not hold a pause)."""
-    return Progress(
-        PAUSE_ACKNOWLEDGED, pending=lambda w: w.trainer is Trainer.PAUSE_PENDING,
-        done=lambda w: w.trainer is not Trainer.PAUSE_PENDING, relies_on=_not_a_client_move,
-    )
-
-
-# ---- The command line ------------------------------------------------------------------------------------------
+# ---- Names ---------------------------------------------------------------------------------------------------
 
 
 def composition_name(machines: str, n: int, config: Config) -> str:
@@ -738,16 +502,3 @@ def composition_name(machines: str, n: int, config: Config) -> str:
     partial = "on" if config.partial_rollout else "off"
     return f"{machines} x {n} GenerationMachine(s), budget {config.budget}, {config.pauses} pause(s), " \
            f"partial rollout {partial}"
-
-
-def report(system: Composition, extras: str = "") -> bool:
-    """Explore ``system`` and print its counts (and the trace of a violation); True when an invariant broke."""
-    found = system.explore()
-    print(
-        f"{system.name}{extras}: {found.states} states, {found.transitions} transitions, depth {found.depth}, "
-        f"{'complete' if found.complete else 'bounded'}, "
-        f"{'no violation' if found.violation is None else 'VIOLATION'}"
-    )
-    if found.violation is not None:
-        print(found.violation.format(system.describe))
-    return found.violation is not None

@@ -1,12 +1,13 @@
 """The real RolloutGate and up to three real GenerationMachines, with an abstract SGLang, trainer, session and clients.
 
-``gate_with_generation_machines(n)`` builds a ``Composition`` for the explorer. Every step restores the machines
+``gate_with_generation_machines(n)`` builds a ``Composition`` for the explorer (``python -m statemachines.checking
+generation`` explores the tested bounds). Every step restores the machines
 from their snapshots, feeds one event and carries out the effects exactly as the controllers will: the world never
 reads a machine's state to decide what to do, it only keeps the records a controller keeps (its token buffer, what
 it told the gate, whether its parse is pending, its open upstream request).
 
-The generation side (records, effects carried out, moves, invariants) is ``generation_world``'s, shared with
-``full_composition``; this module adds the abstract session (``_Step.commit``), the trainer's finalize, and its
+The generation side (effects carried out, moves) is ``generation_step``'s, shared with ``full_world``, on the one
+step mechanism of ``step``; this module adds the abstract session (``_Step.commit``), the trainer's finalize, and its
 modelling choices: at most one token after an abort, stragglers for good, versions reported or not.
 
 The world
@@ -32,6 +33,7 @@ accepted, a request started, a commit) are checked when they happen and recorded
 - [2] ``pause_returns_after_every_stream_is_interrupted_or_finished``: the trainer's pause call returned -> same;
   ``no_stream_admitted_while_pausing``: gate not RUNNING -> no generation STREAMING or CONTINUING;
   ``no_token_accepted_after_its_abort_was_acknowledged``: every accepted token comes from the open request;
+  ``every_open_request_of_an_aborting_generation_is_being_cut`` (an abort that came before the rid is sent with it);
 - [3] ``every_token_stamped_with_the_version_that_generated_it``; ``no_upstream_request_mixes_versions``;
   ``without_partial_rollout_every_step_is_single_version``;
 - [4] ``each_generation_commits_at_most_once``; ``failed_cancelled_or_rejected_generations_commit_nothing``;
@@ -47,31 +49,28 @@ Final states (for the deadlock check): every client answered or gone, no pause c
 Symmetry reduction (``symmetry=True``, the default): the generations are identical (same budget, same partial
 rollout setting, all start in RECEIVED) and nothing in the world refers to a generation by its position, so two
 worlds that differ only by the order of their generations are the same world. Each world keeps its generations
-sorted (``generation_world.order``: every field of the record; generations not yet prepared last), which explores
+sorted (``generation_step.order``: every field of the record; generations not yet prepared last), which explores
 one representative per multiset. In a trace, ``g1`` names the second generation of the world *before* that step, in
 that order.
 
 Dead-record reduction: a generation that has ended (client answered or gone, machine absorbing) never moves again,
-so ``generation_world.settle`` reduces it to its final state and its commits, the only things the invariants still read.
+so ``generation_step.settle`` reduces it to its final state and its commits, the only things the invariants still read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
 from statemachines import generation as gen_sm
-from statemachines import generation_world as gw
 from statemachines import rollout_gate as gate_sm
+from statemachines.checking import generation_step as gs
+from statemachines.checking.explorer import Composition, Invariant
+from statemachines.checking.invariants import ACCEPTS, NOT_AFTER_FINALIZE, generation_invariants, pause_progress
+from statemachines.checking.records import Client, GenWorld, Trainer, describe_gens, describe_head
+from statemachines.checking.step import Broken, take
 from statemachines.core import Snapshot
-from statemachines.explorer import Composition, Invariant
-
-# Re-exported: the records and invariant names, as they were defined here first.
-from statemachines.generation_world import (  # noqa: F401
-    ACCEPTS, AT_MOST_ONCE, BUDGET, NO_LATE_TOKEN, NOT_AFTER_FINALIZE, NOT_WHILE_PAUSING, NOTHING_IF_ENDED,
-    PAUSE_RETURNS, PAUSED, PROMPT_TOKENS, REMAINING, SINGLE_VERSION, STAMPED, SUCCESS_AFTER_COMMIT, UNMIXED, Client,
-    GateRecord, GenWorld, Trainer, Upstream,
-)
-from statemachines.generation_world import GATE_COUNTS as COUNTS  # noqa: F401
 
 
 @attrs.frozen(cache_hash=True)
@@ -91,18 +90,18 @@ class World:
 
     def describe(self) -> str:
         """One line: gate, trainer, weights, session, then each generation."""
-        return f"{gw.describe_head(self)} session={self.session} {gw.describe_gens(self)}"
+        return f"{describe_head(self)} session={self.session} {describe_gens(self)}"
 
 
 @attrs.frozen(kw_only=True)
-class _Config(gw.Config):
+class _Config(gs.Config):
     """The bounds, this composition's modelling choices, the machine classes, and the abstract session's switch."""
 
     # The abstract session accepts commits after finalize: a planted bug for tests.
     late_commits_accepted: bool
 
 
-class _Step(gw.GenerationStep):
+class _Step(gs.GenerationStep):
     """One step of the world; the session side is the abstract session."""
 
     def __init__(self, world: World, config: _Config) -> None:
@@ -119,7 +118,7 @@ class _Step(gw.GenerationStep):
         g = self.gens[i]
         self.set(i, parsing=False)
         if effect.tokens != len(g.stamps):
-            raise gw.Broken(ACCEPTS, f"g{i}: {effect!r} but {len(g.stamps)} tokens are kept")
+            raise Broken(ACCEPTS, f"g{i}: {effect!r} but {len(g.stamps)} tokens are kept")
         if self.session != "ACTIVE" and not self.config.late_commits_accepted:
             self.feed(i, gen_sm.CommitRejected("the session was finalized"))
             return
@@ -138,21 +137,26 @@ def gate_with_generation_machines(
     timeouts: bool = True,
     stragglers: bool = True,
     versions_reported: bool = True,
+    rid_in_a_later_step: bool = False,
     late_commits_accepted: bool = False,
     symmetry: bool = True,
     generation: type[gen_sm.GenerationMachine] = gen_sm.GenerationMachine,
     gate: type[gate_sm.RolloutGate] = gate_sm.RolloutGate,
+    waits_for_client: Callable[[object], bool] = gen_sm.waits_for_client,
 ) -> Composition:
     """The gate, ``n`` generation machines of ``budget`` tokens, a trainer with ``pauses`` rounds, a session.
 
-    ``late_commits_accepted`` makes the abstract session accept commits after finalize: a planted bug for tests.
+    ``late_commits_accepted`` makes the abstract session accept commits after finalize, ``waits_for_client`` is the
+    driver's rule about its client (a variant plants the pause-liveness bug), ``generation`` and ``gate`` may be
+    variant machines: planted bugs for tests. ``rid_in_a_later_step``: module docstring of ``generation_step``.
     """
     config = _Config(
         budget=budget, pauses=pauses, partial_rollout=partial_rollout, clients_may_leave=clients_may_leave,
         upstream_failures=upstream_failures, timeouts=timeouts, stragglers=stragglers, same_weights_resumes=False,
         versions_reported=versions_reported, data_reductions=False, one_token_after_abort=True,
         stale_until_next_request=False, tokens_checked_against_pause=False, gate=gate, generation=generation,
-        late_commits_accepted=late_commits_accepted,
+        late_commits_accepted=late_commits_accepted, rid_in_a_later_step=rid_in_a_later_step,
+        waits_for_client=waits_for_client,
     )
     start = GenWorld(generation.new(partial_rollout=partial_rollout).snapshot())
     initial = World(gate.new("v0").snapshot(), (start,) * n, Trainer.TRAINING, pauses, "v0")
@@ -161,19 +165,19 @@ def gate_with_generation_machines(
         """Every event enabled in ``world``, labelled for traces."""
         if world.broken is not None:
             return []
-        moves = gw.trainer_moves(world, config)
+        moves = gs.trainer_moves(world, config)
         if world.session == "ACTIVE":
             moves.append(("trainer: finalize", _finalize))
-        moves += gw.generation_moves(world, config, lambda i: [("prepare", lambda run: _prepare(run, i))])
-        return gw.take(world, moves, lambda w: _Step(w, config), symmetry)
+        moves += gs.generation_moves(world, config, lambda i: [("prepare", lambda run: _prepare(run, i))])
+        return take(world, moves, lambda w: _Step(w, config), symmetry)
 
     def is_final(world: World) -> bool:
         """Every client answered or gone, and no pause call left hanging."""
         return world.trainer is Trainer.TRAINING and all(g.client is not Client.WAITING for g in world.gens)
 
-    name = gw.composition_name("RolloutGate", n, config)
+    name = gs.composition_name("RolloutGate", n, config)
     return Composition(name, initial, successors, _invariants(config), is_final, World.describe,
-                       progress=(gw.pause_progress(),))
+                       progress=(pause_progress(),))
 
 
 def _finalize(run: _Step) -> None:
@@ -185,43 +189,18 @@ def _prepare(run: _Step, i: int) -> None:
     """The session prepares the step (refused once finalized)."""
     run.set(i, prepared=True)
     if run.session == "ACTIVE":
-        run.feed(i, gen_sm.Prepared(PROMPT_TOKENS, run.config.budget))
+        run.feed(i, gen_sm.Prepared(gs.PROMPT_TOKENS, run.config.budget))
     else:
         run.feed(i, gen_sm.PrepareFailed(400, "session_finalized", "the session was finalized"))
 
 
 def _invariants(config: _Config) -> tuple[Invariant, ...]:
-    """The generations' invariants (``generation_world.invariants``); the abstract session's is invariant 5."""
+    """The generations' invariants (``invariants.generation_invariants``); the abstract session's is invariant 5."""
     finalize = Invariant(NOT_AFTER_FINALIZE, lambda w: all(c == "ACTIVE" for g in w.gens for c in g.commits))
-    return gw.invariants(config, session=(finalize,))
+    return generation_invariants(config, session=(finalize,))
 
 
 # The bounds explored by default (and by the tests): (generations, token budget). Three generations with a budget
-# of 2 are about 80 000 states and half a minute; ``--generations 3 --budget 2`` explores them.
+# of 2 are about 80 000 states and half a minute; ``python -m statemachines.checking generation --generations 3
+# --budget 2`` explores them.
 DEFAULT_BOUNDS = ((1, 2), (2, 2), (3, 1))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Explore the composition, partial rollout on and off, and print the counts (exit 1 on a violation)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m statemachines.generation_composition", description=main.__doc__)
-    parser.add_argument("--generations", type=int, default=None,
-                        help="explore exactly this many generations (default: 1, 2 and 3, as the tests do)")
-    parser.add_argument("--budget", type=int, default=None, help="token budget per generation (default 2; 1 for 3)")
-    parser.add_argument("--pauses", type=int, default=2, help="pause/resume rounds (default 2)")
-    args = parser.parse_args(argv)
-    if args.generations is None:
-        bounds = [(n, args.budget or budget) for n, budget in DEFAULT_BOUNDS]
-    else:
-        bounds = [(args.generations, args.budget or 2)]
-    failed = False
-    for n, budget in bounds:
-        for partial in (True, False):
-            system = gate_with_generation_machines(n, budget=budget, pauses=args.pauses, partial_rollout=partial)
-            failed = gw.report(system) or failed
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -10,9 +10,10 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from statemachines.compositions import GateWorld, Phase, gate_with_generations
+from statemachines.checking.gate_world import GateWorld, Phase, gate_with_generations
 from statemachines.core import Branch, Goto, on
-from statemachines.explorer import DEADLOCK
+from statemachines.checking.__main__ import main
+from statemachines.checking.explorer import DEADLOCK
 from statemachines.rollout_gate import (
     TABLE,
     AbortInFlight,
@@ -77,6 +78,7 @@ def test_planted_bug_admit_while_PAUSING_is_found_with_a_three_step_trace():
     violation = system.explore().violation
     assert violation is not None, "the explorer missed the planted bug"
     print("\n" + violation.format(system.describe))
+    assert len(violation) <= 3
     assert violation.labels == ("g0: start", "trainer: pause", "g1: start")
     assert violation.invariant == "no_stream_admitted_while_pausing"
     final: GateWorld = violation.final
@@ -150,3 +152,10 @@ def test_planted_bug_ignored_resume_is_found_as_a_deadlock_in_three_steps():
     assert violation is not None
     assert violation.labels == ("trainer: pause", "g0: start", "g0: client gone while waiting")
     assert violation.invariant == DEADLOCK
+
+
+def test_the_command_line_explores_the_gate_world(capsys):
+    assert main(["gate", "--generations", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "RolloutGate x 2 generation(s), 2 pause(s), 2 token(s): 331 states, 1306 transitions" in out
+    assert out.count("no violation") == 2

@@ -7,8 +7,9 @@ gate.py``, ``generation.py``, ``session.py``): the world never reads a machine's
 keeps the records a controller keeps (the generation's token buffer and open upstream request, what it told the
 gate, where its step attaches in the session, the chains' owned steps).
 
-The generation side (records, effects carried out, moves, invariants) is ``generation_world``'s, shared with
-``generation_composition``; this module adds the real session side (``_Step``: prepare, commit, drop, finalize and
+The generation side (effects carried out, moves) is ``generation_step``'s, shared with ``generation_world``, on the
+one step mechanism of ``step``; the records are ``records``' and the invariants ``invariants``'. This module adds the
+real session side (``_Step``: prepare, commit, drop, finalize and
 export, as ``proxy/controllers/session.py`` drives them), the session's invariants, and abstractions 1-12 below.
 
 The world
@@ -35,7 +36,7 @@ The world
 
 The bound
 ---------
-``BOUND`` is what CI proves (``tests/statemachines/test_full_composition.py``), partial rollout on and off: 3
+``BOUND`` is what CI proves (``tests/statemachines/test_full_world.py``), partial rollout on and off: 3
 generations of one session, a token budget of 2 each (an interrupted generation can continue with a kept token and
 ask for the one left), 2 pause/resume rounds each loading new weights (v0, v1, v2), one finalize, client disconnects,
 upstream, SGLang-side abort and parser failures, stragglers. ``SMALL_BOUND`` adds what the big one leaves out, with 2
@@ -48,7 +49,7 @@ Abstractions (the argument for each is in docs/model-checking.md)
    of the head's chain below its tip (a fork at prepare). Concurrent siblings on one tip fork at commit; a closed tip
    starts a new segment. Richer trees (any chain's tip, TITO failures, step limits, session abort, a failed export,
    drains, the same answer committed again over the same checkpoint: a refresh) are
-   ``compositions.session_with_generations``'s; they reach a generation only through prepare, commit and drop,
+   ``session_world.session_with_generations``'s; they reach a generation only through prepare, commit and drop,
    which are all here.
 2. *Prepare is one step* (admission, trie walk, tokenize, ``Prepared``, the gate's answer): the registry makes it one
    unit that completes or rolls back; a disconnect during it is a disconnect in RECEIVED.
@@ -56,7 +57,7 @@ Abstractions (the argument for each is in docs/model-checking.md)
    real engine delivers at most one: an over-approximation).
 4. *Stragglers*: a late token of the last aborted request, until the generation's next request starts or its output
    is parsed (the window with no request open, where a late token must not be taken); stragglers during a later
-   request are ``generation_composition``'s.
+   request are ``generation_world``'s.
 5. *Ended generations* (client answered or gone, machine absorbing) keep only their final state and commits.
 6. *After finalize* the trie is frozen: invariant 6 is checked on the export in the finalize step itself, then the
    chains, steps and attachments are forgotten (only a rejected commit or a drop can follow, which read none of it;
@@ -68,7 +69,7 @@ Abstractions (the argument for each is in docs/model-checking.md)
 9. *Token stamps*: each accepted token's stamp is checked against the weights that made it when it is accepted;
    afterwards, with partial rollout, only the count is kept; at parse, a single-version buffer becomes a count.
 10. *Symmetry*: the generations are identical and nothing refers to one by position, so each world keeps its
-    generations sorted (``generation_world.order``; ``g1`` in a trace is the second in that order before the step).
+    generations sorted (``generation_step.order``; ``g1`` in a trace is the second in that order before the step).
 11. *Resumes load new weights* at ``BOUND`` (no machine compares versions across upstream requests and no request
     spans a resume, so a resume keeping the weights differs only in labels); ``SMALL_BOUND`` has both kinds.
 12. *No pause-wait timeout* at ``BOUND``: a timeout ends a waiter as a client leaving while waiting does (release the
@@ -78,7 +79,7 @@ Abstractions (the argument for each is in docs/model-checking.md)
 the count, not the verdict.
 
 A machine's ``send`` is a pure function of (table, snapshot, event), computed once per distinct triple (a memo in
-``generation_world.Config``): that changes the run time, not the states.
+``step.WorldConfig``): that changes the run time, not the states.
 
 Invariants (architecture.md numbers in brackets); per-step facts are checked when they happen and recorded in
 ``World.broken``; the others in every reachable state:
@@ -100,6 +101,9 @@ Invariants (architecture.md numbers in brackets); per-step facts are checked whe
 - bookkeeping: ``gate_counts_match_generations``, ``session_counts_match_generations``,
   ``machines_accept_every_event``; plus the deadlock check (final: every client answered or gone, no pause call
   pending, the session finalized).
+
+Just over 500 lines: a hundred of them are this docstring, the argument for each abstraction, kept beside the code
+it describes.
 """
 
 from __future__ import annotations
@@ -111,28 +115,19 @@ import attrs
 
 from statemachines import chain as chain_sm
 from statemachines import generation as gen_sm
-from statemachines import generation_world as gw
 from statemachines import rollout_gate as gate_sm
 from statemachines import session as session_sm
-from statemachines.compositions import ChainRecord  # the session composition's record of a chain
-from statemachines.core import Snapshot
-from statemachines.explorer import Composition, Invariant
-
-# Re-exported: the records and the generation side's invariant names.
-from statemachines.generation_world import (  # noqa: F401
-    ACCEPTS, AT_MOST_ONCE, BUDGET, GATE_COUNTS, NO_LATE_TOKEN, NO_TOKEN_WHILE_PAUSED, NOT_AFTER_FINALIZE,
-    NOT_WHILE_PAUSING, NOTHING_IF_ENDED, PAUSE_RETURNS, PAUSED, PROMPT_TOKENS, REMAINING, SINGLE_VERSION, STAMPED,
-    SUCCESS_AFTER_COMMIT, UNMIXED, Client, GateRecord, GenWorld, Move, Trainer, Upstream,
+from statemachines.checking import generation_step as gs
+from statemachines.checking.explorer import Composition, Invariant
+from statemachines.checking.invariants import (
+    ACCEPTS, EXPORTED_ONCE, LATE_CHANGES_NOTHING, NOT_AFTER_FINALIZE, OWNED_ONCE, PATHS, SESSION_COUNTS,
+    chains_are_paths, generation_invariants, not_broken, pause_progress,
 )
+from statemachines.checking.records import ChainRecord, Client, GenWorld, Trainer, describe_gens, describe_head
+from statemachines.checking.step import Broken, Move, take
+from statemachines.core import Snapshot
 
-# The session side's invariant names; the per-step ones are recorded in World.broken under these names.
-LATE_CHANGES_NOTHING = "late_generations_change_nothing"
-OWNED_ONCE = "every_committed_step_owned_by_exactly_one_chain"
-PATHS = "chains_are_token_paths"
-EXPORTED_ONCE = "every_committed_step_in_exactly_one_exported_segment"
-SESSION_COUNTS = "session_counts_match_generations"
-
-# The bounds CI proves (tests/statemachines/test_full_composition.py), as keyword arguments of
+# The bounds CI proves (tests/statemachines/test_full_world.py), as keyword arguments of
 # ``gate_session_generations``; partial rollout on and off for each.
 BOUND = {"n": 3, "budget": 2, "pauses": 2}
 SMALL_BOUND = {"n": 2, "budget": 2, "pauses": 2, "same_weights_resumes": True, "timeouts": True}
@@ -169,7 +164,7 @@ class Attachment:
 
     @property
     def key(self) -> tuple:
-        """Its place in the symmetry order (``generation_world.order``)."""
+        """Its place in the symmetry order (``generation_step.order``)."""
         return (self.mode.name, self.chain, self.base, self.at)
 
     @property
@@ -209,14 +204,14 @@ class World:
         """One line: gate, trainer, weights, session, chains, then each generation."""
         chains = " ".join(f"c{i}={c.machine.state.name}{list(c.steps)}" for i, c in enumerate(self.chains))
         return (
-            f"{gw.describe_head(self)} session={self.session.state.name}(steps={self.session.data.steps}, "
+            f"{describe_head(self)} session={self.session.state.name}(steps={self.session.data.steps}, "
             f"in_flight={self.session.data.in_flight}) finalizer={self.finalizer.name} {chains} "
-            f"{gw.describe_gens(self)}"
+            f"{describe_gens(self)}"
         )
 
 
 @attrs.frozen(kw_only=True)
-class _Config(gw.Config):
+class _Config(gs.Config):
     """The bounds, this composition's modelling choices, and the machine classes (variants for planted bugs)."""
 
     splices: bool
@@ -224,7 +219,7 @@ class _Config(gw.Config):
     chain: type[chain_sm.ChainMachine]
 
 
-class _Step(gw.GenerationStep):
+class _Step(gs.GenerationStep):
     """One step of the world; the session side is the real session and its chains, driven as ``Session`` does."""
 
     def __init__(self, world: World, config: _Config) -> None:
@@ -254,7 +249,7 @@ class _Step(gw.GenerationStep):
     def chain_send(self, c: int, event: object) -> tuple:
         record = self.chains[c]
         if record.discarded:
-            raise gw.Broken(ACCEPTS, f"{type(event).__name__} for the discarded chain c{c}")
+            raise Broken(ACCEPTS, f"{type(event).__name__} for the discarded chain c{c}")
         snapshot, effects = self.config.send(self.config.chain, record.machine, event, f"c{c}")
         self.chains[c] = attrs.evolve(record, machine=snapshot)
         if any(isinstance(e, chain_sm.DiscardChain) for e in effects):
@@ -278,7 +273,7 @@ class _Step(gw.GenerationStep):
                 return Attachment(Mode.FORK, -1, base, at)
             if isinstance(effect, chain_sm.StartNewSegment):
                 return Attachment(Mode.NEW, self.new_chain(0))
-        raise gw.Broken(ACCEPTS, f"c{c}: ExtensionRequested({at}) answered nothing")
+        raise Broken(ACCEPTS, f"c{c}: ExtensionRequested({at}) answered nothing")
 
     def commit_step(self, i: int, attachment: Attachment, finish: gen_sm.FinishKind) -> None:
         """``Session.commit`` after AcceptCommit: the step becomes a chain's tip (a fork's, if the tip moved)."""
@@ -299,7 +294,7 @@ class _Step(gw.GenerationStep):
                 c = self.new_chain(attachment.base)
                 effects = self.chain_send(c, chain_sm.FirstStepCommitted(close))
         if not any(isinstance(e, chain_sm.TipAdvanced) for e in effects):
-            raise gw.Broken(ACCEPTS, f"g{i}: the commit's chain answered {list(effects)}")
+            raise Broken(ACCEPTS, f"g{i}: the commit's chain answered {list(effects)}")
         record = self.chains[c]
         self.chains[c] = attrs.evolve(record, steps=record.steps + (step_id,))
 
@@ -307,7 +302,7 @@ class _Step(gw.GenerationStep):
         """``Session.drop``: the session counts the generation out; in ACTIVE its chain releases it."""
         attachment = self.gens[i].attachment
         if attachment is None:
-            raise gw.Broken(ACCEPTS, f"g{i}: dropped from the session but not admitted (or already out)")
+            raise Broken(ACCEPTS, f"g{i}: dropped from the session but not admitted (or already out)")
         self.set(i, attachment=None)
         effects = self.session_send(session_sm.GenerationDropped())
         if any(isinstance(e, session_sm.ReleaseBranch) for e in effects) and attachment.mode in (Mode.NEW, Mode.TIP):
@@ -325,14 +320,14 @@ class _Step(gw.GenerationStep):
                     for chain_effect in self.chain_send(c, chain_sm.ExportRequested()):
                         if isinstance(chain_effect, chain_sm.ExportSegment):
                             if chain_effect.steps != len(self.chains[c].steps):
-                                raise gw.Broken(ACCEPTS, f"c{c}: {chain_effect!r} but it owns {self.chains[c].steps}")
+                                raise Broken(ACCEPTS, f"c{c}: {chain_effect!r} but it owns {self.chains[c].steps}")
                             segments.append(self.chains[c].steps)
         committed = range(1, len(self.steps) + 1)
         if any(not segment for segment in segments) or any(
                 sum(k in segment for segment in segments) != 1 for k in committed):
-            raise gw.Broken(EXPORTED_ONCE, f"steps {list(committed)} exported as {segments}")
+            raise Broken(EXPORTED_ONCE, f"steps {list(committed)} exported as {segments}")
         if self.session.data.steps != len(self.steps):
-            raise gw.Broken(ACCEPTS, f"the session counts {self.session.data.steps} steps, the trie {len(self.steps)}")
+            raise Broken(ACCEPTS, f"the session counts {self.session.data.steps} steps, the trie {len(self.steps)}")
         self.finalized_steps = len(self.steps)
         # Frozen from now on: nothing reads the chains, the steps or the attachments again (abstraction 6).
         self.chains, self.steps = [], []
@@ -346,7 +341,7 @@ class _Step(gw.GenerationStep):
         g = self.gens[i]
         self.set(i, parsing=False)
         if effect.tokens != len(g.stamps) or g.attachment is None or g.finish is None:
-            raise gw.Broken(ACCEPTS, f"g{i}: {effect!r} with {len(g.stamps)} tokens kept, {g.attachment}, {g.finish}")
+            raise Broken(ACCEPTS, f"g{i}: {effect!r} with {len(g.stamps)} tokens kept, {g.attachment}, {g.finish}")
         attachment = g.attachment
         self.set(i, attachment=None)
         for answer in self.session_send(session_sm.CommitRequested()):
@@ -356,12 +351,12 @@ class _Step(gw.GenerationStep):
             if isinstance(answer, session_sm.AcceptCommit):
                 # Checked against the trainer's own record, whatever the session machine says.
                 if self.finalizer is not Finalizer.WORKING:
-                    raise gw.Broken(NOT_AFTER_FINALIZE, f"g{i}: commit accepted after finalize ({self.finalizer.name})")
+                    raise Broken(NOT_AFTER_FINALIZE, f"g{i}: commit accepted after finalize ({self.finalizer.name})")
                 self.record_commit(i, g, self.finalizer.name)
                 self.commit_step(i, attachment, g.finish)
                 self.feed(i, gen_sm.CommitAccepted())
                 return
-        raise gw.Broken(ACCEPTS, f"g{i}: the session answered the commit with nothing")
+        raise Broken(ACCEPTS, f"g{i}: the session answered the commit with nothing")
 
 
 # ---- The moves -------------------------------------------------------------------------------------------------
@@ -371,14 +366,14 @@ def _export_stored(run: _Step) -> None:
     """The store has the segments: the finalize call returns."""
     run.finalizer = Finalizer.FINALIZED
     if not any(isinstance(e, session_sm.Finalized) for e in run.session_send(session_sm.ExportCompleted())):
-        raise gw.Broken(ACCEPTS, "ExportCompleted answered without Finalized")
+        raise Broken(ACCEPTS, "ExportCompleted answered without Finalized")
 
 
 def _finalize_again(run: _Step) -> None:
     """A repeated finalize: it waits for the export in progress, or returns the stored result."""
     effects = run.session_send(session_sm.FinalizeRequested())
     if not any(isinstance(e, (session_sm.AlreadyFinalizing, session_sm.AlreadyFinalized)) for e in effects):
-        raise gw.Broken(ACCEPTS, f"a repeated finalize answered {list(effects)}")
+        raise Broken(ACCEPTS, f"a repeated finalize answered {list(effects)}")
 
 
 def _prepare(run: _Step, i: int, base: Callable[[_Step], int]) -> None:
@@ -389,7 +384,7 @@ def _prepare(run: _Step, i: int, base: Callable[[_Step], int]) -> None:
         run.feed(i, gen_sm.PrepareFailed(400, "session_finalized", "the session was finalized"))
         return
     run.set(i, attachment=run.attach(base(run)))
-    run.feed(i, gen_sm.Prepared(PROMPT_TOKENS, run.config.budget))
+    run.feed(i, gen_sm.Prepared(gs.PROMPT_TOKENS, run.config.budget))
 
 
 def _head(run: _Step) -> int:
@@ -432,15 +427,17 @@ def gate_session_generations(
     session: type[session_sm.SessionMachine] = session_sm.SessionMachine,
     chain: type[chain_sm.ChainMachine] = chain_sm.ChainMachine,
     generation: type[gen_sm.GenerationMachine] = gen_sm.GenerationMachine,
+    waits_for_client: Callable[[object], bool] = gen_sm.waits_for_client,
 ) -> Composition:
     """The gate, the session with its chains, ``n`` generation machines of ``budget`` tokens, a trainer with
-    ``pauses`` pause/resume rounds and a finalize (see the module docstring). Machine classes may be variants."""
+    ``pauses`` pause/resume rounds and a finalize (see the module docstring). Machine classes and the driver's rule
+    about its client (``waits_for_client``) may be variants: planted bugs."""
     config = _Config(
         budget=budget, pauses=pauses, partial_rollout=partial_rollout, clients_may_leave=clients_may_leave,
         upstream_failures=upstream_failures, timeouts=timeouts, stragglers=stragglers,
         same_weights_resumes=same_weights_resumes, versions_reported=True, data_reductions=data_reductions,
         one_token_after_abort=False, stale_until_next_request=True, tokens_checked_against_pause=True, gate=gate,
-        generation=generation, splices=splices, session=session, chain=chain,
+        generation=generation, splices=splices, session=session, chain=chain, waits_for_client=waits_for_client,
     )
     start = GenWorld(generation.new(partial_rollout=partial_rollout).snapshot())
     initial = World(gate.new("v0").snapshot(), session.new().snapshot(), (), (), (start,) * n, Trainer.TRAINING,
@@ -450,24 +447,24 @@ def gate_session_generations(
         """Every event enabled in ``world``, labelled for traces (a finalize with what it exported)."""
         if world.broken is not None:
             return []
-        moves = gw.trainer_moves(world, config)
+        moves = gs.trainer_moves(world, config)
         if world.finalizer is Finalizer.WORKING:
             moves.append(("trainer: finalize", lambda run: run.finalize()))
         else:
             moves.append(("trainer: finalize again", _finalize_again))
         if world.finalizer is Finalizer.EXPORTING:
             moves.append(("trainer: export stored", _export_stored))
-        moves += gw.generation_moves(world, config, lambda i: _prepares(i, world, config))
-        return gw.take(world, moves, lambda w: _Step(w, config), symmetry)
+        moves += gs.generation_moves(world, config, lambda i: _prepares(i, world, config))
+        return take(world, moves, lambda w: _Step(w, config), symmetry)
 
     def is_final(world: World) -> bool:
         """Every client answered or gone, no pause call left hanging, the session finalized."""
         return (world.trainer is Trainer.TRAINING and world.finalizer is Finalizer.FINALIZED
                 and all(g.client is not Client.WAITING for g in world.gens))
 
-    name = gw.composition_name("RolloutGate + SessionMachine + ChainMachines", n, config)
+    name = gs.composition_name("RolloutGate + SessionMachine + ChainMachines", n, config)
     return Composition(name, initial, successors, _invariants(config), is_final, World.describe,
-                       progress=(gw.pause_progress(),))
+                       progress=(pause_progress(),))
 
 
 def _forget_counters(snapshot: Snapshot) -> Snapshot:
@@ -505,54 +502,13 @@ def _owned_once(world: World) -> bool:
     return all(sum(k in c.steps for c in world.chains) == 1 for k in range(1, len(world.steps) + 1))
 
 
-def _chains_are_paths(world: World) -> bool:
-    """Each chain's steps extend one another, starting from the chain's base."""
-    for record in world.chains:
-        previous = record.base
-        for step_id in record.steps:
-            if world.steps[step_id - 1].base != previous:
-                return False
-            previous = step_id
-    return True
-
-
 def _invariants(config: _Config) -> tuple[Invariant, ...]:
-    """The generations' invariants (``generation_world.invariants``) with the session's: 5, 6 and its counts."""
+    """The generations' invariants (``invariants.generation_invariants``) with the session's: 5, 6 and its counts."""
     session = (
-        gw.not_broken(NOT_AFTER_FINALIZE),
+        not_broken(NOT_AFTER_FINALIZE),
         Invariant(LATE_CHANGES_NOTHING, lambda w: w.finalized_steps in (None, w.session.data.steps)),
         Invariant(OWNED_ONCE, _owned_once),
-        Invariant(PATHS, _chains_are_paths),
-        gw.not_broken(EXPORTED_ONCE),
+        Invariant(PATHS, chains_are_paths),
+        not_broken(EXPORTED_ONCE),
     )
-    return gw.invariants(config, session, counts=(Invariant(SESSION_COUNTS, _session_counts_match),))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Explore the full composition at the CI bounds (or the one given), partial rollout on and off; print the counts
-    (exit 1 on a violation)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m statemachines.full_composition", description=main.__doc__)
-    parser.add_argument("--generations", type=int, default=None, help="explore this bound instead of the CI bounds")
-    parser.add_argument("--budget", type=int, default=BOUND["budget"], help=f"default {BOUND['budget']}")
-    parser.add_argument("--pauses", type=int, default=BOUND["pauses"], help=f"default {BOUND['pauses']}")
-    parser.add_argument("--same-weights-resumes", action="store_true", help="resumes may also keep the weights")
-    parser.add_argument("--timeouts", action="store_true", help="pause waits may time out")
-    args = parser.parse_args(argv)
-    if args.generations is None:
-        bounds = [BOUND, SMALL_BOUND]
-    else:
-        bounds = [{"n": args.generations, "budget": args.budget, "pauses": args.pauses,
-                   "same_weights_resumes": args.same_weights_resumes, "timeouts": args.timeouts}]
-    failed = False
-    for bound in bounds:
-        for partial in (True, False):
-            system = gate_session_generations(**bound, partial_rollout=partial)
-            extras = [name for name in ("same_weights_resumes", "timeouts") if bound.get(name)]
-            failed = gw.report(system, "".join(", " + e.replace("_", " ") for e in extras)) or failed
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return generation_invariants(config, session, counts=(Invariant(SESSION_COUNTS, _session_counts_match),))

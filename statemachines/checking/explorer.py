@@ -21,8 +21,8 @@ state (in breadth-first order, so with a shortest trace) it does not reach is th
     assert result.violation is None, result.violation.format()
     print(result.states, result.transitions)
 
-``compositions`` builds the systems; ``python -m statemachines.explorer`` explores the gate compositions and
-prints the counts.
+The worlds of this package build the systems; ``python -m statemachines.checking`` explores them and prints the
+counts. This module knows nothing of them (no command line here).
 """
 
 from __future__ import annotations
@@ -218,33 +218,3 @@ class Composition:
             self.initial, self.successors, self.invariants,
             is_final=self.is_final, max_depth=max_depth, max_states=max_states, progress=self.progress,
         )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Explore the gate compositions for 1..N generations and print the counts (exit 1 on a violation)."""
-    import argparse
-
-    from statemachines.compositions import gate_with_generations
-
-    parser = argparse.ArgumentParser(prog="python -m statemachines.explorer", description=main.__doc__)
-    parser.add_argument("--generations", type=int, default=3, help="explore 1..N generations (default 3)")
-    parser.add_argument("--pauses", type=int, default=2, help="pause/resume rounds (default 2)")
-    parser.add_argument("--tokens", type=int, default=2, help="tokens per generation (default 2)")
-    args = parser.parse_args(argv)
-    failed = False
-    for n in range(1, args.generations + 1):
-        system = gate_with_generations(n, pauses=args.pauses, max_tokens=args.tokens)
-        found = system.explore()
-        print(
-            f"{system.name}: {found.states} states, {found.transitions} transitions, depth {found.depth}, "
-            f"{'complete' if found.complete else 'bounded'}, "
-            f"{'no violation' if found.violation is None else 'VIOLATION'}"
-        )
-        if found.violation is not None:
-            failed = True
-            print(found.violation.format(system.describe))
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,9 +11,12 @@ import attrs
 import pytest
 
 from statemachines import generation as gm
-from statemachines import generation_composition as gc
+from statemachines.checking import generation_world as gc
+from statemachines.checking import invariants as inv
+from statemachines.checking.__main__ import main
+from statemachines.checking.records import Trainer
 from statemachines.core import Branch, Goto, on
-from statemachines.generation_composition import DEFAULT_BOUNDS, gate_with_generation_machines
+from statemachines.checking.generation_world import DEFAULT_BOUNDS, gate_with_generation_machines
 from statemachines.rollout_gate import State as GateState
 
 S = gm.State
@@ -114,9 +117,9 @@ def test_planted_bug_token_after_the_pause_acknowledgement_is_found_in_four_step
     assert violation is not None, "the explorer missed the planted bug"
     print("\n" + violation.format(system.describe))
     assert violation.labels == ("g0: prepare", "trainer: pause", "g0: upstream aborted", "g0: straggler token")
-    assert violation.invariant == gc.NO_LATE_TOKEN
+    assert violation.invariant == inv.NO_LATE_TOKEN
     final: gc.World = violation.final
-    assert final.gate.state is GateState.PAUSED and final.trainer is gc.Trainer.PAUSE_RETURNED
+    assert final.gate.state is GateState.PAUSED and final.trainer is Trainer.PAUSE_RETURNED
     assert final.gens[0].machine.state is S.INTERRUPTED and final.gens[0].machine.data.tokens == 1
 
 
@@ -158,7 +161,7 @@ def test_planted_bug_continuation_with_the_full_budget_is_found_at_the_resume():
     assert violation.labels == (
         "g0: prepare", "trainer: pause", "g0: token", "g0: upstream aborted", "trainer: resume v1",
     )
-    assert violation.invariant == gc.REMAINING
+    assert violation.invariant == inv.REMAINING
     assert "kept_tokens=1, max_new_tokens=2" in violation.final.broken[1]
 
 
@@ -179,7 +182,7 @@ def test_planted_bug_session_accepting_a_commit_after_finalize_is_found_in_five_
     assert violation is not None, "the explorer missed the planted bug"
     print("\n" + violation.format(system.describe))
     assert violation.labels == ("g0: prepare", "trainer: finalize", "g0: token", "g0: upstream stops", "g0: parsed")
-    assert violation.invariant == gc.NOT_AFTER_FINALIZE
+    assert violation.invariant == inv.NOT_AFTER_FINALIZE
     assert violation.final.gens[0].commits == ("FINALIZED",)
 
 
@@ -201,11 +204,69 @@ def test_planted_bug_late_generation_answered_as_committed_is_found_in_five_step
     violation = system.explore().violation
     assert violation is not None, "the explorer missed the planted bug"
     assert violation.labels == ("g0: prepare", "trainer: finalize", "g0: token", "g0: upstream stops", "g0: parsed")
-    assert violation.invariant == gc.SUCCESS_AFTER_COMMIT
+    assert violation.invariant == inv.SUCCESS_AFTER_COMMIT
 
 
 def test_generation_composition_main_prints_the_counts(capsys):
-    assert gc.main(["--generations", "1"]) == 0
+    assert main(["generation", "--generations", "1"]) == 0
     out = capsys.readouterr().out
     assert "RolloutGate x 1 GenerationMachine(s), budget 2, 2 pause(s), partial rollout on: 287 states" in out
     assert out.count("no violation") == 2
+
+
+# ---- Planted bug 4: an abort that comes before the request's rid is known is forgotten ----------------------------
+#
+# The controller's reader task draws a request's rid and reports it (UpstreamStarted) some time after StartUpstream;
+# a pause may come first. The machine must remember that abort: UpstreamStarted while ABORTING answers
+# AbortUpstream(rid) (the request is cut the moment it exists). rid_in_a_later_step models that window.
+
+# (generations, partial rollout) -> (states, transitions) with the window modelled.
+RID_WINDOW_COUNTS = {(1, True): (315, 1724), (1, False): (243, 1278)}
+
+
+@pytest.mark.parametrize("n, partial", sorted(RID_WINDOW_COUNTS), ids=str)
+def test_generation_composition_with_the_rid_reported_later_keeps_every_invariant(n, partial):
+    sent: set = set()
+
+    class Recording(gm.GenerationMachine):
+        def send(self, event):
+            sent.add((self.snapshot().state, type(event)))
+            return super().send(event)
+
+    system = gate_with_generation_machines(n, partial_rollout=partial, rid_in_a_later_step=True, generation=Recording)
+    result = system.explore()
+    assert result.violation is None, result.violation.format(system.describe)
+    assert (result.states, result.transitions) == RID_WINDOW_COUNTS[(n, partial)]
+    # The window is reached: a pause's abort arrives before the rid, and the rid then comes to an aborting machine.
+    assert (S.ABORTING, gm.UpstreamStarted) in sent
+
+
+def _started_forgetting_the_abort(state, gen, event):
+    """The rid comes to an aborting machine, which names the request but forgets the abort that came first."""
+    return Goto(state, attrs.evolve(gen, rid=event.rid), [])
+
+
+class ForgetsAnEarlyAbortGeneration(gm.GenerationMachine):
+    table = gm.TABLE.overriding(
+        on(S.ABORTING, gm.UpstreamStarted, _started_forgetting_the_abort, Branch(S.ABORTING, when="rid not set")),
+    )
+
+
+def test_planted_bug_abort_before_the_rid_is_known_is_found_in_three_steps():
+    # Shortest: g0 is admitted (StartUpstream; its rid is not drawn yet); the trainer pauses (AbortRequested: nothing
+    # to cut yet); the driver sends the request: it streams on, uncut, while the pause waits for it.
+    system = gate_with_generation_machines(1, rid_in_a_later_step=True, generation=ForgetsAnEarlyAbortGeneration)
+    violation = system.explore().violation
+    assert violation is not None, "the explorer missed the planted bug"
+    print("\n" + violation.format(system.describe))
+    assert len(violation) <= 3
+    assert violation.labels == ("g0: prepare", "trainer: pause", "g0: driver sends the request")
+    assert violation.invariant == inv.ABORT_SENT
+    final: gc.World = violation.final
+    assert final.gate.state is GateState.PAUSING and final.trainer is Trainer.PAUSE_PENDING
+    assert final.gens[0].machine.state is S.ABORTING and not final.gens[0].upstream.aborting
+
+
+def test_planted_bug_abort_before_the_rid_is_known_needs_the_window_in_the_model():
+    # With the rid reported in the step that starts the request, no abort can come first: the model's choices matter.
+    assert gate_with_generation_machines(1, generation=ForgetsAnEarlyAbortGeneration).explore().violation is None

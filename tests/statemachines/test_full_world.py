@@ -17,12 +17,15 @@ import attrs
 import pytest
 
 from statemachines import chain as cm
-from statemachines import full_composition as fc
+from statemachines.checking import full_world as fc
+from statemachines.checking import invariants as inv
+from statemachines.checking.__main__ import main
+from statemachines.checking.records import Trainer
 from statemachines import generation as gm
 from statemachines import rollout_gate as gt
 from statemachines import session as sm
 from statemachines.core import Branch, Goto, on
-from statemachines.full_composition import BOUND, SMALL_BOUND, gate_session_generations
+from statemachines.checking.full_world import BOUND, SMALL_BOUND, gate_session_generations
 from statemachines.rollout_gate import State as GateState
 
 S = gm.State
@@ -163,11 +166,11 @@ def test_planted_bug_token_accepted_after_the_pause_acknowledgement_is_found_in_
     assert violation.labels == (
         "g0: prepare (new conversation)", "trainer: pause", "g0: upstream aborted", "g0: straggler token",
     )
-    assert violation.invariant == fc.NO_TOKEN_WHILE_PAUSED
-    assert violation.final.broken[0] == fc.NO_TOKEN_WHILE_PAUSED
-    assert violation.format().endswith(f"violated after 4 step(s): {fc.NO_TOKEN_WHILE_PAUSED}")
+    assert violation.invariant == inv.NO_TOKEN_WHILE_PAUSED
+    assert violation.final.broken[0] == inv.NO_TOKEN_WHILE_PAUSED
+    assert violation.format().endswith(f"violated after 4 step(s): {inv.NO_TOKEN_WHILE_PAUSED}")
     final: fc.World = violation.final
-    assert final.gate.state is GateState.PAUSED and final.trainer is fc.Trainer.PAUSE_RETURNED
+    assert final.gate.state is GateState.PAUSED and final.trainer is Trainer.PAUSE_RETURNED
     assert final.gens[0].machine.state is S.INTERRUPTED and final.gens[0].machine.data.tokens == 1
 
 
@@ -209,8 +212,8 @@ def test_planted_bug_continuation_requesting_the_full_budget_is_found_in_five_st
     assert violation.labels == (
         "g0: prepare (new conversation)", "trainer: pause", "g0: token", "g0: upstream aborted", "trainer: resume v1",
     )
-    assert violation.invariant == fc.REMAINING
-    assert violation.final.broken[0] == fc.REMAINING
+    assert violation.invariant == inv.REMAINING
+    assert violation.final.broken[0] == inv.REMAINING
     assert "kept_tokens=1, max_new_tokens=2" in violation.final.broken[1]
 
 
@@ -244,13 +247,13 @@ def test_planted_bug_commit_after_finalize_is_found_in_five_steps():
         "g0: prepare (new conversation)", "trainer: finalize (0 segment(s), 0 step(s))", "g0: token",
         "g0: upstream stops", "g0: parsed",
     )
-    assert violation.invariant == fc.NOT_AFTER_FINALIZE
-    assert violation.final.broken[0] == fc.NOT_AFTER_FINALIZE
+    assert violation.invariant == inv.NOT_AFTER_FINALIZE
+    assert violation.final.broken[0] == inv.NOT_AFTER_FINALIZE
     assert violation.final.session.state is sm.State.FINALIZING and violation.final.session.data.steps == 1
 
 
 def test_full_composition_main_prints_the_counts(capsys):
-    assert fc.main(["--generations", "1"]) == 0
+    assert main(["full", "--generations", "1"]) == 0
     out = capsys.readouterr().out
     assert "x 1 GenerationMachine(s), budget 2, 2 pause(s), partial rollout on: " in out
     assert out.count("no violation") == 2

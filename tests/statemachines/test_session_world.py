@@ -1,7 +1,8 @@
 """SessionMachine + ChainMachines, level 3: composed with N abstract generations and a trainer, model-checked.
 
 Correct machines: no violation for N = 1..3 (and with a step limit), every row of both tables driven. Planted bugs:
-machine variants with one row changed; the explorer must find each with the shortest trace, derived by hand.
+machine variants with one row changed, and a world whose commit does not hold the session's lock; the explorer must
+find each with the shortest trace, derived by hand, and prints it (``pytest -s``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import pytest
 
 from statemachines import chain as chain_sm
 from statemachines import session as session_sm
-from statemachines.compositions import GenPhase, SessionWorld, session_with_generations
+from statemachines.checking.session_world import GenPhase, SessionWorld, session_with_generations
+from statemachines.checking.__main__ import main
+from statemachines.checking.explorer import explore
 from statemachines.core import Branch, Goto, on
 
 # Measured once and documented in docs/statemachines/README.md; a change here must be deliberate.
@@ -180,3 +183,62 @@ def test_planted_bug_a_refresh_below_the_tip_that_replaces_it_is_found_with_a_si
     )
     assert violation.invariant == "every_committed_step_owned_by_exactly_one_chain"
     assert session_with_generations(2, chain=ReplacingChain).explore().violation is None
+
+
+# ---- Planted bug F: a commit without the session's lock ------------------------------------------------------------
+#
+# The lock (proxy/controllers/session_registry.py) makes each commit one critical section: the session's check
+# (CommitRequested) and the act (the chain's commit, the step's record) happen in one step of the world. Without it
+# (commit_holds_the_lock=False) the commit reads the world in one move and writes its outcome in a later one, over
+# whatever ran in between.
+
+# The longest trace a planted bug may take to be found: a shorter one is what makes a failure readable.
+SHORT = 6
+
+
+def test_planted_bug_commit_without_the_lock_is_found_racing_the_finalize_in_four_steps():
+    # Shortest: g0 is prepared and its commit reads; the trainer finalizes (the pending chain is abandoned, nothing is
+    # exported); the commit writes its step back, over the export: a committed step in no exported segment.
+    system = session_with_generations(2, commit_holds_the_lock=False)
+    violation = system.explore().violation
+    assert violation is not None, "the explorer missed the planted bug"
+    print("\n" + violation.format(system.describe))
+    assert len(violation) <= SHORT
+    assert violation.labels == ("g0: prepare (no checkpoint)", "g0: commit (reads)", "trainer: finalize",
+                                "g0: commit (writes)")
+    assert violation.invariant == "every_committed_step_in_exactly_one_exported_segment"
+
+
+def _prepares_first_no_trainer(system):
+    """``system``'s successors with the trainer left out and every prepare before any other move (a schedule)."""
+
+    def successors(world):
+        moves = [(label, target) for label, target in system.successors(world) if not label.startswith("trainer")]
+        return [(label, target) for label, target in moves if ": prepare" in label] or moves
+
+    return successors
+
+
+def test_planted_bug_two_commits_without_the_lock_interleave_and_one_is_lost():
+    # The trainer left out and both generations prepared first: two commits on one session read the same world, and
+    # the second write loses the first commit's step, although both generations were answered as committed.
+    system = session_with_generations(2, commit_holds_the_lock=False)
+    violation = explore(system.initial, _prepares_first_no_trainer(system), system.invariants).violation
+    assert violation is not None, "the explorer missed the planted bug"
+    print("\n" + violation.format(system.describe))
+    assert len(violation) <= SHORT
+    assert violation.labels == (
+        "g0: prepare (no checkpoint)", "g1: prepare (no checkpoint)", "g0: commit (reads)", "g1: commit (reads)",
+        "g0: commit (writes)", "g1: commit (writes)",
+    )
+    assert violation.invariant == "no_accepted_commit_lost"
+    # With the lock, the same schedule keeps every invariant.
+    locked = session_with_generations(2)
+    assert explore(locked.initial, _prepares_first_no_trainer(locked), locked.invariants).violation is None
+
+
+def test_the_command_line_explores_the_session_world(capsys):
+    assert main(["session", "--generations", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "SessionMachine + ChainMachines x 2 generation(s): 582 states, 2286 transitions" in out
+    assert out.count("no violation") == 2
