@@ -36,7 +36,7 @@ from __future__ import annotations
 import enum
 import os
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -62,6 +62,7 @@ from proxy.trajectory.message_keys import (
 )
 from proxy.trajectory.prefix_trie import PrefixTrie, TrieNode, TrieStatistics
 from proxy.trajectory.tokens import RoutedChunk, Step, TokenSpan, WorkingTokens, committed_span, context_span
+from statemachines import branching
 from statemachines import chain as chain_sm
 from statemachines import session as session_sm
 
@@ -132,14 +133,6 @@ class EncodeKind(enum.Enum):
     FULL = "full"
 
 
-class _Mode(enum.Enum):
-    """How a generation relates to the chains (what its chain said at prepare)."""
-
-    NEW_SEGMENT = "full encode; commits the first step of its own pending chain"
-    EXTEND_TIP = "extends a chain's tip; counted on that chain; commits in place unless a sibling moved the tip"
-    FORK = "extends a checkpoint below a chain's tip; commits the first step of a new chain"
-
-
 @attrs.frozen
 class EncodePlan:
     """The TITO/encode decision of a prepare: what to tokenize, outside the lock."""
@@ -197,17 +190,60 @@ def _position_of(step: Step | None) -> tuple[int, int] | None:
 
 
 @attrs.define(eq=False)
+class _Chain:
+    """A chain: its machine and its tip step."""
+
+    chain_id: int
+    machine: chain_sm.ChainMachine
+    tip: Step | None = None
+
+
+@attrs.define(eq=False)
+class SessionChains:
+    """The session's chains by id; the ``ChainPort`` through which the branching rule (``statemachines/
+    branching.py``) drives their machines."""
+
+    _chains: dict[int, _Chain] = attrs.field(factory=dict)
+    _last_id: int = 0
+
+    def send(self, chain: _Chain, event: object) -> list[object]:
+        """Feed the chain's machine."""
+        return chain.machine.send(event)
+
+    def new_chain(self, base: Step | None) -> _Chain:
+        """A new chain (the base is the first step's own: ``Step.base``)."""
+        self._last_id += 1
+        chain = _Chain(self._last_id, chain_sm.ChainMachine.new())
+        self._chains[chain.chain_id] = chain
+        return chain
+
+    def forget(self, chain: _Chain) -> None:
+        """The chain owns no step and never will."""
+        del self._chains[chain.chain_id]
+
+    def of(self, step: Step) -> _Chain:
+        """The chain that holds ``step``."""
+        return self._chains[step.chain_id]
+
+    def __iter__(self) -> Iterator[_Chain]:
+        return iter(list(self._chains.values()))
+
+    def __len__(self) -> int:
+        return len(self._chains)
+
+    def clear(self) -> None:
+        """Forget every chain (the session's data is freed)."""
+        self._chains.clear()
+
+
+@attrs.define(eq=False)
 class _Generation:
     """A generation's record inside its session; reached only through its handle."""
 
     generation_id: str
     attach: TrieNode
-    base: Step | None
-    mode: _Mode
-    # The chain the generation is counted on (EXTEND_TIP) or created (NEW_SEGMENT); None for a fork.
-    chain_id: int | None
-    # The base's position in its chain (EXTEND_TIP, FORK).
-    at: int
+    # Where its step will attach among the chains (the branching rule's decision at prepare).
+    claim: branching.BranchClaim[_Chain, Step]
     boundary_reason: BoundaryReason | None
     boundary_detail: str | None
     turn_id: str | None
@@ -311,15 +347,6 @@ class SessionDebugView:
 
 
 @attrs.define(eq=False)
-class _Chain:
-    """A chain: its machine and its tip step."""
-
-    chain_id: int
-    machine: chain_sm.ChainMachine
-    tip: Step | None = None
-
-
-@attrs.define(eq=False)
 class Session:
     """One session's state; every method is one critical section (see the module docstring)."""
 
@@ -338,11 +365,10 @@ class Session:
     # The export finalize built, kept until it is stored: a retry after a failed export exports exactly it (the
     # chains were closed by the first attempt; reward_info and the ids are those of the first finalize call).
     _export_job: ExportJob | None = attrs.field(default=None, init=False)
-    _chains: dict[int, _Chain] = attrs.field(factory=dict, init=False)
+    _chains: SessionChains = attrs.field(factory=SessionChains, init=False)
     _generations: dict[str, _Generation] = attrs.field(factory=dict, init=False)
     _head: Step | None = attrs.field(default=None, init=False)
     _committed: int = attrs.field(default=0, init=False)
-    _next_chain: int = attrs.field(default=0, init=False)
     _next_generation: int = attrs.field(default=0, init=False)
     # The epoch and version of the session's stamped steps (the first stamped commit sets it; spec 7).
     version_stamp: VersionStamp | None = attrs.field(default=None, init=False)
@@ -383,23 +409,17 @@ class Session:
         node, matched = trie.match(context, keys, variants)
         attach = trie.attach(node, messages[matched:], keys[matched:], variants[matched:])
         base = trie.nearest_checkpoint(attach)
+        if base is None:
+            claim = branching.attach(self._chains, None)
+            reason = self._no_checkpoint_reason(context, keys, variants, matched)
+        else:
+            claim = branching.attach(self._chains, base, self._chains.of(base), base.position)
+            reason = BoundaryReason(claim.closed_tip.value) if claim.closed_tip is not None else None
         self._next_generation += 1
         generation = _Generation(
-            generation_id=f"{self.session_id}#g{self._next_generation}", attach=attach, base=base,
-            mode=_Mode.NEW_SEGMENT, chain_id=None, at=0, boundary_reason=None, boundary_detail=None, turn_id=turn_id,
-            instance_id=instance_id,
+            generation_id=f"{self.session_id}#g{self._next_generation}", attach=attach, claim=claim,
+            boundary_reason=reason, boundary_detail=None, turn_id=turn_id, instance_id=instance_id,
         )
-        if base is not None:
-            generation.at = base.position
-            for effect in self._chains[base.chain_id].machine.send(chain_sm.ExtensionRequested(base.position)):
-                if isinstance(effect, chain_sm.ExtendTip):
-                    generation.mode, generation.chain_id = _Mode.EXTEND_TIP, base.chain_id
-                elif isinstance(effect, chain_sm.ForkAt):
-                    generation.mode = _Mode.FORK
-                elif isinstance(effect, chain_sm.StartNewSegment):
-                    self._new_segment(generation, BoundaryReason(effect.reason.value))
-        else:
-            self._new_segment(generation, self._no_checkpoint_reason(context, keys, variants, matched))
         self._generations[generation.generation_id] = generation
         handle = BranchHandle(self.session_id, generation.generation_id, generation)
         return handle, self._plan(generation, messages, context)
@@ -407,14 +427,6 @@ class Session:
     def request_keys(self, messages: Sequence[Any]) -> tuple[list[MessageKey], list[str | None]]:
         """The trie keys and reasoning variants of a request's messages (pure; raises InvalidMessagesError)."""
         return request_keys(messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
-
-    def _new_segment(self, generation: _Generation, reason: BoundaryReason, detail: str | None = None) -> None:
-        """Give the generation a pending chain of its own: its step starts a segment (full encode)."""
-        self._next_chain += 1
-        self._chains[self._next_chain] = _Chain(self._next_chain, chain_sm.ChainMachine.new())
-        generation.mode, generation.chain_id = _Mode.NEW_SEGMENT, self._next_chain
-        generation.base, generation.at = None, 0
-        generation.boundary_reason, generation.boundary_detail = reason, detail
 
     def _no_checkpoint_reason(
         self, context: TrieNode, keys: Sequence[MessageKey], variants: Sequence[str | None], matched: int
@@ -437,25 +449,22 @@ class Session:
     def _plan(generation: _Generation, messages: Sequence[Any], context: TrieNode) -> EncodePlan:
         """The encode decision for the generation's mode."""
         info = context.message
-        if generation.mode is _Mode.NEW_SEGMENT:
+        base = generation.claim.base
+        if generation.claim.mode is branching.Mode.NEW_SEGMENT:
             return EncodePlan(EncodeKind.FULL, None, tuple(messages), (), info.tools, info.template_kwargs,
                               generation.boundary_reason, generation.boundary_detail)
-        split = generation.base.node.depth
-        return EncodePlan(EncodeKind.INCREMENTAL, generation.base, tuple(messages[split:]), tuple(messages[:split]),
+        split = base.node.depth
+        return EncodePlan(EncodeKind.INCREMENTAL, base, tuple(messages[split:]), tuple(messages[:split]),
                           info.tools, info.template_kwargs)
 
     def restart_segment(self, handle: BranchHandle, detail: str, messages: Sequence[Any]) -> EncodePlan:
         """The incremental encode failed: the generation moves to a new segment with a full encode."""
         generation = self._live(handle)
+        # A new pending chain; or, when the session left ACTIVE meanwhile, no chain (the commit will be rejected):
+        # either way the plan is a full encode.
         effects = self.machine.send(session_sm.TitoFailed())
-        if any(isinstance(effect, session_sm.RestartSegment) for effect in effects):
-            if generation.mode is _Mode.EXTEND_TIP:
-                self._chains[generation.chain_id].machine.send(chain_sm.GenerationDropped())
-            self._new_segment(generation, BoundaryReason.TITO_FAILED, detail)
-        else:
-            # The session left ACTIVE meanwhile: the commit will be rejected; only the plan changes.
-            generation.mode, generation.chain_id, generation.base = _Mode.NEW_SEGMENT, None, None
-            generation.boundary_reason, generation.boundary_detail = BoundaryReason.TITO_FAILED, detail
+        generation.claim = branching.restart_segment(self._chains, generation.claim, effects)
+        generation.boundary_reason, generation.boundary_detail = BoundaryReason.TITO_FAILED, detail
         generation.tito_failed = True
         return self._plan(generation, messages, PrefixTrie.context_of(generation.attach))
 
@@ -478,10 +487,11 @@ class Session:
         """Record the context tokens the step adds (with the client's mask, if any); returns the generation's private
         token state. Siblings that encoded the same context on the same prompt node share one array."""
         generation = self._live(handle)
-        signature = ("full",) if generation.base is None else ("after", generation.base.step_id)
+        base = generation.claim.base
+        signature = ("full",) if base is None else ("after", base.step_id)
         stored = generation.attach.shared_encoding(signature, array("i", ids))
         generation.context, generation.encoding = context_span(stored, mask), signature
-        return WorkingTokens(generation.base, generation.context)
+        return WorkingTokens(base, generation.context)
 
     @staticmethod
     def committed_step(handle: BranchHandle) -> int | None:
@@ -542,40 +552,21 @@ class Session:
             close = chain_sm.CloseReason.LENGTH_EXHAUSTED if length else chain_sm.CloseReason.NO_END_OF_TURN
         boundary_reason = generation.boundary_reason.value if generation.boundary_reason is not None else None
         boundary_detail = generation.boundary_detail
-        replaced, shadowed, forked = None, False, False
-        refresh = self._refresh(generation, key, variant, close)
-        if refresh is not None:
-            # The same answer over the same checkpoint (an idempotent retry): the step takes the position of the
-            # step it refreshes, and the generation's own chain bookkeeping ends without a step.
-            chain, effect, old = refresh
-            position = effect.step
-            if isinstance(effect, chain_sm.TipRefreshed):
-                replaced = old
-                if generation.base is None:
-                    # The segment still begins for the reason the replaced step began it: a retry of a first turn
-                    # is the same sample again, not a resample beside it.
-                    boundary_reason, boundary_detail = old.boundary_reason, old.boundary_detail
-            else:
-                shadowed = True
-            self._release_chain(generation)
-        else:
-            if generation.mode is _Mode.FORK:
-                chain, forked, effects = self._start_chain(close)
-            else:
-                chain = self._chains[generation.chain_id]
-                if generation.mode is _Mode.EXTEND_TIP:
-                    effects = chain.machine.send(chain_sm.ExtensionCommitted(generation.at, close))
-                else:
-                    effects = chain.machine.send(chain_sm.FirstStepCommitted(close))
-                if any(isinstance(effect, chain_sm.ForkAt) for effect in effects):
-                    # A sibling moved (or closed) the tip since this generation's prepare: commit into a new chain.
-                    chain, forked, effects = self._start_chain(close)
-            position = next(effect.step for effect in effects if isinstance(effect, chain_sm.TipAdvanced))
+        claim = generation.claim
+        old = self._refreshed_step(generation, key, variant)
+        refresh = branching.Refresh(self._chains.of(old), old.position) if old is not None else None
+        placement = branching.commit(self._chains, claim, close, refresh)
+        chain = placement.chain
+        replaced = old if placement.placed is branching.Placed.TIP_REFRESHED else None
+        if replaced is not None and claim.base is None:
+            # The segment still begins for the reason the replaced step began it: a retry of a first turn is the
+            # same sample again, not a resample beside it.
+            boundary_reason, boundary_detail = replaced.boundary_reason, replaced.boundary_detail
         node, refreshed = self.trie.upsert_assistant(generation.attach, assistant_message, key, variant)
         self._committed += 1
         step = Step(
-            step_id=self._committed, base=generation.base, span=span, chain_id=chain.chain_id,
-            position=position, node=node,
+            step_id=self._committed, base=claim.base, span=span, chain_id=chain.chain_id,
+            position=placement.position, node=node,
             generation_id=generation.generation_id, finish_reason=finish_reason, extendable=extendable,
             turn_id=generation.turn_id,
             boundary_reason=boundary_reason, boundary_detail=boundary_detail, tito_failed=generation.tito_failed,
@@ -586,47 +577,26 @@ class Session:
         self.trie.release(generation.attach)
         if generation.instance_id is not None and self.instance_id is None:
             self.instance_id = generation.instance_id
-        if not shadowed:
+        if placement.is_tip:
             chain.tip = step
         if version_stamp is not None and self.version_stamp is None:
             self.version_stamp = version_stamp
         self._head = step
         generation.step_id = step.step_id
-        return CommitResult(step.step_id, chain.chain_id, refreshed, forked, extendable,
-                            replaced.step_id if replaced is not None else None, shadowed)
+        return CommitResult(step.step_id, chain.chain_id, refreshed, placement.forked, extendable,
+                            replaced.step_id if replaced is not None else None,
+                            placement.placed is branching.Placed.SHADOWED)
 
-    def _refresh(
-        self, generation: _Generation, key: MessageKey, variant: str | None, close: chain_sm.CloseReason | None
-    ) -> tuple[_Chain, chain_sm.TipRefreshed | chain_sm.StepShadowed, Step] | None:
-        """If the answer refreshes a committed node over the same checkpoint position, ask the chain of the node's
-        newest step what the refresh does (replace its tip, or shadow a step it continued past): that chain, the
-        machine's answer and the refreshed step. None: the step commits as a step of its own (no such node, another
-        checkpoint position, or it ends differently)."""
+    @staticmethod
+    def _refreshed_step(generation: _Generation, key: MessageKey, variant: str | None) -> Step | None:
+        """The committed step the answer may refresh: the newest checkpoint of the node with the same answer, when
+        it sits over the same checkpoint position as the generation's base. Its chain decides what the refresh does
+        (replace its tip, shadow a step it continued past, or decline: the step then commits as one of its own)."""
         node = PrefixTrie.find_answer(generation.attach, key, variant)
         old = node.checkpoint if node is not None else None
-        if old is None or _position_of(old.base) != _position_of(generation.base):
+        if old is None or not branching.same_checkpoint(_position_of(old.base), _position_of(generation.claim.base)):
             return None
-        chain = self._chains[old.chain_id]
-        for effect in chain.machine.send(chain_sm.RefreshRequested(old.position, close)):
-            if isinstance(effect, (chain_sm.TipRefreshed, chain_sm.StepShadowed)):
-                return chain, effect, old
-        return None
-
-    def _release_chain(self, generation: _Generation) -> None:
-        """A generation that committed as a refresh leaves the chain it was counted on (or created) without a step."""
-        if generation.chain_id is None:
-            return
-        chain = self._chains[generation.chain_id]
-        for effect in chain.machine.send(chain_sm.GenerationDropped()):
-            if isinstance(effect, chain_sm.DiscardChain):
-                del self._chains[chain.chain_id]
-
-    def _start_chain(self, close: chain_sm.CloseReason | None) -> tuple[_Chain, bool, list[Any]]:
-        """A new chain whose first step is being committed (a fork): the chain, True, the machine's effects."""
-        self._next_chain += 1
-        chain = _Chain(self._next_chain, chain_sm.ChainMachine.new())
-        self._chains[chain.chain_id] = chain
-        return chain, True, chain.machine.send(chain_sm.FirstStepCommitted(close))
+        return old
 
     def _extendable(self, span: TokenSpan, finish_reason: str) -> bool:
         """Does the step end at a turn boundary TITO can extend?"""
@@ -644,14 +614,8 @@ class Session:
             return False
         generation.finished = True
         del self._generations[generation.generation_id]
-        for effect in self.machine.send(session_sm.GenerationDropped()):
-            if isinstance(effect, session_sm.ReleaseBranch):
-                if generation.chain_id is not None:
-                    chain = self._chains[generation.chain_id]
-                    for chain_effect in chain.machine.send(chain_sm.GenerationDropped()):
-                        if isinstance(chain_effect, chain_sm.DiscardChain):
-                            del self._chains[chain.chain_id]
-                self._release_prompt(generation)
+        if branching.release(self._chains, generation.claim, self.machine.send(session_sm.GenerationDropped())):
+            self._release_prompt(generation)
         return True
 
     def _release_prompt(self, generation: _Generation) -> None:
@@ -672,13 +636,8 @@ class Session:
         """Finalize: an export job (first call), a wait (export running), or the stored result (idempotent)."""
         for effect in self.machine.send(session_sm.FinalizeRequested()):
             if isinstance(effect, session_sm.ExportSession):
-                tips = []
-                for chain in list(self._chains.values()):
-                    for chain_effect in chain.machine.send(chain_sm.ExportRequested()):
-                        if isinstance(chain_effect, chain_sm.ExportSegment):
-                            tips.append(chain.tip)
-                        elif isinstance(chain_effect, chain_sm.DiscardChain):
-                            del self._chains[chain.chain_id]
+                exported = branching.export(self._chains, self._chains)
+                tips = [segment.chain.tip for segment in exported.segments]
                 export = SessionExport(
                     session_id=self.session_id,
                     rollout_id=rollout_id if rollout_id is not None else self.session_id,
@@ -741,7 +700,7 @@ class Session:
     def debug_view(self) -> SessionDebugView:
         """The session at a glance."""
         stats = self.machine.statistics()
-        chains = [chain.machine.statistics() for chain in self._chains.values()]
+        chains = [chain.machine.statistics() for chain in self._chains]
         head = None
         if self._head is not None:
             step = self._head
