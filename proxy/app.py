@@ -17,7 +17,6 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from proxy.api import ApiError
-from proxy.controllers.errors import SessionError
 from proxy.controllers.upstream_reader import failure_event
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware, current_request_id
@@ -25,6 +24,7 @@ from proxy.routes import chat, info, rollout, rollout_control
 from proxy.serving import harden_app
 from proxy.services import ProxyServices
 from proxy.tokenization import TitoError
+from proxy.trajectory.session_errors import SessionError
 from proxy.upstream.errors import UpstreamError
 
 log = logging.getLogger("dressage_proxy")

@@ -242,7 +242,7 @@ def _counts_match(world: GateWorld) -> bool:
 # ``session_with_generations(n)``: the real ``SessionMachine`` and real ``ChainMachine``s (restored from their
 # snapshots for every step), a trainer that finalizes (and repeats it: a retry after a failed export), aborts,
 # drains, or whose export fails, and ``n`` abstract generations,
-# driven exactly as ``proxy/controllers/session.py`` drives them. Each generation is prepared once, on a base of its
+# driven exactly as ``proxy/trajectory/session.py`` drives them. Each generation is prepared once, on a base of its
 # choice: no checkpoint (a new segment), the tip of any chain, or a chain's first step below its tip (a splice);
 # the chain machine says whether it extends the tip, forks, or starts a new segment (a closed tip). A prepared
 # generation may fail (upstream failure, client gone), have its incremental encode fail (it moves to a new

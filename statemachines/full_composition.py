@@ -9,7 +9,7 @@ gate, where its step attaches in the session, the chains' owned steps).
 
 The generation side (records, effects carried out, moves, invariants) is ``generation_world``'s, shared with
 ``generation_composition``; this module adds the real session side (``_Step``: prepare, commit, drop, finalize and
-export, as ``proxy/controllers/session.py`` drives them), the session's invariants, and abstractions 1-12 below.
+export, as ``proxy/trajectory/session.py`` drives them), the session's invariants, and abstractions 1-12 below.
 
 The world
 ---------
