@@ -1,7 +1,7 @@
 """The session's branching rule, once: where a generation's step attaches among the chains, and what a commit, a
 drop, a TITO failure and a finalize tell the chains.
 
-The running session (``proxy/trajectory/session_record.py``) and the model-checked worlds
+The running session (``proxy/trajectory/session.py``) and the model-checked worlds
 (``statemachines/compositions.py``, ``statemachines/full_composition.py``) all call these functions, so the rule
 the explorer checks is the rule the proxy runs. The functions are pure: they talk to the chains only through a
 :class:`ChainPort` (send one event to one chain and get its effects; make a new chain; forget a discarded one), which
