@@ -11,7 +11,7 @@ them -- and weight versions):
 - ``after a checkpoint``: one generation commits the long prefix, then N samples extend its checkpoint with a short
   user turn (TITO: the siblings share the checkpoint).
 
-Each is measured three ways, in the same run: the real session core (``proxy.controllers.session.Session``)
+Each is measured three ways, in the same run: the real session core (``proxy.trajectory.session.Session``)
 with one sample (*single chain*, the baseline) and with N samples (*trie*), and a naive store that keeps a full
 copy of the token state (ids, loss mask, logprobs, versions) per checkpoint, as a per-node snapshot design does
 (*naive*). Memory is what ``tracemalloc`` sees retained after the operations (the request messages, which belong to
@@ -34,9 +34,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.controllers.session import Session, SessionConfig, tokenize_plan  # noqa: E402
 from proxy.tokenization import TitoFragment  # noqa: E402
+from proxy.trajectory.encode_plan import tokenize_plan  # noqa: E402
 from proxy.trajectory.message_keys import message_key, reasoning_variant  # noqa: E402
+from proxy.trajectory.session import Session  # noqa: E402
+from proxy.trajectory.session_config import SessionConfig  # noqa: E402
 
 EOT = 1
 

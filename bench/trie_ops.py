@@ -3,7 +3,7 @@
     .venv/bin/python bench/trie_ops.py [--turns 200] [--fragment 40] [--generated 200] [--repeat 3]
 
 One agent session of ``--turns`` steps (each: a tool result of ``--fragment`` tokens appended by TITO, an answer of
-``--generated`` tokens), driven through the real session core (``proxy.controllers.session.Session``) in the
+``--generated`` tokens), driven through the real session core (``proxy.trajectory.session.Session``) in the
 registry's order. Each request is a fresh copy of the whole message history (as a server parses it from JSON), so
 the trie walk hashes every message of the request, as it will in production. Timed per turn, best of
 ``--repeat`` runs:
@@ -31,9 +31,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.controllers.session import Session, SessionConfig, tokenize_plan  # noqa: E402
 from proxy.tokenization import TitoFragment  # noqa: E402
+from proxy.trajectory.encode_plan import tokenize_plan  # noqa: E402
 from proxy.trajectory.message_keys import message_key, reasoning_variant  # noqa: E402
+from proxy.trajectory.session import Session  # noqa: E402
+from proxy.trajectory.session_config import SessionConfig  # noqa: E402
 
 EOT = 1
 

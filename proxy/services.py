@@ -13,11 +13,11 @@ import attrs
 from proxy.config import ProxyConfig
 from proxy.controllers.context_window import ContextWindow
 from proxy.controllers.gate import GateController
-from proxy.controllers.session import SessionConfig
 from proxy.controllers.session_registry import SessionRegistry
 from proxy.parsing import MessageParser, ParserConfig
 from proxy.tokenization import TitoTokenizer, load_tito_tokenizer
 from proxy.trajectory.export import ExportOptions
+from proxy.trajectory.session_config import SessionConfig
 from proxy.trajectory.store import InMemoryTrajectoryStore, TrajectoryStore
 from proxy.upstream.client import SGLangClient
 

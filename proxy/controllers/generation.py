@@ -74,23 +74,23 @@ from proxy.api.error_mapping import api_error_for
 from proxy.api.errors import ErrorCode
 from proxy.controllers.context_budget import StepBudget, plan_step_budget
 from proxy.controllers.context_window import ContextWindow
-from proxy.controllers.errors import (
-    GenerationFinishedError,
-    SessionError,
-    SessionFinalizedError,
-    TrajectoryVersionChangedError,
-)
 from proxy.controllers.gate import GateController
 from proxy.controllers.response_output import ResponseChannel
 from proxy.controllers.response_render import ResponseRenderer
-from proxy.controllers.session import VersionStamp
-from proxy.controllers.session_registry import Prepared as PreparedStep
+from proxy.controllers.session_registry import PreparedStep
 from proxy.controllers.text_decoder import TextDecoder
 from proxy.controllers.upstream_reader import ReadOutcome, ending_event, failure_event, read_request
 from proxy.parsing import ParsedMessage
 from proxy.request_id import current_request_id
 from proxy.tokenization.results import TitoError
+from proxy.trajectory.session_errors import (
+    GenerationFinishedError,
+    SessionError,
+    SessionFinalizedError,
+    TrajectoryVersionChangedError,
+)
 from proxy.trajectory.tokens import routed_rows_end
+from proxy.trajectory.version_stamp import VersionStamp
 from proxy.upstream.errors import UpstreamError
 from proxy.upstream.events import Finished, Token
 from proxy.upstream.request_ids import new_rid

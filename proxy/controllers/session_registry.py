@@ -15,7 +15,7 @@ This is the interface the chat-completions path (a later issue) uses for one ste
 and the rollout endpoints use ``finalize``, ``read`` and ``store_statistics``.
 
 Concurrency (architecture.md): ``prepare`` and ``commit`` take the session's ``trio.Lock`` only around their
-critical sections (the sync calls into :class:`~proxy.controllers.session.Session`, microseconds: no I/O and no
+critical sections (the sync calls into :class:`~proxy.trajectory.session.Session`, microseconds: no I/O and no
 token copies of the prefix inside). Tokenization runs between the two critical sections of prepare; full encodes of
 long histories and exports of long sessions run in a worker thread. Generation runs outside any lock, so the
 generations of one session run concurrently; concurrent siblings of one parent each get their own chain or node
@@ -23,63 +23,56 @@ and never overwrite each other. ``drop`` and the end of ``finalize`` are shielde
 that goes away can neither leak a generation's reservation nor leave a session stuck in FINALIZING.
 
 Finalize exports in the caller's task (shielded); a second finalize during the export waits for it and gets the
-same :class:`~proxy.controllers.session.FinalizeResult`. A finalized session keeps a small tombstone (its machine)
+same :class:`~proxy.trajectory.session_results.FinalizeResult`. A finalized session keeps a small tombstone (its machine)
 so stragglers are rejected and a late request cannot resurrect it (field note 11); ``forget`` drops a tombstone.
 
 **An export failure never loses a session.** Whatever fails (building the segments, writing them to the store) is
 a bug or a store fault: it is logged with the session id (``log.exception``), counted (``export_failures`` and the
 ids of the sessions still waiting for a retry, in :meth:`SessionRegistry.store_statistics`, hence
 ``GET /trajectory/stats``), and every finalize call waiting for that export gets
-:class:`~proxy.controllers.errors.ExportFailedError` (500 ``export_failed``). The session keeps every committed step
+:class:`~proxy.trajectory.session_errors.ExportFailedError` (500 ``export_failed``). The session keeps every committed step
 (state EXPORT_FAILED) and the next finalize retries the same export.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import attrs
 import trio
 
-from proxy.controllers.errors import (
+from proxy.controllers.idempotency import IdempotencyKeys
+from proxy.tokenization.results import TitoFailure
+from proxy.tokenization.tito import TitoTokenizer
+from proxy.trajectory.boundaries import BoundaryReason
+from proxy.trajectory.encode_plan import EncodeKind, EncodePlan, request_keys, tokenize_plan
+from proxy.trajectory.export import export_segments
+from proxy.trajectory.message_keys import MessageKeyError, message_key, reasoning_variant
+from proxy.trajectory.session import BranchHandle, Session
+from proxy.trajectory.session_config import SessionConfig
+from proxy.trajectory.session_errors import (
     ExportFailedError,
     ResponseMaskMismatchError,
     SessionAbortedError,
     SessionFinalizedError,
 )
-from proxy.controllers.idempotency import IdempotencyKeys
-from proxy.controllers.session import (
-    BranchHandle,
-    CommitResult,
-    EncodeKind,
-    EncodePlan,
-    ExportJob,
-    FinalizeResult,
-    Session,
-    SessionConfig,
-    SessionDebugView,
-    VersionStamp,
-    WaitForExport,
-    request_keys,
-    tokenize_plan,
-)
-from proxy.tokenization.results import TitoFailure
-from proxy.trajectory.boundaries import BoundaryReason
-from proxy.trajectory.export import export_segments
-from proxy.trajectory.message_keys import MessageKeyError, message_key, reasoning_variant
+from proxy.trajectory.session_results import CommitResult, ExportJob, FinalizeResult, SessionDebugView, WaitForExport
 from proxy.trajectory.store import InMemoryTrajectoryStore, StoreStatistics, TrajectoryStore
 from proxy.trajectory.tokens import RoutedChunk, WorkingTokens
+from proxy.trajectory.version_stamp import VersionStamp
 
 log = logging.getLogger("dressage_proxy.sessions")
 
 #: how many ids of sessions whose export failed (and was not retried successfully) the statistics list
 MAX_REPORTED_EXPORT_FAILURES = 100
 
+T = TypeVar("T")
+
 
 @attrs.frozen(eq=False)
-class Prepared:
+class PreparedStep:
     """What prepare hands a generation: its opaque handle, its private token state and the encode decision."""
 
     handle: BranchHandle
@@ -124,12 +117,19 @@ class RegistryStatistics:
 
 
 @attrs.define(eq=False)
-class SessionController:
-    """One session on trio: the sync core, its lock, and the event that ends its export."""
+class LockedSession:
+    """One session on trio: the sync core, its lock, the event that ends its export, and its Idempotency-Key
+    records (created on first use; they live as long as the session's data, see ``idempotency_keys``)."""
 
     session: Session
     lock: trio.Lock = attrs.field(factory=trio.Lock)
     export_done: trio.Event = attrs.field(factory=trio.Event)
+    idempotency: IdempotencyKeys | None = None
+
+    def drop_idempotency_if_freed(self) -> None:
+        """Drop the Idempotency-Key records once the session freed its data (finalized, aborted)."""
+        if self.session.trie is None:
+            self.idempotency = None
 
 
 def _text_size(messages: Sequence[Any]) -> int:
@@ -148,24 +148,22 @@ def _text_size(messages: Sequence[Any]) -> int:
 class SessionRegistry:
     """Every session of the proxy, by session id (see the module docstring)."""
 
-    # A TITO tokenizer (``proxy.tokenization``): encode_full, encode_incremental, end_of_turn_id; and for the
-    # last_step build mode what ``build_last_step`` needs.
-    tokenizer: Any
+    # The model's TITO tokenizer: it encodes every step's context, and builds last_step exports.
+    tokenizer: TitoTokenizer
     store: TrajectoryStore = attrs.field(factory=InMemoryTrajectoryStore)
     config: SessionConfig = attrs.field(factory=SessionConfig)
-    _sessions: dict[str, SessionController] = attrs.field(factory=dict, init=False)
+    _sessions: dict[str, LockedSession] = attrs.field(factory=dict, init=False)
     # Failed export attempts since start; the sessions whose last export failed, oldest first (bounded).
     _export_failures: int = attrs.field(default=0, init=False)
     _failed_exports: dict[str, None] = attrs.field(factory=dict, init=False)
 
-    def _controller(self, session_id: str) -> SessionController:
-        """The session's controller, created on first use."""
-        controller = self._sessions.get(session_id)
-        if controller is None:
-            end_of_turn = getattr(self.tokenizer, "end_of_turn_id", None)
-            controller = SessionController(Session(session_id, self.config, end_of_turn))
-            self._sessions[session_id] = controller
-        return controller
+    def _locked(self, session_id: str) -> LockedSession:
+        """The session with its lock, created on first use."""
+        locked = self._sessions.get(session_id)
+        if locked is None:
+            locked = LockedSession(Session(session_id, self.config, self.tokenizer.end_of_turn_id))
+            self._sessions[session_id] = locked
+        return locked
 
     # -- one step ----------------------------------------------------------------------------------------------------
 
@@ -179,7 +177,7 @@ class SessionRegistry:
         response_mask: Sequence[int] | None = None,
         instance_id: str | None = None,
         turn_id: str | None = None,
-    ) -> Prepared:
+    ) -> PreparedStep:
         """Admit a generation, pick its branch, tokenize its context.
 
         Raises (and records nothing): ``MaxStepsExceededError``, ``SessionFinalizedError``, ``InvalidMessagesError``,
@@ -189,42 +187,42 @@ class SessionRegistry:
         # The keys are pure and O(request text): computed before taking the lock (and before a malformed request
         # could create a session).
         keys = request_keys(messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
-        controller = self._controller(session_id)
-        async with controller.lock:
-            handle, plan = controller.session.prepare(
+        locked = self._locked(session_id)
+        async with locked.lock:
+            handle, plan = locked.session.prepare(
                 messages, tools=tools, chat_template_kwargs=chat_template_kwargs, instance_id=instance_id,
                 turn_id=turn_id, request_keys=keys,
             )
         try:
-            ids, plan = await self._encode(controller, handle, plan, messages)
+            ids, plan = await self._encode(locked, handle, plan, messages)
             if response_mask is not None and len(response_mask) != len(ids):
                 raise ResponseMaskMismatchError(len(ids), len(response_mask))
             # The generation's private state (and an idempotent per-node cache): no lock needed, no await inside.
-            tokens = controller.session.set_context(handle, ids, response_mask)
+            tokens = locked.session.set_context(handle, ids, response_mask)
             # A cancellation that arrived during a worker-thread encode is delivered here, while the handle can
             # still be released; past this point the caller owns the handle (and must drop it on failure).
             await trio.lowlevel.checkpoint_if_cancelled()
         except BaseException:
             await self.drop(handle)
             raise
-        return Prepared(
+        return PreparedStep(
             handle, tokens, plan.kind,
             plan.boundary_reason.value if plan.boundary_reason is not None else None,
             plan.boundary_detail, plan.boundary_reason is BoundaryReason.TITO_FAILED,
         )
 
     async def _encode(
-        self, controller: SessionController, handle: BranchHandle, plan: EncodePlan, messages: Sequence[Any]
+        self, locked: LockedSession, handle: BranchHandle, plan: EncodePlan, messages: Sequence[Any]
     ) -> tuple[list[int], EncodePlan]:
         """The context ids of the plan; an incremental failure moves the generation to a full encode."""
         ids = await self._cpu(plan.messages, tokenize_plan, self.tokenizer, plan)
         if isinstance(ids, TitoFailure):
-            async with controller.lock:
-                plan = controller.session.restart_segment(handle, f"{ids.reason.value}: {ids.detail}", messages)
+            async with locked.lock:
+                plan = locked.session.restart_segment(handle, f"{ids.reason.value}: {ids.detail}", messages)
             ids = await self._cpu(plan.messages, tokenize_plan, self.tokenizer, plan)
         return ids, plan
 
-    async def _cpu(self, messages: Sequence[Any], function: Any, *args: Any, **kwargs: Any) -> Any:
+    async def _cpu(self, messages: Sequence[Any], function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a tokenizer call inline, or in a worker thread when its messages are long."""
         if _text_size(messages) <= self.config.thread_encode_chars:
             return function(*args, **kwargs)
@@ -253,8 +251,8 @@ class SessionRegistry:
         malformed arguments (nothing changes and the handle stays live: drop it), ``GenerationFinishedError`` for a
         handle that already committed or dropped.
         """
-        controller = self._sessions.get(handle.session_id)
-        if controller is None:
+        locked = self._sessions.get(handle.session_id)
+        if locked is None:
             raise SessionFinalizedError("the session was forgotten")
         count = len(generated_ids)
         aligned = logprobs is not None and len(logprobs) == count and all(v is not None for v in logprobs)
@@ -268,8 +266,8 @@ class SessionRegistry:
             raise ValueError(f"assistant_message: {exc}") from None
         chunks = [RoutedChunk.of(chunk) for chunk in routed_experts or ()]
         span = Session.build_span(handle, generated_ids, logprobs if aligned else None, versions, chunks)
-        async with controller.lock:
-            return controller.session.commit(
+        async with locked.lock:
+            return locked.session.commit(
                 handle, span, finish_reason=finish_reason, assistant_message=assistant_message, key=key,
                 variant=reasoning_variant(assistant_message), logprobs_invalid=not aligned,
                 version_stamp=version_stamp,
@@ -283,30 +281,30 @@ class SessionRegistry:
     def idempotency_keys(self, session_id: str) -> IdempotencyKeys | None:
         """The session's Idempotency-Key records (created on first use, like the session itself), or None once the
         session's data was freed (finalized, aborted): a request then meets the session's refusal as usual."""
-        session = self._controller(session_id).session
-        if session.trie is None:
+        locked = self._locked(session_id)
+        if locked.session.trie is None:
             return None
-        if session.idempotency is None:
-            session.idempotency = IdempotencyKeys()
-        return session.idempotency
+        if locked.idempotency is None:
+            locked.idempotency = IdempotencyKeys()
+        return locked.idempotency
 
     def check_version(self, handle: BranchHandle, stamp: VersionStamp) -> None:
         """Before a step generates (no partial rollout): raise ``TrajectoryVersionChangedError`` if ``stamp`` (the
         admission's epoch) differs from the session's stamped steps. Sync: it only reads the session's stamp, which
         commits set under the lock (a commit racing this check is caught by the commit's own check)."""
-        controller = self._sessions.get(handle.session_id)
-        if controller is not None:
-            controller.session.check_version(stamp)
+        locked = self._sessions.get(handle.session_id)
+        if locked is not None:
+            locked.session.check_version(stamp)
 
     async def drop(self, handle: BranchHandle) -> None:
         """The generation ends without committing (upstream failure, client gone): release its branch. Idempotent,
         shielded from cancellation."""
-        controller = self._sessions.get(handle.session_id)
-        if controller is None:
+        locked = self._sessions.get(handle.session_id)
+        if locked is None:
             return
         with trio.CancelScope(shield=True):
-            async with controller.lock:
-                controller.session.drop(handle)
+            async with locked.lock:
+                locked.session.drop(handle)
 
     # -- finalize and the store --------------------------------------------------------------------------------------
 
@@ -325,28 +323,28 @@ class SessionRegistry:
         aborted session, ``ExportFailedError`` when the export failed (the session keeps its steps; finalize again to
         retry: the export of the first call, its ``reward_info`` and ids included, is run again).
         """
-        controller = self._controller(session_id)
-        async with controller.lock:
-            outcome = controller.session.begin_finalize(
+        locked = self._locked(session_id)
+        async with locked.lock:
+            outcome = locked.session.begin_finalize(
                 reward_info=reward_info, instance_id=instance_id, rollout_id=rollout_id
             )
             if isinstance(outcome, ExportJob):
                 # Every export attempt has its own event: a retry's waiters must not see the failed attempt's.
-                controller.export_done = trio.Event()
-            export_done = controller.export_done
+                locked.export_done = trio.Event()
+            export_done = locked.export_done
         if isinstance(outcome, FinalizeResult):
             return outcome
         if isinstance(outcome, WaitForExport):
             await export_done.wait()
-            return self._outcome(controller)
+            return self._outcome(locked)
         # The export runs to its end even if this caller goes away: the session must not stay FINALIZING.
         with trio.CancelScope(shield=True):
-            await self._export(controller, outcome)
-        return self._outcome(controller)
+            await self._export(locked, outcome)
+        return self._outcome(locked)
 
-    async def _export(self, controller: SessionController, job: ExportJob) -> None:
+    async def _export(self, locked: LockedSession, job: ExportJob) -> None:
         """Export, store, report to the session, wake the waiters."""
-        session = controller.session
+        session = locked.session
         try:
             tokens = sum(tip.length for tip in job.export.tips)
             if tokens > self.config.thread_export_tokens:
@@ -362,17 +360,18 @@ class SessionRegistry:
                 session.session_id, job.steps,
             )
             self._record_export_failure(session.session_id)
-            async with controller.lock:
+            async with locked.lock:
                 session.export_failed(type(exc).__name__)
         else:
             result = FinalizeResult(
                 session.session_id, len(segments), job.steps, tuple(s["trajectory_id"] for s in segments)
             )
             self._failed_exports.pop(session.session_id, None)
-            async with controller.lock:
+            async with locked.lock:
                 session.export_completed(result)
+                locked.drop_idempotency_if_freed()
         finally:
-            controller.export_done.set()
+            locked.export_done.set()
 
     def _record_export_failure(self, session_id: str) -> None:
         """Count a failed export and list its session (most recent last, at most the reported number)."""
@@ -383,9 +382,9 @@ class SessionRegistry:
             del self._failed_exports[next(iter(self._failed_exports))]
 
     @staticmethod
-    def _outcome(controller: SessionController) -> FinalizeResult:
+    def _outcome(locked: LockedSession) -> FinalizeResult:
         """The stored result, or why there is none (aborted, or the export failed and waits for a retry)."""
-        session = controller.session
+        session = locked.session
         if session.result is not None:
             return session.result
         if session.export_failure is not None:
@@ -398,10 +397,10 @@ class SessionRegistry:
         """Finalized segments of a session, one segment, or all; ``drain`` removes them from the store."""
         result = await self.store.read(session_id=session_id, trajectory_id=trajectory_id, drain=drain)
         for emptied in result.emptied_sessions:
-            controller = self._sessions.get(emptied)
-            if controller is not None:
-                async with controller.lock:
-                    controller.session.drained()
+            locked = self._sessions.get(emptied)
+            if locked is not None:
+                async with locked.lock:
+                    locked.session.drained()
         return list(result.segments)
 
     async def store_statistics(self) -> StoreStatistics:
@@ -414,16 +413,18 @@ class SessionRegistry:
 
     async def abort(self, session_id: str) -> bool:
         """Discard an active session without export; False if it was not active (unknown, finalized, aborted)."""
-        controller = self._sessions.get(session_id)
-        if controller is None:
+        locked = self._sessions.get(session_id)
+        if locked is None:
             return False
-        async with controller.lock:
-            return controller.session.abort()
+        async with locked.lock:
+            aborted = locked.session.abort()
+            locked.drop_idempotency_if_freed()
+            return aborted
 
     def forget(self, session_id: str) -> bool:
         """Drop the tombstone of a session that is no longer active (late requests then start a new session)."""
-        controller = self._sessions.get(session_id)
-        if controller is None or (controller.session.result is None and controller.session.discarded is None):
+        locked = self._sessions.get(session_id)
+        if locked is None or (locked.session.result is None and locked.session.discarded is None):
             return False
         del self._sessions[session_id]
         return True
@@ -432,19 +433,19 @@ class SessionRegistry:
 
     def debug_view(self, session_id: str) -> SessionDebugView | None:
         """The session at a glance, or None if unknown."""
-        controller = self._sessions.get(session_id)
-        return controller.session.debug_view() if controller is not None else None
+        locked = self._sessions.get(session_id)
+        return locked.session.debug_view() if locked is not None else None
 
     def statistics(self) -> RegistryStatistics:
         """Sessions by state, generations in flight, steps committed."""
         states: dict[str, int] = {}
         in_flight = steps = 0
-        for controller in self._sessions.values():
-            stats = controller.session.machine.statistics()
+        for locked in self._sessions.values():
+            stats = locked.session.machine.statistics()
             states[stats.state] = states.get(stats.state, 0) + 1
             in_flight += stats.in_flight
             steps += stats.steps
         return RegistryStatistics(len(self._sessions), states, in_flight, steps)
 
 
-__all__ = ["Prepared", "RegistryStatistics", "SessionController", "SessionRegistry"]
+__all__ = ["LockedSession", "PreparedStep", "RegistryStatistics", "SessionRegistry"]

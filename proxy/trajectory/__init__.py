@@ -6,9 +6,12 @@
 - ``prefix_trie``: :class:`PrefixTrie` (match, attach pending nodes, nearest checkpoint, upsert an answer);
 - ``boundaries``: :class:`BoundaryReason`, why a segment began;
 - ``export``: segments in concat or last-step mode;
-- ``store``: the :class:`TrajectoryStore` interface and the in-memory store.
-
-The session controller (``proxy/controllers``) ties them together under the session and chain state machines.
+- ``store``: the :class:`TrajectoryStore` interface and the in-memory store;
+- the session core, which ties them together under the session and chain state machines, pure and synchronous
+  (its trio side, the locks and threads, is ``proxy/controllers/session_registry.py``): ``session`` (``Session``,
+  one call per critical section), ``session_chains`` (its chains, driven by ``statemachines/branching.py``),
+  ``encode_plan`` (request keys, the encode decision, the tokenizer protocol), ``session_config``,
+  ``version_stamp``, ``session_results`` (what its calls answer) and ``session_errors``.
 """
 
 from proxy.trajectory.boundaries import BoundaryReason

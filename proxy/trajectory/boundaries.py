@@ -1,7 +1,7 @@
 """Why a segment began: the ``boundary_reason`` recorded on every segment's first step (spec 5.4).
 
 A step starts a new segment when its tokens come from a full encode instead of extending a checkpoint. Exactly one
-reason applies, checked in this order by the session (see ``proxy/controllers/session.py``):
+reason applies, checked in this order by the session (see ``proxy/trajectory/session.py``):
 
 ========================  ==========================================================================================
 reason                    when

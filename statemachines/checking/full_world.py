@@ -10,7 +10,7 @@ gate, where its step attaches in the session, the chains' owned steps).
 The generation side (effects carried out, moves) is ``generation_step``'s, shared with ``generation_world``, on the
 one step mechanism of ``step``; the records are ``records``' and the invariants ``invariants``'. This module adds the
 real session side (``_Step``: prepare, commit, drop, finalize and
-export, as ``proxy/controllers/session.py`` drives them), the session's invariants, and abstractions 1-12 below.
+export, as ``proxy/trajectory/session.py`` drives them), the session's invariants, and abstractions 1-12 below.
 
 The world
 ---------
@@ -113,6 +113,7 @@ from collections.abc import Callable
 
 import attrs
 
+from statemachines import branching
 from statemachines import chain as chain_sm
 from statemachines import generation as gen_sm
 from statemachines import rollout_gate as gate_sm
@@ -144,7 +145,7 @@ class Finalizer(enum.Enum):
 
 
 class Mode(enum.Enum):
-    """How a prepared generation's step attaches to the session (the session controller's ``_Mode``)."""
+    """How a prepared generation's step attaches to the session (``branching.Mode``, and LATE)."""
 
     NEW = "its own pending chain: a new segment (full encode)"
     TIP = "counted on a chain whose tip it extends"
@@ -263,38 +264,17 @@ class _Step(gs.GenerationStep):
     def attach(self, base: int) -> Attachment:
         """``Session.prepare`` after admission: ask the chain of the base checkpoint (0: none), as the trie says."""
         if not base:
-            return Attachment(Mode.NEW, self.new_chain(0))
+            return _attachment(_ruled(self, branching.attach, None))
         c = next(c for c, record in enumerate(self.chains) if base in record.steps)
         at = self.chains[c].steps.index(base) + 1
-        for effect in self.chain_send(c, chain_sm.ExtensionRequested(at)):
-            if isinstance(effect, chain_sm.ExtendTip):
-                return Attachment(Mode.TIP, c, base, at)
-            if isinstance(effect, chain_sm.ForkAt):
-                return Attachment(Mode.FORK, -1, base, at)
-            if isinstance(effect, chain_sm.StartNewSegment):
-                return Attachment(Mode.NEW, self.new_chain(0))
-        raise Broken(ACCEPTS, f"c{c}: ExtensionRequested({at}) answered nothing")
+        return _attachment(_ruled(self, branching.attach, base, c, at))
 
     def commit_step(self, i: int, attachment: Attachment, finish: gen_sm.FinishKind) -> None:
         """``Session.commit`` after AcceptCommit: the step becomes a chain's tip (a fork's, if the tip moved)."""
         step_id = len(self.steps) + 1
         self.steps.append(StepRecord(attachment.base))
         close = chain_sm.CloseReason.LENGTH_EXHAUSTED if finish is gen_sm.FinishKind.LENGTH else None
-        if attachment.mode is Mode.FORK:
-            c = self.new_chain(attachment.base)
-            effects = self.chain_send(c, chain_sm.FirstStepCommitted(close))
-        else:
-            c = attachment.chain
-            if attachment.mode is Mode.TIP:
-                effects = self.chain_send(c, chain_sm.ExtensionCommitted(attachment.at, close))
-            else:
-                effects = self.chain_send(c, chain_sm.FirstStepCommitted(close))
-            if any(isinstance(e, chain_sm.ForkAt) for e in effects):
-                # A sibling moved (or closed) the tip since this generation's prepare: commit into a new chain.
-                c = self.new_chain(attachment.base)
-                effects = self.chain_send(c, chain_sm.FirstStepCommitted(close))
-        if not any(isinstance(e, chain_sm.TipAdvanced) for e in effects):
-            raise Broken(ACCEPTS, f"g{i}: the commit's chain answered {list(effects)}")
+        c = _ruled(self, branching.commit, _claim(attachment), close).chain
         record = self.chains[c]
         self.chains[c] = attrs.evolve(record, steps=record.steps + (step_id,))
 
@@ -304,9 +284,7 @@ class _Step(gs.GenerationStep):
         if attachment is None:
             raise Broken(ACCEPTS, f"g{i}: dropped from the session but not admitted (or already out)")
         self.set(i, attachment=None)
-        effects = self.session_send(session_sm.GenerationDropped())
-        if any(isinstance(e, session_sm.ReleaseBranch) for e in effects) and attachment.mode in (Mode.NEW, Mode.TIP):
-            self.chain_send(attachment.chain, chain_sm.GenerationDropped())
+        _ruled(self, branching.release, _claim(attachment), self.session_send(session_sm.GenerationDropped()))
 
     def finalize(self) -> str:
         """``begin_finalize``: every chain exported (invariant 6 checked on the export), then the trie is frozen."""
@@ -314,14 +292,12 @@ class _Step(gs.GenerationStep):
         segments: list[tuple[int, ...]] = []
         for effect in self.session_send(session_sm.FinalizeRequested()):
             if isinstance(effect, session_sm.ExportSession):
-                for c in range(len(self.chains)):
-                    if self.chains[c].discarded:
-                        continue
-                    for chain_effect in self.chain_send(c, chain_sm.ExportRequested()):
-                        if isinstance(chain_effect, chain_sm.ExportSegment):
-                            if chain_effect.steps != len(self.chains[c].steps):
-                                raise Broken(ACCEPTS, f"c{c}: {chain_effect!r} but it owns {self.chains[c].steps}")
-                            segments.append(self.chains[c].steps)
+                live = [c for c, record in enumerate(self.chains) if not record.discarded]
+                for segment in _ruled(self, branching.export, live).segments:
+                    owned = self.chains[segment.chain].steps
+                    if segment.steps != len(owned):
+                        raise Broken(ACCEPTS, f"c{segment.chain}: exported {segment.steps} step(s) but owns {owned}")
+                    segments.append(owned)
         committed = range(1, len(self.steps) + 1)
         if any(not segment for segment in segments) or any(
                 sum(k in segment for segment in segments) != 1 for k in committed):
@@ -357,6 +333,49 @@ class _Step(gs.GenerationStep):
                 self.feed(i, gen_sm.CommitAccepted())
                 return
         raise Broken(ACCEPTS, f"g{i}: the session answered the commit with nothing")
+
+
+class _StepChains:
+    """A step's chains as the branching rule's ``ChainPort`` (chains by index, bases by step id, 0: none)."""
+
+    def __init__(self, run: _Step) -> None:
+        self.run = run
+
+    def send(self, c: int, event: object) -> tuple:
+        return self.run.chain_send(c, event)
+
+    def new_chain(self, base: int | None) -> int:
+        return self.run.new_chain(base or 0)
+
+    def forget(self, c: int) -> None:
+        # ``chain_send`` marked it already: the controller forgets a chain on DiscardChain.
+        self.run.chains[c] = attrs.evolve(self.run.chains[c], discarded=True)
+
+
+def _ruled(run: _Step, rule: Callable, *args: object):
+    """Run a ``branching`` rule on the step's chains; an answer the rule has no case for breaks the world."""
+    try:
+        return rule(_StepChains(run), *args)
+    except branching.UnexpectedAnswer as error:
+        raise Broken(ACCEPTS, str(error)) from None
+
+
+# The session controller's claim for each attachment mode (a late generation holds no chain any more).
+_MODES = {Mode.NEW: branching.Mode.NEW_SEGMENT, Mode.TIP: branching.Mode.EXTEND_TIP, Mode.FORK: branching.Mode.FORK}
+
+
+def _claim(attachment: Attachment) -> branching.BranchClaim[int, int]:
+    """An attachment as the branching rule's claim (chain -1, base 0: none)."""
+    if attachment.mode is Mode.LATE:
+        return branching.detached()
+    chain = attachment.chain if attachment.chain >= 0 else None
+    return branching.BranchClaim(_MODES[attachment.mode], chain, attachment.base or None, attachment.at)
+
+
+def _attachment(claim: branching.BranchClaim[int, int]) -> Attachment:
+    """The attachment that holds ``claim``."""
+    mode = next(mode for mode, value in _MODES.items() if value is claim.mode)
+    return Attachment(mode, claim.chain if claim.chain is not None else -1, claim.base or 0, claim.at)
 
 
 # ---- The moves -------------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 ``session_with_generations(n)``: the real ``SessionMachine`` and real ``ChainMachine``s (restored from their
 snapshots for every step), a trainer that finalizes (and repeats it: a retry after a failed export), aborts,
 drains, or whose export fails, and ``n`` abstract generations,
-driven exactly as ``proxy/controllers/session.py`` drives them. Each generation is prepared once, on a base of its
+driven exactly as ``proxy/trajectory/session.py`` drives them. Each generation is prepared once, on a base of its
 choice: no checkpoint (a new segment), the tip of any chain, or a chain's first step below its tip (a splice);
 the chain machine says whether it extends the tip, forks, or starts a new segment (a closed tip). A prepared
 generation may fail (upstream failure, client gone), have its incremental encode fail (it moves to a new
@@ -50,6 +50,7 @@ from collections.abc import Callable
 
 import attrs
 
+from statemachines import branching
 from statemachines import chain as chain_sm
 from statemachines import session as session_sm
 from statemachines.checking.explorer import Composition, Invariant
@@ -216,6 +217,37 @@ def session_with_generations(
     def set_gen(world: SessionWorld, i: int, gen: AbstractGeneration) -> SessionWorld:
         return attrs.evolve(world, generations=_replace_any(world.generations, i, gen))
 
+    class WorldChains:
+        """The world's chains as the branching rule's ``ChainPort`` (chains by index, bases by step id, 0: none);
+        every event replaces the world it holds."""
+
+        def __init__(self, world: SessionWorld) -> None:
+            self.world = world
+
+        def send(self, c: int, event: object) -> list:
+            self.world, effects = send_chain(self.world, c, event)
+            return effects
+
+        def new_chain(self, base: int | None) -> int:
+            self.world, c = new_chain(self.world, base or 0)
+            return c
+
+        def forget(self, c: int) -> None:
+            """The controller forgets a chain on DiscardChain."""
+            record = attrs.evolve(self.world.chains[c], discarded=True)
+            self.world = attrs.evolve(self.world, chains=with_chain(self.world.chains, c, record))
+
+    def ruled(world: SessionWorld, rule, *args) -> tuple[SessionWorld, object]:
+        """Run a ``branching`` rule on the world's chains: the world after it, and the rule's answer."""
+        chains = WorldChains(world)
+        try:
+            answer = rule(chains, *args)
+        except branching.UnexpectedAnswer as error:
+            refused = _Refused(str(error))
+            refused.world = chains.world
+            raise refused from None
+        return chains.world, answer
+
     @guarded
     def prepare(world: SessionWorld, i: int, target: tuple[int, int] | None) -> SessionWorld:
         snapshot, effects = feed(session_cls, world.session, session_sm.GenerationRequested())
@@ -223,32 +255,18 @@ def session_with_generations(
         if not any(isinstance(e, session_sm.AdmitGeneration) for e in effects):
             return set_gen(world, i, AbstractGeneration(GenPhase.REJECTED))
         if target is None:
-            world, c = new_chain(world, 0)
-            return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "new", c))
-        c, at = target
-        base = world.chains[c].steps[at - 1]
-        world, effects = send_chain(world, c, chain_sm.ExtensionRequested(at))
-        for effect in effects:
-            if isinstance(effect, chain_sm.ExtendTip):
-                return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "tip", c, base, at))
-            if isinstance(effect, chain_sm.ForkAt):
-                return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "fork", -1, base, at))
-            if isinstance(effect, chain_sm.StartNewSegment):
-                world, fresh = new_chain(world, 0)
-                return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "new", fresh))
-        raise _Refused(f"ExtensionRequested answered {effects}")
+            world, claim = ruled(world, branching.attach, None)
+        else:
+            c, at = target
+            world, claim = ruled(world, branching.attach, world.chains[c].steps[at - 1], c, at)
+        return set_gen(world, i, _prepared(claim))
 
     @guarded
     def tito_fails(world: SessionWorld, i: int) -> SessionWorld:
         gen = world.generations[i]
         snapshot, effects = feed(session_cls, world.session, session_sm.TitoFailed())
-        world = attrs.evolve(world, session=snapshot)
-        if any(isinstance(e, session_sm.RestartSegment) for e in effects):
-            if gen.mode == "tip":
-                world, _ = send_chain(world, gen.chain, chain_sm.GenerationDropped())
-            world, fresh = new_chain(world, 0)
-            return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "new", fresh))
-        return set_gen(world, i, AbstractGeneration(GenPhase.PREPARED, "new"))
+        world, claim = ruled(attrs.evolve(world, session=snapshot), branching.restart_segment, _claim(gen), effects)
+        return set_gen(world, i, _prepared(claim))
 
     def slot(world: SessionWorld, step_id: int) -> tuple[int, int] | None:
         """Where a step sits (None for no step: a full encode)."""
@@ -262,7 +280,7 @@ def session_with_generations(
         generation's base sits."""
         newest: dict[tuple[int, int], int] = {}
         for k, record in enumerate(world.steps, start=1):
-            if record.chain >= 0 and slot(world, record.base) == slot(world, gen.base):
+            if record.chain >= 0 and branching.same_checkpoint(slot(world, record.base), slot(world, gen.base)):
                 newest[(record.chain, record.position)] = k
         return sorted(newest.values())
 
@@ -293,56 +311,18 @@ def session_with_generations(
         world = attrs.evolve(world, steps=world.steps + (StepRecord(i, gen.base, accepted_in),))
         world = set_gen(world, i, attrs.evolve(gen, phase=GenPhase.COMMITTED))
         close = chain_sm.CloseReason.LENGTH_EXHAUSTED if closes else None
-        if target:
-            # The same answer as step ``target``: ask its chain what the refresh does.
-            c, at = slot(world, target)
-            world, effects = send_chain(world, c, chain_sm.RefreshRequested(at, close))
-            for effect in effects:
-                if isinstance(effect, (chain_sm.TipRefreshed, chain_sm.StepShadowed)):
-                    if gen.chain >= 0:
-                        # The generation's own chain (pending, or counted on) ends without its step.
-                        world, chain_effects = send_chain(world, gen.chain, chain_sm.GenerationDropped())
-                        world = discard_if_told(world, gen.chain, chain_effects)
-                    return place(world, step_id, c, effect.step, isinstance(effect, chain_sm.TipRefreshed))
-            if not any(isinstance(e, chain_sm.RefreshDeclined) for e in effects):
-                refused = _Refused(f"RefreshRequested answered {effects}")
-                refused.world = world
-                raise refused
-        if gen.mode == "fork" or gen.chain < 0:
-            world, c = new_chain(world, gen.base)
-            world, effects = send_chain(world, c, chain_sm.FirstStepCommitted(close))
-        else:
-            c = gen.chain
-            if gen.mode == "tip":
-                event = chain_sm.ExtensionCommitted(gen.at, close)
-            else:
-                event = chain_sm.FirstStepCommitted(close)
-            world, effects = send_chain(world, c, event)
-            if any(isinstance(e, chain_sm.ForkAt) for e in effects):
-                world, c = new_chain(world, gen.base)
-                world, effects = send_chain(world, c, chain_sm.FirstStepCommitted(close))
-        advanced = [e for e in effects if isinstance(e, chain_sm.TipAdvanced)]
-        if not advanced:
-            refused = _Refused(f"commit answered {effects}")
-            refused.world = world
-            raise refused
-        return place(world, step_id, c, advanced[0].step, True)
+        # The same answer as step ``target``, if any: its chain says what the refresh does.
+        refresh = branching.Refresh(*slot(world, target)) if target else None
+        world, placement = ruled(world, branching.commit, _claim(gen), close, refresh)
+        return place(world, step_id, placement.chain, placement.position, placement.is_tip)
 
     @guarded
     def fail(world: SessionWorld, i: int) -> SessionWorld:
         gen = world.generations[i]
         snapshot, effects = feed(session_cls, world.session, session_sm.GenerationDropped())
         world = set_gen(attrs.evolve(world, session=snapshot), i, AbstractGeneration(GenPhase.FAILED))
-        if any(isinstance(e, session_sm.ReleaseBranch) for e in effects) and gen.chain >= 0:
-            world, chain_effects = send_chain(world, gen.chain, chain_sm.GenerationDropped())
-            world = discard_if_told(world, gen.chain, chain_effects)
+        world, _ = ruled(world, branching.release, _claim(gen), effects)
         return world
-
-    def discard_if_told(world: SessionWorld, c: int, effects: list) -> SessionWorld:
-        """The controller forgets a chain on DiscardChain."""
-        if not any(isinstance(e, chain_sm.DiscardChain) for e in effects):
-            return world
-        return attrs.evolve(world, chains=with_chain(world.chains, c, attrs.evolve(world.chains[c], discarded=True)))
 
     @guarded
     def finalize(world: SessionWorld) -> SessionWorld:
@@ -353,15 +333,10 @@ def session_with_generations(
                 # The export kept by the failed attempt runs again: the same segments.
                 return attrs.evolve(world, finalizer=Finalizer.EXPORTING)
             if isinstance(effect, session_sm.ExportSession):
-                exported = []
-                for c in range(len(world.chains)):
-                    if world.chains[c].discarded:
-                        continue
-                    world, chain_effects = send_chain(world, c, chain_sm.ExportRequested())
-                    world = discard_if_told(world, c, chain_effects)
-                    if any(isinstance(e, chain_sm.ExportSegment) for e in chain_effects):
-                        exported.append(world.chains[c].steps)
-                return attrs.evolve(world, exported=tuple(exported), finalizer=Finalizer.EXPORTING)
+                live = [c for c, record in enumerate(world.chains) if not record.discarded]
+                world, export = ruled(world, branching.export, live)
+                exported = tuple(world.chains[segment.chain].steps for segment in export.segments)
+                return attrs.evolve(world, exported=exported, finalizer=Finalizer.EXPORTING)
         return world
 
     @guarded
@@ -494,6 +469,22 @@ class SessionStep(Step):
 
     def world(self, broken: tuple[str, str] | None = None, *, symmetry: bool = True) -> SessionWorld:
         return self.current if broken is None else attrs.evolve(self.current, broken=broken)
+
+
+# An abstract generation's mode, as the branching rule names it.
+_MODES = {"new": branching.Mode.NEW_SEGMENT, "tip": branching.Mode.EXTEND_TIP, "fork": branching.Mode.FORK}
+
+
+def _claim(gen: AbstractGeneration) -> branching.BranchClaim[int, int]:
+    """A prepared generation's attachment as the branching rule's claim (chain -1, base 0: none)."""
+    return branching.BranchClaim(_MODES[gen.mode], gen.chain if gen.chain >= 0 else None, gen.base or None, gen.at)
+
+
+def _prepared(claim: branching.BranchClaim[int, int]) -> AbstractGeneration:
+    """The prepared generation that holds ``claim``."""
+    mode = next(name for name, value in _MODES.items() if value is claim.mode)
+    chain = claim.chain if claim.chain is not None else -1
+    return AbstractGeneration(GenPhase.PREPARED, mode, chain, claim.base or 0, claim.at)
 
 
 def _replace_any(items: tuple, i: int, item: object) -> tuple:

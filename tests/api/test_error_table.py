@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from proxy.api.errors import ERROR_TABLE, ErrorCode, error_table_markdown
-from proxy.controllers import errors as session_errors
 from proxy.controllers.gate import ResumeRefusedError
+from proxy.trajectory import session_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 API_DOC = ROOT / "docs" / "api.md"

@@ -10,8 +10,8 @@ import pytest
 
 from proxy.api import error_mapping
 from proxy.api.errors import ERROR_TABLE, ApiError, ErrorCode, client_safe_text
-from proxy.controllers import errors as session_errors
 from proxy.request_id import _current as current_request_id_var
+from proxy.trajectory import session_errors
 
 NAMED = {
     ErrorCode.MISSING_SESSION_ID: lambda: ApiError.missing_session_id(),

@@ -12,8 +12,8 @@ from typing import Any
 
 import attrs
 
-from proxy.controllers.session import CommitResult
-from proxy.controllers.session_registry import Prepared, SessionRegistry
+from proxy.controllers.session_registry import PreparedStep, SessionRegistry
+from proxy.trajectory.session_results import CommitResult
 
 from .fakes import model_output
 
@@ -34,7 +34,7 @@ def logprobs_for(ids: list[int], salt: int = 0) -> list[float]:
 class Turn:
     """One generation: what was prepared, sent upstream, generated and committed."""
 
-    prepared: Prepared
+    prepared: PreparedStep
     context: tuple[int, ...]
     generated: tuple[int, ...]
     result: CommitResult

@@ -13,7 +13,7 @@ import json
 import pytest
 import trio
 
-from proxy.controllers.session import SessionConfig
+from proxy.trajectory.session_config import SessionConfig
 from proxy.controllers.session_registry import SessionRegistry
 from proxy.tokenization import build_last_step
 from proxy.trajectory.export import BuildMode, ExportOptions

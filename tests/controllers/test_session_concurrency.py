@@ -22,9 +22,9 @@ import trio
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from proxy.controllers.errors import SessionFinalizedError
-from proxy.controllers.session import SessionConfig
 from proxy.controllers.session_registry import SessionRegistry
+from proxy.trajectory.session_config import SessionConfig
+from proxy.trajectory.session_errors import SessionFinalizedError
 
 from .driving import trained_spans
 from .fakes import FakeTokenizer, model_output

@@ -11,7 +11,11 @@ import pytest
 import trio
 import trio.testing
 
-from proxy.controllers.errors import (
+from proxy.controllers.session_registry import MAX_REPORTED_EXPORT_FAILURES, SessionRegistry
+from proxy.tokenization import TitoError
+from proxy.trajectory.export import ExportOptions
+from proxy.trajectory.session_config import MAX_STEPS_ENV, SessionConfig, max_steps_from_env
+from proxy.trajectory.session_errors import (
     ExportFailedError,
     GenerationFinishedError,
     InvalidMessagesError,
@@ -20,10 +24,6 @@ from proxy.controllers.errors import (
     SessionAbortedError,
     SessionFinalizedError,
 )
-from proxy.controllers.session import MAX_STEPS_ENV, SessionConfig, max_steps_from_env
-from proxy.controllers.session_registry import MAX_REPORTED_EXPORT_FAILURES, SessionRegistry
-from proxy.tokenization import TitoError
-from proxy.trajectory.export import ExportOptions
 from proxy.trajectory.store import InMemoryTrajectoryStore
 
 from .driving import answer_ids, segment_by_tip, trained_spans, turn
@@ -145,6 +145,20 @@ async def test_registry_finalized_session_is_never_resurrected_by_a_late_request
         await reg.prepare("never-seen", [SYS, U1])
     assert await reg.read(session_id="never-seen") == []
     assert reg.statistics().states == {"FINALIZED": 1}
+
+
+async def test_registry_idempotency_records_live_as_long_as_the_sessions_data():
+    reg = registry()
+    await turn(reg, "s", [SYS, U1], A1)
+    keys = reg.idempotency_keys("s")
+    assert keys is not None and reg.idempotency_keys("s") is keys
+    await reg.finalize("s")
+    # Freed with the trie (the tombstone keeps only the machine), and never created again.
+    assert reg.idempotency_keys("s") is None and reg._sessions["s"].idempotency is None
+    await turn(reg, "a", [SYS, U1], A1)
+    assert reg.idempotency_keys("a") is not None
+    assert await reg.abort("a")
+    assert reg._sessions["a"].idempotency is None
 
 
 async def test_registry_max_steps_is_enforced_before_generation_counting_reservations():

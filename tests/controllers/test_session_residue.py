@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 import trio
 
-from proxy.controllers.errors import ResponseMaskMismatchError, TrajectoryVersionChangedError
-from proxy.controllers.session import SessionConfig, VersionStamp
 from proxy.controllers.session_registry import SessionRegistry
 from proxy.tokenization import TitoError
 from proxy.trajectory.prefix_trie import PrefixTrie, TrieNode
+from proxy.trajectory.session_config import SessionConfig
+from proxy.trajectory.session_errors import ResponseMaskMismatchError, TrajectoryVersionChangedError
+from proxy.trajectory.version_stamp import VersionStamp
 
 from .driving import turn
 from .fakes import FakeTokenizer, model_output

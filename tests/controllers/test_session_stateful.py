@@ -42,11 +42,14 @@ from hypothesis.stateful import (
     rule,
 )
 
-from proxy.controllers.errors import SessionFinalizedError
-from proxy.controllers.session import ExportJob, Session, SessionConfig, tokenize_plan
 from proxy.tokenization import TitoFailure
+from proxy.trajectory.encode_plan import tokenize_plan
 from proxy.trajectory.export import export_segments
 from proxy.trajectory.message_keys import message_key, reasoning_variant
+from proxy.trajectory.session import Session
+from proxy.trajectory.session_config import SessionConfig
+from proxy.trajectory.session_errors import SessionFinalizedError
+from proxy.trajectory.session_results import ExportJob
 
 from .fakes import FakeTokenizer, model_output
 

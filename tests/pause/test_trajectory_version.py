@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from proxy.controllers.errors import TrajectoryVersionChangedError
-from proxy.controllers.session import VersionStamp
+from proxy.trajectory.session_errors import TrajectoryVersionChangedError
+from proxy.trajectory.version_stamp import VersionStamp
 from tests.pause.harness import MESSAGES, NO_THINKING, WORDS, engine_idle, generated_at_least
 
 SLOW = {"token_rate": 10.0}

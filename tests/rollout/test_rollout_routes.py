@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from proxy.client import ProxyClient
-from proxy.controllers.errors import SessionFinalizedError
+from proxy.trajectory.session_errors import SessionFinalizedError
 from proxy.trajectory.store import InMemoryTrajectoryStore
 
 from .harness import ANSWER, CALL, RESULT, SYSTEM, USER, Stack, record_calculator_session, serve_stack

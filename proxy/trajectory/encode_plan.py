@@ -1,0 +1,78 @@
+"""What a step tokenizes, decided under the session's lock and run outside it: the request's trie keys
+(``request_keys``), the encode decision (``EncodePlan``: TITO after a checkpoint, or a full encode) and the call into
+the tokenizer (``tokenize_plan``)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from proxy.tokenization.results import TitoFailure
+from proxy.tokenization.tito import TitoTokenizer
+from proxy.trajectory.boundaries import BoundaryReason
+from proxy.trajectory.message_keys import MessageKey, MessageKeyError, message_key, reasoning_variant
+from proxy.trajectory.session_errors import InvalidMessagesError
+from proxy.trajectory.tokens import Step
+
+
+class EncodeKind(enum.Enum):
+    """How a step's context tokens are produced."""
+
+    INCREMENTAL = "incremental"
+    FULL = "full"
+
+
+@attrs.frozen
+class EncodePlan:
+    """The TITO/encode decision of a prepare: what to tokenize, outside the lock."""
+
+    kind: EncodeKind
+    # The checkpoint an incremental encode appends to (None for a full encode).
+    base: Step | None
+    # Full: every message. Incremental: the messages after the checkpoint, and those up to it.
+    messages: tuple[Any, ...]
+    prior_messages: tuple[Any, ...]
+    tools: tuple[Any, ...] | None
+    template_kwargs: Mapping[str, Any]
+    # Set for a full encode: why the step starts a segment.
+    boundary_reason: BoundaryReason | None = None
+    boundary_detail: str | None = None
+
+
+def request_keys(messages: Sequence[Any], *, ignore_cch: bool = False) -> tuple[list[MessageKey], list[str | None]]:
+    """The trie keys and reasoning variants of a request's messages: pure and O(request text), so the registry
+    computes them before taking the session's lock. Raises InvalidMessagesError."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence) or not messages:
+        raise InvalidMessagesError("messages must be a non-empty list")
+    try:
+        keys = [message_key(message, ignore_cch=ignore_cch) for message in messages]
+    except MessageKeyError as exc:
+        raise InvalidMessagesError(str(exc)) from None
+    for key in keys:
+        # Keys cache their hash: computing it here keeps the O(text) hashing out of the critical section.
+        hash(key)
+    return keys, [reasoning_variant(message) for message in messages]
+
+
+def tokenize_plan(tokenizer: TitoTokenizer, plan: EncodePlan) -> list[int] | TitoFailure:
+    """The context ids of a plan (sync, CPU-bound): the TITO fragment after the checkpoint, or the full encode.
+
+    An incremental failure is returned (the caller restarts the segment); a full encode raises ``TitoError``.
+    Only the checkpoint's last tokens matter to ``encode_incremental`` (it checks that they end with the end-of-turn
+    token), so it gets the base step's last span instead of the materialized prefix (an adapter to its contract).
+    """
+    tools = list(plan.tools) if plan.tools is not None else None
+    kwargs = dict(plan.template_kwargs)
+    if plan.kind is EncodeKind.INCREMENTAL:
+        result = tokenizer.encode_incremental(
+            plan.base.span.last_ids(), list(plan.messages), prior_messages=list(plan.prior_messages), tools=tools,
+            chat_template_kwargs=kwargs,
+        )
+        return list(result.ids) if result.ok else result
+    return list(tokenizer.encode_full(list(plan.messages), tools, kwargs))
+
+
+__all__ = ["EncodeKind", "EncodePlan", "request_keys", "tokenize_plan"]

@@ -1,0 +1,59 @@
+"""A session's chains: each one's ``ChainMachine`` and tip step, and the collection the branching rule
+(``statemachines/branching.py``) drives through its ``ChainPort``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import attrs
+
+from proxy.trajectory.tokens import Step
+from statemachines import chain as chain_sm
+
+
+@attrs.define(eq=False)
+class SessionChain:
+    """One chain of a session: its machine, and its tip step (its segment is the walk back from the tip)."""
+
+    chain_id: int
+    machine: chain_sm.ChainMachine
+    tip: Step | None = None
+
+
+@attrs.define(eq=False)
+class SessionChains:
+    """The session's chains by id: the ``ChainPort`` through which the branching rule (``statemachines/
+    branching.py``) drives their machines. Chain ids count up from 1 in creation order and are never reused."""
+
+    _chains: dict[int, SessionChain] = attrs.field(factory=dict)
+    _last_id: int = 0
+
+    def send(self, chain: SessionChain, event: object) -> list[object]:
+        """Feed the chain's machine."""
+        return chain.machine.send(event)
+
+    def new_chain(self, base: Step | None) -> SessionChain:
+        """A new chain (pending). ``base`` is not kept: each committed step records its own (``Step.base``)."""
+        self._last_id += 1
+        chain = SessionChain(self._last_id, chain_sm.ChainMachine.new())
+        self._chains[chain.chain_id] = chain
+        return chain
+
+    def forget(self, chain: SessionChain) -> None:
+        """The chain owns no step and never will."""
+        del self._chains[chain.chain_id]
+
+    def of(self, step: Step) -> SessionChain:
+        """The chain that holds ``step``."""
+        return self._chains[step.chain_id]
+
+    def __iter__(self) -> Iterator[SessionChain]:
+        """The chains in creation order; a copy, so a rule may forget chains while it walks them."""
+        return iter(list(self._chains.values()))
+
+    def clear(self) -> None:
+        """Forget every chain (the session's data is freed)."""
+        self._chains.clear()
+
+
+__all__ = ["SessionChain", "SessionChains"]
