@@ -18,7 +18,7 @@ from werkzeug.exceptions import HTTPException
 
 from proxy.api import ApiError
 from proxy.controllers.errors import SessionError
-from proxy.controllers.upstream_reader import failure_event
+from proxy.controllers.upstream_request import failure_event
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware, current_request_id
 from proxy.routes import chat, info, rollout, rollout_control
@@ -54,7 +54,7 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
 
     @app.errorhandler(UpstreamError)
     async def _upstream_error(error: UpstreamError) -> Response:
-        # The same code as a failed generation (proxy/controllers/upstream_reader.py), which logs the detail.
+        # The same code as a failed generation (proxy/controllers/upstream_request.py), which logs the detail.
         failure = failure_event(error)
         return error_response(ApiError.of(failure.code, failure.message))
 

@@ -117,6 +117,7 @@ from statemachines import session as session_sm
 from statemachines.compositions import ChainRecord  # the session composition's record of a chain
 from statemachines.core import Snapshot
 from statemachines.explorer import Composition, Invariant
+from statemachines.generation_machine import GenerationMachine
 
 # Re-exported: the records and the generation side's invariant names.
 from statemachines.generation_world import (  # noqa: F401
@@ -431,7 +432,7 @@ def gate_session_generations(
     gate: type[gate_sm.RolloutGate] = gate_sm.RolloutGate,
     session: type[session_sm.SessionMachine] = session_sm.SessionMachine,
     chain: type[chain_sm.ChainMachine] = chain_sm.ChainMachine,
-    generation: type[gen_sm.GenerationMachine] = gen_sm.GenerationMachine,
+    generation: type[GenerationMachine] = GenerationMachine,
 ) -> Composition:
     """The gate, the session with its chains, ``n`` generation machines of ``budget`` tokens, a trainer with
     ``pauses`` pause/resume rounds and a finalize (see the module docstring). Machine classes may be variants."""

@@ -64,6 +64,7 @@ from statemachines import generation_world as gw
 from statemachines import rollout_gate as gate_sm
 from statemachines.core import Snapshot
 from statemachines.explorer import Composition, Invariant
+from statemachines.generation_machine import GenerationMachine
 
 # Re-exported: the records and invariant names, as they were defined here first.
 from statemachines.generation_world import (  # noqa: F401
@@ -140,7 +141,7 @@ def gate_with_generation_machines(
     versions_reported: bool = True,
     late_commits_accepted: bool = False,
     symmetry: bool = True,
-    generation: type[gen_sm.GenerationMachine] = gen_sm.GenerationMachine,
+    generation: type[GenerationMachine] = GenerationMachine,
     gate: type[gate_sm.RolloutGate] = gate_sm.RolloutGate,
 ) -> Composition:
     """The gate, ``n`` generation machines of ``budget`` tokens, a trainer with ``pauses`` rounds, a session.

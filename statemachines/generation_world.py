@@ -49,6 +49,7 @@ from statemachines import generation as gen_sm
 from statemachines import rollout_gate as gate_sm
 from statemachines.core import IllegalTransition, Machine, Snapshot, TableError
 from statemachines.explorer import Composition, Invariant, Progress
+from statemachines.generation_machine import GenerationMachine
 
 # The prompt length every generation is prepared with (only the routed-experts start position depends on it).
 PROMPT_TOKENS = 4
@@ -228,7 +229,7 @@ class Config:
     stale_until_next_request: bool
     tokens_checked_against_pause: bool
     gate: type[gate_sm.RolloutGate]
-    generation: type[gen_sm.GenerationMachine]
+    generation: type[GenerationMachine]
     # Memo of the machines' pure step: (class, snapshot, event) -> (snapshot, effects) or a refusal.
     sent: dict[tuple[type, Snapshot, object], tuple[Snapshot, tuple] | str] = attrs.field(factory=dict, eq=False)
     # Memo of each generation's sort key (generations recur in many worlds; their hash is cached).
@@ -276,8 +277,6 @@ class GenerationStep(abc.ABC):
         self.trainer = world.trainer
         self.pauses_left = world.pauses_left
         self.weights = world.weights
-        # The token being fed, as (rid, weights that generated it): what AcceptTokens is checked against.
-        self.token: tuple[str | None, str] | None = None
 
     @abc.abstractmethod
     def world(self, broken: tuple[str, str] | None = None, *, symmetry: bool = True) -> Any:
@@ -417,7 +416,7 @@ class GenerationStep(abc.ABC):
             if g.commits:
                 raise Broken(ACCEPTS, f"g{i}: dropped from the session after committing")
             self.drop(i)
-        elif not isinstance(effect, gen_sm.DropTokens):
+        elif not isinstance(effect, (gen_sm.DropTokens, gen_sm.AnswerNobody)):
             # ReportFault, or anything new: the composition does not expect it.
             raise Broken(ACCEPTS, f"g{i}: unexpected effect {effect!r}")
 
@@ -439,7 +438,8 @@ class GenerationStep(abc.ABC):
         """Record an accepted token, checking when it came, where from and how it is stamped."""
         g = self.gens[i]
         config = self.config
-        rid, weights = self.token
+        # The token the world fed (TokensReceived): the rid and the weights that generated it.
+        (rid, weights), = effect.tokens
         if config.tokens_checked_against_pause and (
                 self.trainer is Trainer.PAUSE_RETURNED or self.gate.state is gate_sm.State.PAUSED):
             raise Broken(NO_TOKEN_WHILE_PAUSED, f"g{i}: token of {rid} accepted while paused")
@@ -606,8 +606,8 @@ def _token(run: GenerationStep, i: int) -> None:
         raise Broken(UNMIXED, f"g{i}: {up.rid} started under {version} generates under {run.weights}")
     straggled = up.aborting and run.config.one_token_after_abort
     run.set(i, upstream=attrs.evolve(up, produced=up.produced + 1, version=version, straggled=straggled))
-    run.token = (up.rid, run.weights)
-    run.feed(i, gen_sm.TokensReceived(up.rid, run.weights if run.config.versions_reported else None))
+    token = (up.rid, run.weights)
+    run.feed(i, gen_sm.TokensReceived(up.rid, run.weights if run.config.versions_reported else None, (token,)))
 
 
 def _end(run: GenerationStep, i: int, finish: gen_sm.FinishKind) -> None:
@@ -662,8 +662,7 @@ def _client_gone(run: GenerationStep, i: int) -> None:
 def _straggler(run: GenerationStep, i: int) -> None:
     """A token of the last aborted request arrives late (generated before its abort, with its weights)."""
     rid, version = run.gens[i].stale
-    run.token = (rid, version)
-    run.feed(i, gen_sm.TokensReceived(rid, version if run.config.versions_reported else None))
+    run.feed(i, gen_sm.TokensReceived(rid, version if run.config.versions_reported else None, ((rid, version),)))
 
 
 # ---- The invariants --------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ every response; it is absent only outside an HTTP exchange (unit tests). Some co
 **One table.** :data:`ERROR_TABLE` maps every code to its HTTP status, OpenAI ``type`` and description; it is the
 only place a status is decided. Every producer names a code and gets status and type from here:
 ``ApiError.of(code, message)`` and the named classmethods, the upstream failure table
-(``proxy/controllers/upstream_reader.py``), the generation controller's answers to its machine's ``RespondError``,
+(``proxy/controllers/upstream_request.py``), the generation controller's answers to its machine's ``RespondError``,
 the session layer's errors (``ApiError.from_session_error``), werkzeug's HTTP errors (``from_http_status``). The
 constructor refuses a known code with another status or type. ``docs/api.md``'s error table is this table
 rendered by :func:`error_table_markdown` (``tests/api/test_error_table.py`` compares the two row by row and

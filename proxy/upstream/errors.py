@@ -6,7 +6,7 @@ in-stream error chunks become :class:`UpstreamHTTPError` through :func:`error_fr
 
 Their text (``str(error)``: the message, the URL, the tokens received, the underlying exception) is for the log
 only: it names hosts, ports and exception classes. A client sees the message of the failure table
-(``proxy/controllers/upstream_reader.py:failure_event``), which logs this text with the request id.
+(``proxy/controllers/upstream_request.py:failure_event``), which logs this text with the request id.
 
 Hierarchy::
 

@@ -12,6 +12,7 @@ import pytest
 
 from statemachines import generation as gm
 from statemachines import generation_composition as gc
+from statemachines import generation_machine as gmm
 from statemachines.core import Branch, Goto, on
 from statemachines.generation_composition import DEFAULT_BOUNDS, gate_with_generation_machines
 from statemachines.rollout_gate import State as GateState
@@ -78,7 +79,7 @@ def test_generation_composition_drives_every_other_row_of_the_table():
     sent: set = set()
     effects: set = set()
 
-    class Recording(gm.GenerationMachine):
+    class Recording(gmm.GenerationMachine):
         def send(self, event):
             sent.add((self.snapshot().state, type(event)))
             out = super().send(event)
@@ -88,7 +89,7 @@ def test_generation_composition_drives_every_other_row_of_the_table():
     for partial in (True, False):
         result = gate_with_generation_machines(2, partial_rollout=partial, generation=Recording).explore()
         assert result.violation is None
-    assert sent == set(gm.TABLE.rows) - UNDRIVEN
+    assert sent == set(gmm.TABLE.rows) - UNDRIVEN
     # Every branch kind that matters shows up: continuation, restart, length without a request, stragglers.
     assert {gm.StartUpstream, gm.DiscardPartial, gm.DropTokens, gm.AcknowledgeAbortToGate, gm.CancelGateWait} <= effects
 
@@ -96,11 +97,11 @@ def test_generation_composition_drives_every_other_row_of_the_table():
 # ---- Planted bug 1: a token accepted after the pause acknowledgement ----------------------------------------------
 
 
-class LateTokenGeneration(gm.GenerationMachine):
+class LateTokenGeneration(gmm.GenerationMachine):
     """INTERRUPTED takes tokens like STREAMING: a straggler of the aborted request is recorded."""
 
-    table = gm.TABLE.overriding(
-        on(S.INTERRUPTED, gm.TokensReceived, gm._token,
+    table = gmm.TABLE.overriding(
+        on(S.INTERRUPTED, gm.TokensReceived, gmm._token,
            Branch(S.INTERRUPTED, [gm.AcceptTokens]), Branch(S.INTERRUPTED, [gm.DropTokens]),
            Branch(S.FAILED, [gm.CancelGateWait, gm.DropFromSession, gm.RespondError])),
     )
@@ -137,13 +138,13 @@ def _continue_with_the_full_budget(state, gen, event):
         request = gm.StartUpstream(started.requests, event.epoch, event.weight_version, gen.tokens, gen.budget,
                                    gen.prompt_tokens + gen.tokens - 1)
         return Goto(S.CONTINUING, started, [request])
-    return gm._resumed(state, gen, event)
+    return gmm._resumed(state, gen, event)
 
 
-class FullBudgetGeneration(gm.GenerationMachine):
-    table = gm.TABLE.overriding(
+class FullBudgetGeneration(gmm.GenerationMachine):
+    table = gmm.TABLE.overriding(
         on(S.INTERRUPTED, gm.Resumed, _continue_with_the_full_budget,
-           *gm.TABLE.rows[(S.INTERRUPTED, gm.Resumed)].branches),
+           *gmm.TABLE.rows[(S.INTERRUPTED, gm.Resumed)].branches),
     )
 
 
@@ -188,8 +189,8 @@ def _rejected_answered_as_committed(state, gen, event):
     return Goto(S.RESPONDED, attrs.evolve(gen, committed=True), [gm.Respond(gen.finish, gen.tokens)])
 
 
-class RejectedAsCommittedGeneration(gm.GenerationMachine):
-    table = gm.TABLE.overriding(
+class RejectedAsCommittedGeneration(gmm.GenerationMachine):
+    table = gmm.TABLE.overriding(
         on(S.COMMITTING, gm.CommitRejected, _rejected_answered_as_committed, Branch(S.RESPONDED, [gm.Respond])),
     )
 

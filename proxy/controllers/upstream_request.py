@@ -1,12 +1,30 @@
-"""One upstream request read to its end, and how its ending becomes a GenerationMachine event.
+"""A generation's upstream requests, one at a time: started, read to their end, cut by the abort policy.
+
+Theory of operation
+-------------------
+:class:`UpstreamRequest` belongs to one generation (``proxy/controllers/generation_driver.py``); its driver calls
+:meth:`UpstreamRequest.run` for every ``StartUpstream`` (the first request of a step, a continuation with the kept
+tokens appended to its input, or a restart from scratch) and :meth:`UpstreamRequest.cut` for every
+``AbortUpstream``. ``run`` draws a fresh rid, reports it (the machine's ``UpstreamStarted``, which may cut the request
+at once: a pause came first), and reads the request in its own cancel scope, handing the tokens of every read to the
+driver; it returns how the request ended (:class:`RequestEnd`), which the driver feeds as exactly one machine event.
+Cancellation is never caught inside: the scope says whether our own cut fired.
+
+The abort policy (``cut``): the request's scope is cancelled at once (the stream closes: SGLang and the embedded
+engine abort a disconnected request) and its rid is aborted on the workers in the background, a pause's only once
+the pause is acknowledged (posting hundreds of aborts at once delayed the acknowledgement itself). One exception, a
+pause's cut of a request already sent, when worker URLs are known, and either routing replay with partial rollout
+(SGLang sends routed experts only in a request's final chunk) or a non-streaming upstream request (its tokens come
+only in its answer): the rid is aborted first and the request read to its abort finish, bounded by the gate's
+``--pause-abort-timeout`` (``force_cut``: see :meth:`UpstreamRequest.cancel`).
 
 :func:`read_request` sends ``/generate`` and hands every token to a callback. It streams, except when the caller
 asks otherwise: a non-streaming client's request goes upstream non-streaming when worker URLs are known, because a
 closed stream is SGLang's only reliable abort signal without them, while with them ``/abort_request`` answers the
 request with its partial tokens (sglang-protocol.md §2.2); streaming upstream costs the engine about twice the CPU
-per request (cumulative chunks, ``bench/overhead.py``). Either way the caller sees the same token callbacks; it returns how the request ended instead of raising, so the generation controller turns every
-ending into exactly one machine event (:func:`ending_event`). Cancellation (a pause's abort, a client gone) is never
-caught here: the caller's cancel scope around the call says whether it fired.
+per request (cumulative chunks, ``bench/overhead.py``). Either way the caller sees the same token callbacks; it
+returns how the request ended instead of raising, so the driver turns every ending into exactly one machine event
+(:func:`ending_event`).
 
 Upstream failures map onto the API's stable codes in one place (:func:`failure_event`), also for the parser
 backend's failures; the statuses are ``proxy/api/errors.py``'s table (``ERROR_TABLE``), never decided here:
@@ -31,8 +49,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
+import trio
 
+from proxy.api import ChatCompletionRequest
 from proxy.api.errors import ErrorCode, client_safe_text, status_of
+from proxy.config import ProxyConfig
+from proxy.controllers.gate import GateController
 from proxy.request_id import current_request_id
 from proxy.upstream.errors import (
     UpstreamError,
@@ -43,8 +65,10 @@ from proxy.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from proxy.upstream.client import SGLangClient
 from proxy.upstream.events import FinishAbort, Finished, FinishLength, FinishStop, Token
-from statemachines.generation import FinishKind, UpstreamAborted, UpstreamFailed, UpstreamFinished
+from proxy.upstream.request_ids import new_rid
+from statemachines.generation import FinishKind, StartUpstream, UpstreamAborted, UpstreamFailed, UpstreamFinished
 
 log = logging.getLogger("dressage_proxy.upstream")
 
@@ -53,8 +77,8 @@ _RETRY_LATER = frozenset({408, 429, 503})
 #: upstream statuses that mean "this request is invalid" (SGLang: 400 for a ValueError, 422 for a body FastAPI
 #: refuses; a gateway: 413 for a body over its limit); any other 4xx is the gateway's configuration, not the input
 _REFUSED = frozenset({400, 413, 422})
-
-log = logging.getLogger("dressage_proxy.upstream")
+#: how long a background abort of an upstream rid may take
+ABORT_TIMEOUT = 10.0
 
 
 @attrs.frozen
@@ -63,6 +87,148 @@ class ReadOutcome:
 
     finished: Finished | None = None
     failure: UpstreamError | None = None
+
+
+@attrs.frozen
+class RequestEnd:
+    """How one upstream request ended, for its driver: read to its end (``outcome``), or ``cut`` by our own cancel
+    before it finished, after ``accepted`` of its tokens were accepted by the machine."""
+
+    outcome: ReadOutcome
+    cut: bool
+    accepted: int
+
+    def event(self) -> UpstreamFinished | UpstreamAborted | UpstreamFailed:
+        """The one machine event: a request our cut ended acknowledges the abort with the tokens accepted."""
+        return UpstreamAborted(self.accepted) if self.cut else ending_event(self.outcome, self.accepted)
+
+
+@attrs.define(eq=False)
+class UpstreamRequest:
+    """One generation's upstream requests, one at a time (see the module docstring)."""
+
+    upstream: SGLangClient
+    config: ProxyConfig
+    #: the pause's acknowledgement is awaited before a pause's rids are aborted on the workers
+    gate: GateController
+    #: where the background aborts run (the app's)
+    nursery: trio.Nursery
+    request: ChatCompletionRequest
+    choice_index: int
+    #: the tokenizer's: the token ids an answer may hold
+    vocab_size: int
+    #: for log lines
+    name: str
+    #: the current (or last) request's rid
+    rid: str | None = None
+    #: tokens of the current request the machine accepted (the driver counts its ``AcceptTokens`` here)
+    accepted: int = 0
+    _scope: trio.CancelScope | None = None
+    # The current request was handed to its reader (before that, a pause's cut has no answer to read).
+    _sent: bool = False
+
+    async def run(
+        self, start: StartUpstream, input_ids: Sequence[int], routed_start: int | None, *,
+        started: Callable[[str], None], on_tokens: Callable[[str, Sequence[Token]], Awaitable[None]],
+    ) -> RequestEnd:
+        """Read the request ``start`` asks for to its end. ``started(rid)`` is called with its fresh rid before it
+        goes out (it may cut it at once), ``on_tokens(rid, tokens)`` with the tokens of every read."""
+        config, request = self.config, self.request
+        params = request.to_sampling_params(
+            start.max_new_tokens, temperature_override=config.rollout_temperature, choice_index=self.choice_index,
+        )
+        rid = self.rid = new_rid()
+        self.accepted = 0
+        outcome = ReadOutcome()
+        finished: list[Finished] = []
+        with trio.CancelScope() as scope:
+            self._scope, self._sent = scope, False
+            try:
+                started(rid)
+                self._sent = True
+                outcome = await read_request(
+                    self.upstream, input_ids, params, rid=rid, routing_key=request.session_id,
+                    on_tokens=lambda tokens: on_tokens(rid, tokens), on_finished=finished.append,
+                    return_routed_experts=config.use_rollout_routing_replay, routed_experts_start_len=routed_start,
+                    stream=self.streams, vocab_size=self.vocab_size,
+                    top_logprobs_num=request.top_logprobs if request.logprobs else 0,
+                )
+            finally:
+                self._scope = None
+        if finished:
+            # Ended by itself, even if our cut came while the stream was being read to its end.
+            return RequestEnd(ReadOutcome(finished=finished[0]), cut=False, accepted=self.accepted)
+        return RequestEnd(outcome, cut=scope.cancelled_caught, accepted=self.accepted)
+
+    def cut(self, rid: str | None, for_pause: bool) -> None:
+        """``AbortUpstream``: cancel the current request's scope; abort the rid on the workers in the background
+        (a pause's once the pause is acknowledged), or, for a pause's cut under the exception of the module
+        docstring, abort the rid first and read the request to its abort finish (its last tokens are accepted: they
+        were generated before the abort, under the old weights; the continuation then asks for rows from
+        ``len(input_ids) - 1`` only, sglang-protocol.md §8.4)."""
+        scope = self._scope
+        current = scope is not None and (rid is None or rid == self.rid)
+        sent_for_pause = for_pause and self._sent
+        if current and rid is not None and sent_for_pause and self._drains_pause_aborts:
+            self.nursery.start_soon(self._abort_then_cut, rid, scope)
+            return
+        if current:
+            scope.cancel()
+        if rid is not None:
+            self.nursery.start_soon(self._abort_rid, rid, sent_for_pause)
+
+    def cancel(self) -> bool:
+        """Cancel the open request's scope now, even one read to its abort finish (the client left; the pause's
+        bound passed): its reader returns. False when no request is open."""
+        if self._scope is None:
+            return False
+        self._scope.cancel()
+        return True
+
+    @property
+    def streams(self) -> bool:
+        """Stream upstream for streaming clients, and whenever an abort can only be a closed stream: a
+        non-streaming request cut by closing it would lose every token it generated."""
+        return self.request.stream or not self._aborts_by_rid
+
+    @property
+    def _aborts_by_rid(self) -> bool:
+        """Worker URLs are known, so ``/abort_request`` can end a request with its partial tokens."""
+        return bool(getattr(self.upstream, "worker_urls", ()))
+
+    @property
+    def _drains_pause_aborts(self) -> bool:
+        """A pause ends the request by aborting its rid and reading its answer, rather than cutting it: needed for
+        a non-streaming upstream request (its tokens arrive only in the answer) and for routing replay with partial
+        rollout (the rows arrive only in the final chunk)."""
+        config = self.config
+        return self._aborts_by_rid and (
+            not self.streams or (config.use_rollout_routing_replay and config.partial_rollout)
+        )
+
+    async def _abort_then_cut(self, rid: str, scope: trio.CancelScope) -> None:
+        """Abort ``rid`` on the workers and let its reader read the abort finish; cut the stream if the abort cannot
+        be sent; the wait for the finish is bounded by the gate (``force_cut`` after ``--pause-abort-timeout``)."""
+        if not await self._post_abort(rid):
+            scope.cancel()
+
+    async def _abort_rid(self, rid: str, after_pause_ack: bool) -> None:
+        """Abort ``rid`` on the workers (frees SGLang's compute; the stream is already cut). A pause's aborts are sent
+        once the pause is acknowledged: with hundreds of streams in flight, posting them at once delayed the
+        acknowledgement itself (bench/pause.py: 1.75-4x the engine's own pause, against about 1x without them)."""
+        if after_pause_ack:
+            with trio.move_on_after(ABORT_TIMEOUT):
+                await self.gate.wait_pause_settled()
+        await self._post_abort(rid)
+
+    async def _post_abort(self, rid: str) -> bool:
+        """``/abort_request`` for ``rid`` on the workers, bounded; whether it was delivered."""
+        with trio.move_on_after(ABORT_TIMEOUT):
+            try:
+                return await self.upstream.abort(rid)
+            except UpstreamError as exc:
+                log.debug("generation %s: abort of %s failed: %s", self.name, rid, exc)
+        return False
 
 
 async def read_request(
@@ -239,4 +405,7 @@ def ending_event(outcome: ReadOutcome, tokens: int) -> UpstreamFinished | Upstre
     return UpstreamAborted(tokens)
 
 
-__all__ = ["ReadOutcome", "describe", "ending_event", "failure_event", "read_request"]
+__all__ = [
+    "ABORT_TIMEOUT", "ReadOutcome", "RequestEnd", "UpstreamRequest", "describe", "ending_event", "failure_event",
+    "read_request",
+]
