@@ -30,6 +30,9 @@ COMMITTING). One choice of an ``n > 1`` answer (``proxy/controllers/choices.py``
 stamp (``trajectory_version_changed``, fed as ``UpstreamFailed`` with status 400: the path that releases the gate
 slot and the session's reservation), the commit carries the step's (epoch, version) stamp, and a stream that showed
 tokens of a try a restart discards ends with a ``generation_restarted`` SSE error (nothing is committed).
+
+At about 530 lines this module is a little over the house's ~500: every effect lands here, and the effects' session
+side (prepare, commit) stays with their dispatch rather than in a fourth class of a few dozen lines.
 """
 
 from __future__ import annotations
