@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from statemachines.chain import ChainMachine
 from statemachines.core import Machine
-from statemachines.generation import GenerationMachine
+from statemachines.generation_machine import GenerationMachine
 from statemachines.rollout_gate import RolloutGate
 from statemachines.session import SessionMachine
 

@@ -8,7 +8,7 @@ row of :data:`~proxy.api.errors.ERROR_TABLE`, decided nowhere else.
 | internal error | code |
 |---|---|
 | :class:`~proxy.api.errors.ApiError` | itself (already an answer) |
-| :class:`CodedError` (the session layer's errors, ``proxy/controllers/errors.py``) | the code it names; ``response_mask_mismatch`` keeps ``expected`` / ``got`` |
+| :class:`CodedError` (the session layer's errors, ``proxy/trajectory/session_errors.py``) | the code it names; ``response_mask_mismatch`` keeps ``expected`` / ``got`` |
 | :class:`~proxy.tokenization.TitoError` (the chat template refused the messages) | ``invalid_request``, ``param`` ``messages`` |
 | :class:`~proxy.upstream.errors.UpstreamError` | the upstream table below |
 | werkzeug's ``HTTPException`` (unknown route, wrong method, body over the limit) | 404 ``not_found``, 405 ``method_not_allowed``, 413 ``request_too_large``; any other 4xx ``invalid_request``, anything else ``internal_error`` |

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 :meth:`ChoiceSet.start` starts the choices one after another in the caller's task (the HTTP handler). Each is an
-ordinary :class:`~proxy.controllers.generation.Generation` (prepare, gate, upstream, parse, commit: pausable and
+ordinary :class:`~proxy.controllers.generation_driver.Generation` (prepare, gate, upstream, parse, commit: pausable and
 committed on its own) given its :class:`ChoiceSlot`: its index and the answer's shared ``id`` and ``created``. So each
 choice becomes an assistant child of the same prompt in the session's trie: a sibling, or, when its output equals
 another choice's, that same node refreshed. A refusal while starting (the session's step limit, which counts every
@@ -42,9 +42,10 @@ from typing import Any
 import attrs
 import trio
 
-from proxy.api import SSE_DONE, ApiError, ChatCompletionRequest, ChunkFormat, CompletionMeta, TokenExtras, Usage
+from proxy.api import SSE_DONE, ApiError, ChatCompletionRequest, ChunkFormat, TokenExtras, Usage
 from proxy.api.render import sse_error, sse_event, sse_events
-from proxy.controllers.generation import Generation, GenerationController
+from proxy.controllers.generation import GenerationController
+from proxy.controllers.generation_driver import Generation
 from proxy.controllers.response_output import ResponseChannel
 
 log = logging.getLogger("dressage_proxy.choices")
@@ -95,7 +96,7 @@ class ChoiceSet:
         generations: list[Generation] = []
         try:
             for index in range(request.n):
-                first = generations[0].prompt_ids if generations else None
+                first = generations[0].output.prompt_ids if generations else None
                 slot = ChoiceSlot(index, completion_id, created, first)
                 generations.append(await controller.start(request, nursery, choice=slot))
         except BaseException:
@@ -227,8 +228,7 @@ class ChoiceSet:
             return SSE_DONE
         usages = [usage for usage in self._usages if usage is not None]
         usage = Usage(usages[0].prompt_tokens, sum(u.completion_tokens for u in usages))
-        first = self.generations[0]
-        meta = CompletionMeta(first.completion_id, first.created, first.model)
+        meta = self.generations[0].output.render.meta  # every choice's is the answer's
         return sse_event(ChunkFormat(meta, include_usage=True).usage_chunk(usage)) + SSE_DONE
 
 

@@ -31,7 +31,8 @@ from proxy.api import ChatCompletionRequest, dumps, parse_json_body
 from proxy.api.chat_request import SessionIdSources
 from proxy.controllers import idempotency
 from proxy.controllers.choices import ChoiceSet
-from proxy.controllers.generation import Generation, GenerationController
+from proxy.controllers.generation import GenerationController
+from proxy.controllers.generation_driver import Generation
 from proxy.request_end import on_request_end
 from proxy.services import ProxyServices
 

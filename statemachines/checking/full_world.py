@@ -127,6 +127,7 @@ from statemachines.checking.invariants import (
 from statemachines.checking.records import ChainRecord, Client, GenWorld, Trainer, describe_gens, describe_head
 from statemachines.checking.step import Broken, Move, take
 from statemachines.core import Snapshot
+from statemachines.generation_machine import GenerationMachine
 
 # The bounds CI proves (tests/statemachines/test_full_world.py), as keyword arguments of
 # ``gate_session_generations``; partial rollout on and off for each.
@@ -445,7 +446,7 @@ def gate_session_generations(
     gate: type[gate_sm.RolloutGate] = gate_sm.RolloutGate,
     session: type[session_sm.SessionMachine] = session_sm.SessionMachine,
     chain: type[chain_sm.ChainMachine] = chain_sm.ChainMachine,
-    generation: type[gen_sm.GenerationMachine] = gen_sm.GenerationMachine,
+    generation: type[GenerationMachine] = GenerationMachine,
     waits_for_client: Callable[[object], bool] = gen_sm.waits_for_client,
 ) -> Composition:
     """The gate, the session with its chains, ``n`` generation machines of ``budget`` tokens, a trainer with

@@ -55,6 +55,7 @@ from statemachines.checking.invariants import (
 from statemachines.checking.records import Client, GateRecord, GenWorld, Trainer, Upstream, freeze, thaw
 from statemachines.checking.step import Broken, Move, Step, WorldConfig
 from statemachines.core import Snapshot
+from statemachines.generation_machine import GenerationMachine
 
 G = gen_sm.State
 
@@ -81,7 +82,7 @@ class Config(WorldConfig):
     stale_until_next_request: bool
     tokens_checked_against_pause: bool
     gate: type[gate_sm.RolloutGate]
-    generation: type[gen_sm.GenerationMachine]
+    generation: type[GenerationMachine]
     rid_in_a_later_step: bool = False
     waits_for_client: Callable[[object], bool] = gen_sm.waits_for_client
     # Memo of each generation's sort key (generations recur in many worlds; their hash is cached).
@@ -112,8 +113,6 @@ class GenerationStep(Step):
         self.trainer = world.trainer
         self.pauses_left = world.pauses_left
         self.weights = world.weights
-        # The token being fed, as (rid, weights that generated it): what AcceptTokens is checked against.
-        self.token: tuple[str | None, str] | None = None
 
     def settled_gens(self, sort: bool) -> tuple[GenWorld, ...]:
         """The generations, frozen again: the ended ones settled and, with ``sort``, in the symmetry order."""
@@ -257,7 +256,7 @@ class GenerationStep(Step):
             if g.commits:
                 raise Broken(ACCEPTS, f"g{i}: dropped from the session after committing")
             self.drop(i)
-        elif not isinstance(effect, gen_sm.DropTokens):
+        elif not isinstance(effect, (gen_sm.DropTokens, gen_sm.AnswerNobody)):
             # ReportFault, or anything new: the composition does not expect it.
             raise Broken(ACCEPTS, f"g{i}: unexpected effect {effect!r}")
 
@@ -279,7 +278,8 @@ class GenerationStep(Step):
         """Record an accepted token, checking when it came, where from and how it is stamped."""
         g = self.gens[i]
         config = self.config
-        rid, weights = self.token
+        # The token the world fed (TokensReceived): the rid and the weights that generated it.
+        (rid, weights), = effect.tokens
         if config.tokens_checked_against_pause and (
                 self.trainer is Trainer.PAUSE_RETURNED or self.gate.state is gate_sm.State.PAUSED):
             raise Broken(NO_TOKEN_WHILE_PAUSED, f"g{i}: token of {rid} accepted while paused")
@@ -434,8 +434,8 @@ def _token(run: GenerationStep, i: int) -> None:
         raise Broken(UNMIXED, f"g{i}: {up.rid} started under {version} generates under {run.weights}")
     straggled = up.aborting and run.config.one_token_after_abort
     run.set(i, upstream=attrs.evolve(up, produced=up.produced + 1, version=version, straggled=straggled))
-    run.token = (up.rid, run.weights)
-    run.feed(i, gen_sm.TokensReceived(up.rid, run.weights if run.config.versions_reported else None))
+    token = (up.rid, run.weights)
+    run.feed(i, gen_sm.TokensReceived(up.rid, run.weights if run.config.versions_reported else None, (token,)))
 
 
 def _end(run: GenerationStep, i: int, finish: gen_sm.FinishKind) -> None:
@@ -490,8 +490,7 @@ def _client_gone(run: GenerationStep, i: int) -> None:
 def _straggler(run: GenerationStep, i: int) -> None:
     """A token of the last aborted request arrives late (generated before its abort, with its weights)."""
     rid, version = run.gens[i].stale
-    run.token = (rid, version)
-    run.feed(i, gen_sm.TokensReceived(rid, version if run.config.versions_reported else None))
+    run.feed(i, gen_sm.TokensReceived(rid, version if run.config.versions_reported else None, ((rid, version),)))
 
 
 # ---- Names ---------------------------------------------------------------------------------------------------

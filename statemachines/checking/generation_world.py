@@ -71,6 +71,7 @@ from statemachines.checking.invariants import ACCEPTS, NOT_AFTER_FINALIZE, gener
 from statemachines.checking.records import Client, GenWorld, Trainer, describe_gens, describe_head
 from statemachines.checking.step import Broken, take
 from statemachines.core import Snapshot
+from statemachines.generation_machine import GenerationMachine
 
 
 @attrs.frozen(cache_hash=True)
@@ -140,7 +141,7 @@ def gate_with_generation_machines(
     rid_in_a_later_step: bool = False,
     late_commits_accepted: bool = False,
     symmetry: bool = True,
-    generation: type[gen_sm.GenerationMachine] = gen_sm.GenerationMachine,
+    generation: type[GenerationMachine] = GenerationMachine,
     gate: type[gate_sm.RolloutGate] = gate_sm.RolloutGate,
     waits_for_client: Callable[[object], bool] = gen_sm.waits_for_client,
 ) -> Composition:

@@ -69,7 +69,7 @@ def _literal_status_code_pairs(path: Path) -> list[tuple[int, int, str]]:
 # The embedded engine (proxy/upstream/engine) speaks SGLang's protocol, not the proxy's codes.
 SOURCES = sorted([
     *(path for path in ROOT.joinpath("proxy").rglob("*.py") if "upstream/engine" not in path.as_posix()),
-    ROOT / "statemachines" / "generation.py",
+    ROOT / "statemachines" / "generation_machine.py",
 ])
 
 
@@ -84,7 +84,7 @@ def test_every_literal_status_next_to_a_code_is_the_tables(path: Path) -> None:
 
 def test_the_generation_machine_literals_were_found() -> None:
     # The scan above is only worth something if it sees the machine's answers.
-    codes = {code for _, _, code in _literal_status_code_pairs(ROOT / "statemachines" / "generation.py")}
+    codes = {code for _, _, code in _literal_status_code_pairs(ROOT / "statemachines" / "generation_machine.py")}
     assert {"weight_version_changed", "upstream_aborted", "paused_timeout", "session_finalized",
             "internal_error"} <= codes
 

@@ -18,9 +18,10 @@ from proxy.api import ApiError, ChatCompletionRequest
 from proxy.api.errors import ERROR_TABLE, ErrorCode
 from proxy.config import ProxyConfig
 from proxy.controllers.context_budget import StepBudget, plan_step_budget
-from proxy.controllers.generation import Generation, GenerationController
-from proxy.controllers.text_decoder import TextDecoder
-from proxy.controllers.upstream_reader import ReadOutcome, ending_event, failure_event
+from proxy.controllers.generation import GenerationController
+from proxy.controllers.generation_driver import Generation
+from proxy.controllers.step_output import TextDecoder
+from proxy.controllers.upstream_request import ReadOutcome, ending_event, failure_event
 from proxy.services import ProxyServices
 from proxy.tokenization import load_tito_tokenizer
 from proxy.upstream.client import SGLangClient
@@ -131,7 +132,7 @@ async def test_pause_mid_generation_with_partial_rollout_continues_and_stamps_ea
     await generated_at_least(h.engine, 6)
     paused = await h.gate.pause()
     assert (paused.aborted, paused.waiting) == (1, 1)
-    kept = len(generation.ids)
+    kept = len(generation.output.ids)
     assert kept >= 5
     # The stream is closed (and the rid aborted): the engine stops it. Tokens it makes meanwhile are never accepted.
     await h.engine.wait_until(lambda: h.engine.statistics().running == 0)
@@ -140,7 +141,7 @@ async def test_pause_mid_generation_with_partial_rollout_continues_and_stamps_ea
     completion = await generation.result()
     assert completion["choices"][0]["message"]["content"] == WORDS
     first, second = h.engine.request_log
-    assert second.input_ids == first.input_ids + tuple(generation.ids[:kept])
+    assert second.input_ids == first.input_ids + tuple(generation.output.ids[:kept])
     (segment,) = await h.segments("p")
     generated = [v for v, bit in zip(segment["weight_versions"], segment["loss_mask"]) if bit]
     assert generated == ["default"] * kept + ["v2"] * (len(generated) - kept)
@@ -162,7 +163,7 @@ async def test_weights_changed_under_a_running_stream_fail_it_even_within_one_re
     await h.engine.wait_until(lambda: bool(h.engine.request_log))  # the failed generation aborted it
     (record,) = h.engine.request_log
     assert {"default", "v2"} <= set(record.token_versions)  # the upstream request did mix them
-    assert set(generation.versions) == {"default"}  # and no token of the new version was recorded
+    assert set(generation.output.versions) == {"default"}  # and no token of the new version was recorded
     await trio.testing.wait_all_tasks_blocked()
     assert h.in_flight("v") == 0 and h.gate.statistics().in_flight == 0
 
@@ -276,6 +277,23 @@ async def test_a_client_gone_while_waiting_releases_the_gate_wait_and_the_sessio
     await trio.testing.wait_all_tasks_blocked()
     assert (h.gate.statistics().waiting, h.in_flight("gone")) == (0, 0)
     assert generation.statistics().state == "CANCELLED"
+
+
+async def test_a_client_gone_mid_stream_stops_the_driver_on_answer_nobody_without_a_fault(build, caplog) -> None:
+    # The machine's AnswerNobody is what stops the driver (no flag beside the machine): the cut request's end is
+    # never fed to the CANCELLED machine (that would be a fault), the driver ends, and it counts once.
+    h = await build(script=[{"session": "left", "output": WORDS}], engine={"token_rate": 10.0})
+    generation = await h.start("left")
+    await generated_at_least(h.engine, 2)
+    generation.client_gone()
+    generation.client_gone()  # idempotent: the end of the exchange calls it again
+    await h.engine.wait_until(lambda: h.engine.statistics().running == 0)
+    await trio.testing.wait_all_tasks_blocked()
+    assert generation.statistics().state == "CANCELLED"
+    stats = h.controller.statistics()
+    assert (stats.cancelled, stats.active, stats.failed, stats.responded) == (1, 0, 0, 0)
+    assert (h.gate.statistics().in_flight, h.in_flight("left")) == (0, 0)
+    assert not [r for r in caplog.records if "controller fault" in r.getMessage()]
 
 
 # -- failures ---------------------------------------------------------------------------------------------------------

@@ -54,9 +54,9 @@ def check_token_versions(s: Scenario, records: dict[str, Any]) -> None:
         if generation is None:
             continue
         ids, versions = _expected_tokens(s, client, records)
-        kept = len(generation.ids)
-        assert generation.ids == ids[:kept], client.name
-        assert generation.versions == versions[:kept], (client.name, generation.versions, versions)
+        kept = len(generation.output.ids)
+        assert generation.output.ids == ids[:kept], client.name
+        assert generation.output.versions == versions[:kept], (client.name, generation.output.versions, versions)
 
 
 def _expected_tokens(s: Scenario, client: Client, records: dict[str, Any]) -> tuple[list[int], list[str]]:
@@ -81,7 +81,7 @@ def check_continuations(s: Scenario, records: dict[str, Any]) -> None:
     tokens kept so far) and the engine's own record of its last request; the client received exactly them."""
     for client in _committed(s):
         generation = client.generation
-        prompt = list(generation.prompt_ids)
+        prompt = list(generation.output.prompt_ids)
         pieces = s.upstream.of(client.name)
         assert pieces, client.name
         kept: list[int] = []
@@ -98,14 +98,14 @@ def check_continuations(s: Scenario, records: dict[str, Any]) -> None:
             # Cut by a pause with the budget used up: it finished as length at resume, with no other request.
             assert s.partial_rollout and len(kept) == generation.budget.max_new_tokens, (client.name, last.rid)
         assert list(record.input_ids) == list(last.input_ids) and list(record.output_ids) == last.ids, last.rid
-        assert generation.ids == kept, client.name
-        assert generation.ids == list(record.input_ids[len(prompt):]) + list(record.output_ids), client.name
+        assert generation.output.ids == kept, client.name
+        assert generation.output.ids == list(record.input_ids[len(prompt):]) + list(record.output_ids), client.name
         if client.answer is not None:
-            assert client.answer["token_ids"] == generation.ids, client.name
-            assert client.answer["weight_versions"] == generation.versions, client.name
+            assert client.answer["token_ids"] == generation.output.ids, client.name
+            assert client.answer["weight_versions"] == generation.output.versions, client.name
         elif client.content is not None:
             streamed = [i for p in client.payloads if isinstance(p, dict) for i in p.get("token_ids") or ()]
-            assert streamed == generation.ids, client.name
+            assert streamed == generation.output.ids, client.name
 
 
 def check_budgets(s: Scenario, records: dict[str, Any]) -> None:
@@ -119,9 +119,9 @@ def check_budgets(s: Scenario, records: dict[str, Any]) -> None:
         assert budget == client.op.max_tokens
         stats = generation.statistics()
         assert 0 <= stats.tokens <= stats.budget == budget, (client.name, stats)
-        assert len(generation.ids) <= budget
+        assert len(generation.output.ids) <= budget
         for piece in s.upstream.of(client.name):
-            appended = len(piece.input_ids) - len(generation.prompt_ids)
+            appended = len(piece.input_ids) - len(generation.output.prompt_ids)
             assert 0 <= appended < budget, (client.name, piece.rid, appended)
             assert piece.max_new_tokens == budget - appended >= 1, (client.name, piece.rid, piece.max_new_tokens)
             record = records.get(piece.rid)
@@ -169,11 +169,11 @@ def check_every_committed_step_exported_once(s: Scenario) -> None:
     assert set(trained) <= set(committed) and set(trained.values()) <= {1}, (dict(trained), sorted(committed))
     for generation_id, client in committed.items():
         if generation_id in trained:
-            assert spans[generation_id] == client.generation.ids, generation_id
+            assert spans[generation_id] == client.generation.output.ids, generation_id
             continue
         twins = [other for other_id, other in committed.items() if other_id in trained and other.session
                  == client.session and other.messages == client.messages
-                 and other.generation.message.to_openai() == client.generation.message.to_openai()]
+                 and other.generation.output.message.to_openai() == client.generation.output.message.to_openai()]
         assert twins, (generation_id, "committed, in no segment, and no retry of it is")
 
 

@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 from proxy.api import ApiError, ChatCompletionRequest
 from proxy.config import ProxyConfig
 from proxy.controllers.gate import ResumeRefusedError
-from proxy.controllers.generation import Generation, GenerationController
+from proxy.controllers.generation import GenerationController
+from proxy.controllers.generation_driver import Generation
 from proxy.services import ProxyServices
 from proxy.upstream.client import SGLangClient
 from proxy.upstream.engine import EngineConfig, serve_engine

@@ -22,6 +22,7 @@ from statemachines.checking import invariants as inv
 from statemachines.checking.__main__ import main
 from statemachines.checking.records import Trainer
 from statemachines import generation as gm
+from statemachines import generation_machine as gmm
 from statemachines import rollout_gate as gt
 from statemachines import session as sm
 from statemachines.core import Branch, Goto, on
@@ -59,7 +60,7 @@ def explored() -> dict:
     sent: set = set()
     machines = {
         "gate": _recording(gt.RolloutGate, sent), "session": _recording(sm.SessionMachine, sent),
-        "chain": _recording(cm.ChainMachine, sent), "generation": _recording(gm.GenerationMachine, sent),
+        "chain": _recording(cm.ChainMachine, sent), "generation": _recording(gmm.GenerationMachine, sent),
     }
     results = {}
     for name, bound in BOUNDS.items():
@@ -120,7 +121,7 @@ def test_full_composition_drives_the_tables(explored):
 
     assert fed(gt.TABLE) == set(gt.TABLE.rows)
     assert fed(cm.TABLE) == set(cm.TABLE.rows) - REFRESH_ROWS
-    assert fed(gm.TABLE) == set(gm.TABLE.rows) - UNDRIVEN_GENERATION
+    assert fed(gmm.TABLE) == set(gmm.TABLE.rows) - UNDRIVEN_GENERATION
     assert fed(sm.TABLE) >= SESSION_ROWS
 
 
@@ -145,11 +146,11 @@ def test_full_composition_data_reductions_change_the_count_not_the_verdict():
 # ---- Planted bug 1: a token accepted after the pause acknowledgement ----------------------------------------------
 
 
-class LateTokenGeneration(gm.GenerationMachine):
+class LateTokenGeneration(gmm.GenerationMachine):
     """INTERRUPTED takes tokens as STREAMING does: a straggler of the aborted request is recorded."""
 
-    table = gm.TABLE.overriding(
-        on(S.INTERRUPTED, gm.TokensReceived, gm._token,
+    table = gmm.TABLE.overriding(
+        on(S.INTERRUPTED, gm.TokensReceived, gmm._token,
            Branch(S.INTERRUPTED, [gm.AcceptTokens]), Branch(S.INTERRUPTED, [gm.DropTokens]),
            Branch(S.FAILED, [gm.CancelGateWait, gm.DropFromSession, gm.RespondError])),
     )
@@ -191,13 +192,13 @@ def _continue_with_the_full_budget(state, gen, event):
         request = gm.StartUpstream(started.requests, event.epoch, event.weight_version, gen.tokens, gen.budget,
                                    gen.prompt_tokens + gen.tokens - 1)
         return Goto(S.CONTINUING, started, [request])
-    return gm._resumed(state, gen, event)
+    return gmm._resumed(state, gen, event)
 
 
-class FullBudgetGeneration(gm.GenerationMachine):
-    table = gm.TABLE.overriding(
+class FullBudgetGeneration(gmm.GenerationMachine):
+    table = gmm.TABLE.overriding(
         on(S.INTERRUPTED, gm.Resumed, _continue_with_the_full_budget,
-           *gm.TABLE.rows[(S.INTERRUPTED, gm.Resumed)].branches),
+           *gmm.TABLE.rows[(S.INTERRUPTED, gm.Resumed)].branches),
     )
 
 

@@ -15,11 +15,11 @@ from statemachines.core import IllegalTransition, Snapshot, TableError
 from statemachines.generation import (
     ABSORBING,
     EVENTS,
-    TABLE,
     AbortRequested,
     AbortUpstream,
     AcceptTokens,
     AcknowledgeAbortToGate,
+    AnswerNobody,
     AskGate,
     CancelGateWait,
     ClientDisconnected,
@@ -33,7 +33,6 @@ from statemachines.generation import (
     GateAdmitted,
     GateWait,
     GenerationData,
-    GenerationMachine,
     GenerationStatistics,
     InternalError,
     ParseDone,
@@ -54,9 +53,13 @@ from statemachines.generation import (
     UpstreamFinished,
     UpstreamStarted,
 )
+from statemachines.generation_machine import TABLE, GenerationMachine
 
 S = State
 STOP, LENGTH = FinishKind.STOP, FinishKind.LENGTH
+# The token records of one read (the controller's are upstream Tokens; the machine only counts and hands them back).
+ONE = ("t0",)
+TWO = ("t0", "t1")
 
 # One instance per event type, as the matrix sends them.
 SAMPLE = {
@@ -66,7 +69,7 @@ SAMPLE = {
     GateWait: GateWait(2),
     Resumed: Resumed(3, "v3"),
     UpstreamStarted: UpstreamStarted("r9"),
-    TokensReceived: TokensReceived("r1", "v2"),
+    TokensReceived: TokensReceived("r1", "v2", ONE),
     UpstreamFinished: UpstreamFinished(STOP, 1),
     UpstreamAborted: UpstreamAborted(1),
     UpstreamFailed: UpstreamFailed(502, "upstream_unavailable", "connection refused"),
@@ -103,8 +106,8 @@ ABORTED_502 = RespondError(502, "upstream_aborted", "the upstream request was ab
 STALE = DropTokens("r1", "not from the current upstream request")
 AFTER = DropTokens("r1", "no upstream request is open")
 # What a generation holds, per state, released when it ends without committing.
-HELD_R1 = [AbortUpstream("r1"), ReleaseGate(), DropFromSession()]
-HELD_R2 = [AbortUpstream("r2"), ReleaseGate(), DropFromSession()]
+HELD_R1 = [AbortUpstream("r1", for_pause=False), ReleaseGate(), DropFromSession()]
+HELD_R2 = [AbortUpstream("r2", for_pause=False), ReleaseGate(), DropFromSession()]
 HELD_WAIT = [CancelGateWait(), DropFromSession()]
 HELD_ABORTING = [ReleaseGate(), DropFromSession()]
 
@@ -114,7 +117,7 @@ EXPECTED = {
     (S.RECEIVED, PrepareFailed): (
         S.FAILED, FRESH, [RespondError(400, "context_overflow", "the prompt fills the window")],
     ),
-    (S.RECEIVED, ClientDisconnected): (S.CANCELLED, FRESH, []),
+    (S.RECEIVED, ClientDisconnected): (S.CANCELLED, FRESH, [AnswerNobody()]),
     (S.RECEIVED, InternalError): (S.FAILED, FRESH, [ERROR_500, BUG]),
     (S.PREPARED, GateAdmitted): (
         S.STREAMING, attrs.evolve(BASE, requests=1, epoch=2, weight_version="v2"),
@@ -127,34 +130,34 @@ EXPECTED = {
         [StartUpstream(1, 3, "v3", kept_tokens=0, max_new_tokens=3, routed_experts_start_len=0)],
     ),
     (S.WAITING, PauseWaitTimedOut): (S.FAILED, BASE, [*HELD_WAIT, TIMEOUT_503]),
-    (S.WAITING, ClientDisconnected): (S.CANCELLED, BASE, HELD_WAIT),
+    (S.WAITING, ClientDisconnected): (S.CANCELLED, BASE, [*HELD_WAIT, AnswerNobody()]),
     (S.WAITING, InternalError): (S.FAILED, BASE, [*HELD_WAIT, ERROR_500, BUG]),
     (S.STREAMING, TokensReceived): (
-        S.STREAMING, attrs.evolve(RUNNING, tokens=2, request_tokens=2), [AcceptTokens(1, "v2")],
+        S.STREAMING, attrs.evolve(RUNNING, tokens=2, request_tokens=2), [AcceptTokens(1, "v2", ONE)],
     ),
-    (S.STREAMING, AbortRequested): (S.ABORTING, RUNNING, [AbortUpstream("r1")]),
+    (S.STREAMING, AbortRequested): (S.ABORTING, RUNNING, [AbortUpstream("r1", for_pause=True)]),
     (S.STREAMING, UpstreamFinished): (S.PARSING, DONE, [ReleaseGate(), ParseOutput(STOP, 1)]),
     (S.STREAMING, UpstreamAborted): (S.FAILED, RUNNING, [*HELD_R1, ABORTED_502]),
     (S.STREAMING, UpstreamFailed): (S.FAILED, RUNNING, [*HELD_R1, UPSTREAM_502]),
-    (S.STREAMING, ClientDisconnected): (S.CANCELLED, RUNNING, HELD_R1),
+    (S.STREAMING, ClientDisconnected): (S.CANCELLED, RUNNING, [*HELD_R1, AnswerNobody()]),
     (S.STREAMING, InternalError): (S.FAILED, RUNNING, [*HELD_R1, ERROR_500, BUG]),
     (S.CONTINUING, TokensReceived): (S.CONTINUING, CONTINUED, [STALE]),
-    (S.CONTINUING, AbortRequested): (S.ABORTING, CONTINUED, [AbortUpstream("r2")]),
+    (S.CONTINUING, AbortRequested): (S.ABORTING, CONTINUED, [AbortUpstream("r2", for_pause=True)]),
     (S.CONTINUING, UpstreamFinished): (
         S.PARSING, attrs.evolve(CONTINUED, finish=STOP), [ReleaseGate(), ParseOutput(STOP, 2)],
     ),
     (S.CONTINUING, UpstreamAborted): (S.FAILED, CONTINUED, [*HELD_R2, ABORTED_502]),
     (S.CONTINUING, UpstreamFailed): (S.FAILED, CONTINUED, [*HELD_R2, UPSTREAM_502]),
-    (S.CONTINUING, ClientDisconnected): (S.CANCELLED, CONTINUED, HELD_R2),
+    (S.CONTINUING, ClientDisconnected): (S.CANCELLED, CONTINUED, [*HELD_R2, AnswerNobody()]),
     (S.CONTINUING, InternalError): (S.FAILED, CONTINUED, [*HELD_R2, ERROR_500, BUG]),
     (S.ABORTING, TokensReceived): (
-        S.ABORTING, attrs.evolve(RUNNING, tokens=2, request_tokens=2), [AcceptTokens(1, "v2")],
+        S.ABORTING, attrs.evolve(RUNNING, tokens=2, request_tokens=2), [AcceptTokens(1, "v2", ONE)],
     ),
     (S.ABORTING, AbortRequested): (S.ABORTING, RUNNING, []),
     (S.ABORTING, UpstreamAborted): (S.INTERRUPTED, RUNNING, [AcknowledgeAbortToGate()]),
     (S.ABORTING, UpstreamFinished): (S.PARSING, DONE, [ReleaseGate(), ParseOutput(STOP, 1)]),
     (S.ABORTING, UpstreamFailed): (S.FAILED, RUNNING, [*HELD_ABORTING, UPSTREAM_502]),
-    (S.ABORTING, ClientDisconnected): (S.CANCELLED, RUNNING, HELD_ABORTING),
+    (S.ABORTING, ClientDisconnected): (S.CANCELLED, RUNNING, [*HELD_ABORTING, AnswerNobody()]),
     (S.ABORTING, InternalError): (S.FAILED, RUNNING, [*HELD_ABORTING, ERROR_500, BUG]),
     (S.INTERRUPTED, Resumed): (
         S.CONTINUING,
@@ -164,12 +167,12 @@ EXPECTED = {
     ),
     (S.INTERRUPTED, TokensReceived): (S.INTERRUPTED, RUNNING, [AFTER]),
     (S.INTERRUPTED, PauseWaitTimedOut): (S.FAILED, RUNNING, [*HELD_WAIT, TIMEOUT_503]),
-    (S.INTERRUPTED, ClientDisconnected): (S.CANCELLED, RUNNING, HELD_WAIT),
+    (S.INTERRUPTED, ClientDisconnected): (S.CANCELLED, RUNNING, [*HELD_WAIT, AnswerNobody()]),
     (S.INTERRUPTED, InternalError): (S.FAILED, RUNNING, [*HELD_WAIT, ERROR_500, BUG]),
     (S.PARSING, ParseDone): (S.COMMITTING, DONE, [Commit(tokens=1, requests=1)]),
     (S.PARSING, TokensReceived): (S.PARSING, DONE, [AFTER]),
     (S.PARSING, UpstreamFailed): (S.FAILED, DONE, [DropFromSession(), UPSTREAM_502]),
-    (S.PARSING, ClientDisconnected): (S.CANCELLED, DONE, [DropFromSession()]),
+    (S.PARSING, ClientDisconnected): (S.CANCELLED, DONE, [DropFromSession(), AnswerNobody()]),
     (S.PARSING, InternalError): (S.FAILED, DONE, [DropFromSession(), ERROR_500, BUG]),
     (S.COMMITTING, CommitAccepted): (S.RESPONDED, attrs.evolve(DONE, committed=True), [Respond(STOP, 1)]),
     (S.COMMITTING, CommitRejected): (
@@ -265,40 +268,40 @@ def test_generation_upstream_started_records_the_rid_once(state):
 def test_generation_upstream_started_while_aborting_aborts_that_rid_at_once():
     # The pause came between StartUpstream and the rid: the request that goes out is aborted right away.
     gen = machine_in(S.ABORTING, attrs.evolve(RUNNING, rid=None, tokens=0, request_tokens=0))
-    assert gen.send(UpstreamStarted("r7")) == [AbortUpstream("r7")]
+    assert gen.send(UpstreamStarted("r7")) == [AbortUpstream("r7", for_pause=True)]
 
 
 def test_generation_abort_before_the_rid_is_known_cancels_the_scope_only():
     gen = machine_in(S.STREAMING, attrs.evolve(RUNNING, rid=None, tokens=0, request_tokens=0))
-    assert gen.send(AbortRequested()) == [AbortUpstream(None)]
+    assert gen.send(AbortRequested()) == [AbortUpstream(None, for_pause=True)]
 
 
 @pytest.mark.parametrize("state", [S.STREAMING, S.ABORTING], ids=lambda s: s.name)
 def test_generation_token_of_another_rid_or_before_the_rid_is_dropped(state):
     gen = machine_in(state)
-    assert gen.send(TokensReceived("r0", "v2")) == [DropTokens("r0", "not from the current upstream request")]
-    assert gen.send(TokensReceived(None, "v2")) == [DropTokens(None, "not from the current upstream request")]
+    assert gen.send(TokensReceived("r0", "v2", ONE)) == [DropTokens("r0", "not from the current upstream request")]
+    assert gen.send(TokensReceived(None, "v2", ONE)) == [DropTokens(None, "not from the current upstream request")]
     assert gen.snapshot() == Snapshot(state, RUNNING)
 
 
 def test_generation_token_without_a_reported_version_is_stamped_with_the_admission_version():
     gen = machine_in(S.STREAMING, attrs.evolve(RUNNING, tokens=0, request_tokens=0, request_version=None))
-    assert gen.send(TokensReceived("r1", None)) == [AcceptTokens(0, "v2")]
-    assert gen.send(TokensReceived("r1", None)) == [AcceptTokens(1, "v2")]
+    assert gen.send(TokensReceived("r1", None, ONE)) == [AcceptTokens(0, "v2", ONE)]
+    assert gen.send(TokensReceived("r1", None, ONE)) == [AcceptTokens(1, "v2", ONE)]
 
 
 def test_generation_first_token_fixes_the_request_version_to_what_sglang_reports():
     # The gate announced v2 but SGLang reports v2b: the reported version wins (spec section 7), for the request.
     gen = machine_in(S.STREAMING, attrs.evolve(RUNNING, tokens=0, request_tokens=0, request_version=None))
-    assert gen.send(TokensReceived("r1", "v2b")) == [AcceptTokens(0, "v2b")]
-    assert gen.send(TokensReceived("r1", "v2b")) == [AcceptTokens(1, "v2b")]
+    assert gen.send(TokensReceived("r1", "v2b", ONE)) == [AcceptTokens(0, "v2b", ONE)]
+    assert gen.send(TokensReceived("r1", "v2b", ONE)) == [AcceptTokens(1, "v2b", ONE)]
     assert gen.snapshot().data.request_version == "v2b"
 
 
 @pytest.mark.parametrize("state", [S.STREAMING, S.ABORTING], ids=lambda s: s.name)
 def test_generation_token_of_another_version_within_one_request_fails_instead_of_mixing(state):
     gen = machine_in(state)
-    effects = gen.send(TokensReceived("r1", "v3"))
+    effects = gen.send(TokensReceived("r1", "v3", ONE))
     message = "weight version changed from v2 to v3 within one upstream request"
     held = HELD_R1 if state is S.STREAMING else HELD_ABORTING
     assert effects == [*held, RespondError(502, "weight_version_changed", message)]
@@ -310,7 +313,7 @@ def test_generation_token_beyond_the_budget_is_refused():
     gen = machine_in(S.STREAMING, attrs.evolve(RUNNING, tokens=3, request_tokens=3))
     before = gen.snapshot()
     with pytest.raises(IllegalTransition, match="1 more tokens exceed the budget of 3"):
-        gen.send(TokensReceived("r1", "v2"))
+        gen.send(TokensReceived("r1", "v2", ONE))
     assert gen.snapshot() == before
 
 
@@ -318,7 +321,7 @@ def test_generation_token_beyond_the_budget_is_refused():
 def test_generation_tokens_of_one_read_are_accepted_together_up_to_the_budget(state):
     # The budget is 3 and 1 token is kept: a read of 2 fills it exactly, one index range, one step.
     gen = machine_in(state, RUNNING)
-    assert gen.send(TokensReceived("r1", None, 2)) == [AcceptTokens(1, "v2", 2)]
+    assert gen.send(TokensReceived("r1", None, TWO)) == [AcceptTokens(1, "v2", TWO)]
     assert gen.snapshot() == Snapshot(state, attrs.evolve(RUNNING, tokens=3, request_tokens=3))
 
 
@@ -327,19 +330,20 @@ def test_generation_a_read_beyond_the_budget_is_refused_whole():
     gen = machine_in(S.STREAMING, RUNNING)
     before = gen.snapshot()
     with pytest.raises(IllegalTransition, match="3 more tokens exceed the budget of 3"):
-        gen.send(TokensReceived("r1", "v2", 3))
+        gen.send(TokensReceived("r1", "v2", ("t0", "t1", "t2")))
     assert gen.snapshot() == before
 
 
 def test_generation_a_read_of_stragglers_is_dropped_whole():
     gen = machine_in(S.STREAMING, RUNNING)
-    assert gen.send(TokensReceived("r0", "v2", 5)) == [DropTokens("r0", "not from the current upstream request", 5)]
+    stragglers = TokensReceived("r0", "v2", ("t",) * 5)
+    assert gen.send(stragglers) == [DropTokens("r0", "not from the current upstream request", 5)]
     assert gen.snapshot() == Snapshot(S.STREAMING, RUNNING)
 
 
 def test_generation_a_read_has_at_least_one_token():
     with pytest.raises(ValueError):
-        TokensReceived("r1", "v2", 0)
+        TokensReceived("r1", "v2", ())
 
 
 @pytest.mark.parametrize("event", [UpstreamFinished(STOP, 2), UpstreamAborted(0)], ids=repr)
@@ -392,7 +396,7 @@ def test_generation_send_fail_closed_releases_what_is_held_and_answers_500():
     assert isinstance(effects[4], ReportFault) and "ParseDone when state=STREAMING" in effects[4].reason
     assert gen.snapshot() == Snapshot(S.FAILED, RUNNING)
     # Legal events go through unchanged.
-    assert machine_in(S.STREAMING).send_fail_closed(AbortRequested()) == [AbortUpstream("r1")]
+    assert machine_in(S.STREAMING).send_fail_closed(AbortRequested()) == [AbortUpstream("r1", for_pause=True)]
 
 
 @pytest.mark.parametrize(
@@ -426,20 +430,20 @@ def test_generation_two_pauses_with_partial_rollout_stamp_each_request_with_its_
     assert gen.send(Prepared(10, 4)) == [AskGate()]
     assert gen.send(GateAdmitted(0, "v0")) == [StartUpstream(1, 0, "v0", 0, 4, 0)]
     gen.send(UpstreamStarted("a"))
-    assert gen.send(TokensReceived("a", "v0")) == [AcceptTokens(0, "v0")]
-    assert gen.send(AbortRequested()) == [AbortUpstream("a")]
-    assert gen.send(TokensReceived("a", "v0")) == [AcceptTokens(1, "v0")]
+    assert gen.send(TokensReceived("a", "v0", ONE)) == [AcceptTokens(0, "v0", ONE)]
+    assert gen.send(AbortRequested()) == [AbortUpstream("a", for_pause=True)]
+    assert gen.send(TokensReceived("a", "v0", ONE)) == [AcceptTokens(1, "v0", ONE)]
     assert gen.send(UpstreamAborted(2)) == [AcknowledgeAbortToGate()]
-    assert gen.send(TokensReceived("a", "v0")) == [DropTokens("a", "no upstream request is open")]
+    assert gen.send(TokensReceived("a", "v0", ONE)) == [DropTokens("a", "no upstream request is open")]
     assert gen.send(Resumed(1, "v1")) == [StartUpstream(2, 1, "v1", 2, 2, 11)]
     gen.send(UpstreamStarted("b"))
-    assert gen.send(AbortRequested()) == [AbortUpstream("b")]
+    assert gen.send(AbortRequested()) == [AbortUpstream("b", for_pause=True)]
     assert gen.send(UpstreamAborted(0)) == [AcknowledgeAbortToGate()]
     assert gen.send(Resumed(2, "v2")) == [StartUpstream(3, 2, "v2", 2, 2, 11)]
     gen.send(UpstreamStarted("c"))
-    assert gen.send(TokensReceived("a", "v0")) == [DropTokens("a", "not from the current upstream request")]
-    assert gen.send(TokensReceived("c", "v2")) == [AcceptTokens(2, "v2")]
-    assert gen.send(TokensReceived("c", "v2")) == [AcceptTokens(3, "v2")]
+    assert gen.send(TokensReceived("a", "v0", ONE)) == [DropTokens("a", "not from the current upstream request")]
+    assert gen.send(TokensReceived("c", "v2", ONE)) == [AcceptTokens(2, "v2", ONE)]
+    assert gen.send(TokensReceived("c", "v2", ONE)) == [AcceptTokens(3, "v2", ONE)]
     assert gen.send(UpstreamFinished(LENGTH, 2)) == [ReleaseGate(), ParseOutput(LENGTH, 4)]
     assert gen.send(ParseDone()) == [Commit(tokens=4, requests=3)]
     assert gen.send(CommitAccepted()) == [Respond(LENGTH, 4)]
@@ -452,3 +456,39 @@ def test_generation_late_commit_is_rejected_and_answers_session_finalized():
         RespondError(400, "session_finalized", "the session was finalized"),
     ]
     assert gen.snapshot() == Snapshot(S.REJECTED, DONE)
+
+
+# ---- The effects carry what the driver needs (no data beside the machine) --------------------------------------
+
+
+def test_generation_accept_tokens_hands_back_the_very_tokens_of_the_read():
+    # The driver records what AcceptTokens holds, never a read it kept aside: the records are passed through as is.
+    read = (object(), object())
+    gen = machine_in(S.STREAMING, RUNNING)
+    [accepted] = gen.send(TokensReceived("r1", None, read))
+    assert isinstance(accepted, AcceptTokens) and accepted.count == 2
+    assert all(mine is theirs for mine, theirs in zip(accepted.tokens, read, strict=True))
+    # A read the machine drops is not handed back: nothing of it can be recorded.
+    assert gen.send(TokensReceived("r0", None, read)) == [DropTokens("r0", "not from the current upstream request", 2)]
+
+
+def test_generation_abort_upstream_says_whose_request_and_whether_a_pause_cuts_it():
+    # A pause's cut (the generation keeps its tokens): for_pause, also for a rid drawn after the pause came.
+    assert machine_in(S.CONTINUING).send(AbortRequested()) == [AbortUpstream("r2", for_pause=True)]
+    late = machine_in(S.ABORTING, attrs.evolve(RUNNING, rid=None, tokens=0, request_tokens=0))
+    assert late.send(UpstreamStarted("r7")) == [AbortUpstream("r7", for_pause=True)]
+    # The generation ending (failure, client gone, bug): not a pause's; the request is closed at once.
+    for event in (UpstreamFailed(), ClientDisconnected(), InternalError("bug")):
+        aborts = [e for e in machine_in(S.STREAMING).send(event) if isinstance(e, AbortUpstream)]
+        assert aborts == [AbortUpstream("r1", for_pause=False)], event
+
+
+@pytest.mark.parametrize("state", [s for s in State if (s, ClientDisconnected) in EXPECTED], ids=lambda s: s.name)
+def test_generation_a_client_gone_ends_with_answer_nobody_so_the_driver_stops_feeding(state):
+    # Every way into CANCELLED ends with AnswerNobody, and only those: a disconnect while COMMITTING (the commit
+    # lands or is rejected, then answers) or after the end changes nothing.
+    gen = machine_in(state)
+    effects = gen.send(ClientDisconnected())
+    cancelled = gen.snapshot().state is S.CANCELLED and state is not S.CANCELLED
+    assert (effects[-1:] == [AnswerNobody()]) == cancelled
+    assert cancelled == (state not in ABSORBING and state is not S.COMMITTING)

@@ -15,10 +15,18 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from statemachines import generation as g
 from statemachines.core import IllegalTransition
+from statemachines.generation_machine import GenerationMachine
 
 VERSIONS = st.sampled_from([None, "v0", "v1", "v2"])
 # Drawn True about one time in four: the controller reports a request's rid in a later step.
 RARELY = st.sampled_from([False, False, False, True])
+
+
+def read(count: int) -> tuple[str, ...]:
+    """The token records of one read of ``count`` tokens (the machine only counts them and hands them back)."""
+    return tuple(f"t{k}" for k in range(count))
+
+
 ENDED = {"RESPONDED", "FAILED", "CANCELLED", "REJECTED"}
 UPSTREAM = {"STREAMING", "CONTINUING", "ABORTING"}
 # The model's own list of what each state accepts (from the design, not read from the table).
@@ -39,7 +47,7 @@ ACCEPTS["CONTINUING"] = ACCEPTS["STREAMING"]
 # One instance of every event type (arguments chosen so that a legal one would be accepted or dropped harmlessly).
 ANY_EVENT = [
     g.Prepared(4, 2), g.PrepareFailed(400, "x"), g.GateAdmitted(9, "v9"), g.GateWait(9), g.Resumed(9, "v9"),
-    g.UpstreamStarted("z"), g.TokensReceived("z", "v9"), g.UpstreamFinished(g.FinishKind.STOP, 99),
+    g.UpstreamStarted("z"), g.TokensReceived("z", "v9", ("t",)), g.UpstreamFinished(g.FinishKind.STOP, 99),
     g.UpstreamAborted(99), g.UpstreamFailed(), g.AbortRequested(), g.PauseWaitTimedOut(), g.ParseDone(),
     g.CommitAccepted(), g.CommitRejected("late"), g.ClientDisconnected(),
 ]
@@ -58,7 +66,7 @@ class GenerationModel:
     def held(self) -> list:
         """What ending now without a commit must release (spec 5.2, 7; architecture invariant 4)."""
         if self.state in ("STREAMING", "CONTINUING"):
-            return [g.AbortUpstream(self.rid), g.ReleaseGate(), g.DropFromSession()]
+            return [g.AbortUpstream(self.rid, for_pause=False), g.ReleaseGate(), g.DropFromSession()]
         if self.state == "ABORTING":
             return [g.ReleaseGate(), g.DropFromSession()]
         if self.state in ("WAITING", "INTERRUPTED"):
@@ -82,7 +90,7 @@ class GenerationVersusModel(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.gen: g.GenerationMachine | None = None
+        self.gen: GenerationMachine | None = None
         self.model: GenerationModel | None = None
         self.absorbed: str | None = None
         self.commit_effects = 0
@@ -121,7 +129,7 @@ class GenerationVersusModel(RuleBasedStateMachine):
     @rule(partial=st.booleans())
     def arrive(self, partial):
         # The next request (the previous one, if any, has ended).
-        self.gen = g.GenerationMachine.new(partial_rollout=partial)
+        self.gen = GenerationMachine.new(partial_rollout=partial)
         self.model = GenerationModel(partial)
         self.absorbed = None
         self.commit_effects = 0
@@ -175,7 +183,7 @@ class GenerationVersusModel(RuleBasedStateMachine):
     def upstream_started(self) -> None:
         m = self.model
         m.rid = f"r{m.requests}"
-        self.send(g.UpstreamStarted(m.rid), [g.AbortUpstream(m.rid)] if m.state == "ABORTING" else [])
+        self.send(g.UpstreamStarted(m.rid), [g.AbortUpstream(m.rid, for_pause=True)] if m.state == "ABORTING" else [])
 
     @precondition(lambda self: self.is_(*UPSTREAM) and self.model.rid is not None
                   and self.model.tokens < self.model.budget)
@@ -189,11 +197,11 @@ class GenerationVersusModel(RuleBasedStateMachine):
             # Another version within one request: fail rather than mix.
             message = f"weight version changed from {m.request_version} to {stamp} within one upstream request"
             error = g.RespondError(502, "weight_version_changed", message)
-            self.end("FAILED", g.TokensReceived(m.rid, version, count), [error])
+            self.end("FAILED", g.TokensReceived(m.rid, version, read(count)), [error])
             return
         index = m.tokens
         m.tokens, m.request_tokens, m.request_version = m.tokens + count, m.request_tokens + count, stamp
-        self.send(g.TokensReceived(m.rid, version, count), [g.AcceptTokens(index, stamp, count)])
+        self.send(g.TokensReceived(m.rid, version, read(count)), [g.AcceptTokens(index, stamp, read(count))])
 
     @precondition(lambda self: self.is_(*UPSTREAM) and self.model.rid is not None
                   and self.model.tokens < self.model.budget)
@@ -201,14 +209,14 @@ class GenerationVersusModel(RuleBasedStateMachine):
     def read_over_budget(self, version, extra):
         """A read carrying more than the remaining budget is refused whole: nothing of it is recorded."""
         m = self.model
-        self.send_illegal(g.TokensReceived(m.rid, version, m.budget - m.tokens + extra))
+        self.send_illegal(g.TokensReceived(m.rid, version, read(m.budget - m.tokens + extra)))
 
     @precondition(lambda self: self.is_("STREAMING", "CONTINUING"))
     @rule()
     def abort_requested(self):
         m = self.model
         m.state = "ABORTING"
-        self.send(g.AbortRequested(), [g.AbortUpstream(m.rid)])
+        self.send(g.AbortRequested(), [g.AbortUpstream(m.rid, for_pause=True)])
 
     @precondition(lambda self: self.is_("ABORTING"))
     @rule()
@@ -276,12 +284,12 @@ class GenerationVersusModel(RuleBasedStateMachine):
             choices["abort again"] = lambda data: self.send(g.AbortRequested(), [])
         if m.state in UPSTREAM:
             choices["token of another request"] = lambda data: self.send(
-                g.TokensReceived("r0", "v0"), [g.DropTokens("r0", "not from the current upstream request")])
+                g.TokensReceived("r0", "v0", read(1)), [g.DropTokens("r0", "not from the current upstream request")])
             choices["request end with a wrong count"] = lambda data: self.send_illegal(
                 g.UpstreamFinished(g.FinishKind.STOP, m.request_tokens + 1))
             if m.rid is not None and m.tokens == m.budget:
                 choices["token over the budget"] = lambda data: self.send_illegal(
-                    g.TokensReceived(m.rid, m.request_version))
+                    g.TokensReceived(m.rid, m.request_version, read(1)))
         elif m.requests:
             choices["straggler"] = self.straggler
         name = data.draw(st.sampled_from(list(choices)), label="unusual")
@@ -292,12 +300,12 @@ class GenerationVersusModel(RuleBasedStateMachine):
             # Too late to matter: the commit (if any) stands; nothing is held.
             self.send(g.ClientDisconnected(), [])
         else:
-            self.end("CANCELLED", g.ClientDisconnected(), [])
+            self.end("CANCELLED", g.ClientDisconnected(), [g.AnswerNobody()])
 
     def straggler(self, data):
         # A token of an ended request, when no request is open: dropped, never recorded.
         rid = data.draw(st.sampled_from([f"r{k}" for k in range(1, self.model.requests + 1)]), label="rid")
-        self.send(g.TokensReceived(rid, "v0"), [g.DropTokens(rid, "no upstream request is open")])
+        self.send(g.TokensReceived(rid, "v0", read(1)), [g.DropTokens(rid, "no upstream request is open")])
 
     def illegal_event_raises(self, data):
         event = data.draw(st.sampled_from([e for e in ANY_EVENT if type(e) not in ACCEPTS[self.model.state]]))

@@ -11,6 +11,7 @@ import attrs
 import pytest
 
 from statemachines import generation as gm
+from statemachines import generation_machine as gmm
 from statemachines.checking import generation_world as gc
 from statemachines.checking import invariants as inv
 from statemachines.checking.__main__ import main
@@ -81,7 +82,7 @@ def test_generation_composition_drives_every_other_row_of_the_table():
     sent: set = set()
     effects: set = set()
 
-    class Recording(gm.GenerationMachine):
+    class Recording(gmm.GenerationMachine):
         def send(self, event):
             sent.add((self.snapshot().state, type(event)))
             out = super().send(event)
@@ -91,7 +92,7 @@ def test_generation_composition_drives_every_other_row_of_the_table():
     for partial in (True, False):
         result = gate_with_generation_machines(2, partial_rollout=partial, generation=Recording).explore()
         assert result.violation is None
-    assert sent == set(gm.TABLE.rows) - UNDRIVEN
+    assert sent == set(gmm.TABLE.rows) - UNDRIVEN
     # Every branch kind that matters shows up: continuation, restart, length without a request, stragglers.
     assert {gm.StartUpstream, gm.DiscardPartial, gm.DropTokens, gm.AcknowledgeAbortToGate, gm.CancelGateWait} <= effects
 
@@ -99,11 +100,11 @@ def test_generation_composition_drives_every_other_row_of_the_table():
 # ---- Planted bug 1: a token accepted after the pause acknowledgement ----------------------------------------------
 
 
-class LateTokenGeneration(gm.GenerationMachine):
+class LateTokenGeneration(gmm.GenerationMachine):
     """INTERRUPTED takes tokens like STREAMING: a straggler of the aborted request is recorded."""
 
-    table = gm.TABLE.overriding(
-        on(S.INTERRUPTED, gm.TokensReceived, gm._token,
+    table = gmm.TABLE.overriding(
+        on(S.INTERRUPTED, gm.TokensReceived, gmm._token,
            Branch(S.INTERRUPTED, [gm.AcceptTokens]), Branch(S.INTERRUPTED, [gm.DropTokens]),
            Branch(S.FAILED, [gm.CancelGateWait, gm.DropFromSession, gm.RespondError])),
     )
@@ -140,13 +141,13 @@ def _continue_with_the_full_budget(state, gen, event):
         request = gm.StartUpstream(started.requests, event.epoch, event.weight_version, gen.tokens, gen.budget,
                                    gen.prompt_tokens + gen.tokens - 1)
         return Goto(S.CONTINUING, started, [request])
-    return gm._resumed(state, gen, event)
+    return gmm._resumed(state, gen, event)
 
 
-class FullBudgetGeneration(gm.GenerationMachine):
-    table = gm.TABLE.overriding(
+class FullBudgetGeneration(gmm.GenerationMachine):
+    table = gmm.TABLE.overriding(
         on(S.INTERRUPTED, gm.Resumed, _continue_with_the_full_budget,
-           *gm.TABLE.rows[(S.INTERRUPTED, gm.Resumed)].branches),
+           *gmm.TABLE.rows[(S.INTERRUPTED, gm.Resumed)].branches),
     )
 
 
@@ -191,8 +192,8 @@ def _rejected_answered_as_committed(state, gen, event):
     return Goto(S.RESPONDED, attrs.evolve(gen, committed=True), [gm.Respond(gen.finish, gen.tokens)])
 
 
-class RejectedAsCommittedGeneration(gm.GenerationMachine):
-    table = gm.TABLE.overriding(
+class RejectedAsCommittedGeneration(gmm.GenerationMachine):
+    table = gmm.TABLE.overriding(
         on(S.COMMITTING, gm.CommitRejected, _rejected_answered_as_committed, Branch(S.RESPONDED, [gm.Respond])),
     )
 
@@ -228,7 +229,7 @@ RID_WINDOW_COUNTS = {(1, True): (315, 1724), (1, False): (243, 1278)}
 def test_generation_composition_with_the_rid_reported_later_keeps_every_invariant(n, partial):
     sent: set = set()
 
-    class Recording(gm.GenerationMachine):
+    class Recording(gmm.GenerationMachine):
         def send(self, event):
             sent.add((self.snapshot().state, type(event)))
             return super().send(event)
@@ -246,8 +247,8 @@ def _started_forgetting_the_abort(state, gen, event):
     return Goto(state, attrs.evolve(gen, rid=event.rid), [])
 
 
-class ForgetsAnEarlyAbortGeneration(gm.GenerationMachine):
-    table = gm.TABLE.overriding(
+class ForgetsAnEarlyAbortGeneration(gmm.GenerationMachine):
+    table = gmm.TABLE.overriding(
         on(S.ABORTING, gm.UpstreamStarted, _started_forgetting_the_abort, Branch(S.ABORTING, when="rid not set")),
     )
 
