@@ -13,6 +13,7 @@ import attrs
 from proxy.config import ProxyConfig
 from proxy.controllers.context_window import ContextWindow
 from proxy.controllers.gate import GateController
+from proxy.controllers.generation import GenerationController
 from proxy.controllers.session_registry import SessionRegistry
 from proxy.parsing import MessageParser, ParserConfig
 from proxy.tokenization import TitoTokenizer, load_tito_tokenizer
@@ -65,4 +66,10 @@ class ProxyServices:
             config=config, upstream=upstream, tokenizer=tokenizer, sessions=sessions, parser=parser,
             gate=GateController.new(abort_timeout=config.pause_abort_timeout),
             context_window=ContextWindow(upstream, config.context_window, config.tokenizer_path),
+        )
+
+    def generation_controller(self) -> GenerationController:
+        """A generation controller over these services (the chat route's; tests build their own)."""
+        return GenerationController(
+            self.config, self.sessions, self.upstream, self.parser, self.tokenizer, self.gate, self.context_window,
         )

@@ -47,22 +47,12 @@ from proxy.api.render import sse_error, sse_event, sse_events
 from proxy.controllers.generation import GenerationController
 from proxy.controllers.generation_driver import Generation
 from proxy.controllers.response_output import ResponseChannel
+from proxy.controllers.step_output import ChoiceSlot
 
 log = logging.getLogger("dressage_proxy.choices")
 
 #: the token extension fields of a choice (at the top level of a one-choice answer, inside each choice here)
 TOKEN_FIELDS = tuple(attrs.fields_dict(TokenExtras))
-
-
-@attrs.frozen
-class ChoiceSlot:
-    """What one choice of an ``n > 1`` answer is given. ``first_prompt_ids``: choice 0's prompt ids (None for choice
-    0 itself): a choice whose prompt ids are the same does not show them again (token extension)."""
-
-    index: int
-    completion_id: str
-    created: int
-    first_prompt_ids: Sequence[int] | None = None
 
 
 @attrs.define(eq=False)
@@ -258,4 +248,4 @@ def merge_completions(completions: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-__all__ = ["TOKEN_FIELDS", "ChoiceSet", "ChoiceSlot", "merge_completions"]
+__all__ = ["TOKEN_FIELDS", "ChoiceSet", "merge_completions"]

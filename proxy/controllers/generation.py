@@ -25,7 +25,6 @@ from __future__ import annotations
 import collections
 import time
 import uuid
-from typing import TYPE_CHECKING
 
 import attrs
 import trio
@@ -37,16 +36,12 @@ from proxy.controllers.gate import GateController
 from proxy.controllers.generation_driver import Generation
 from proxy.controllers.response_render import ResponseRenderer
 from proxy.controllers.session_registry import SessionRegistry
-from proxy.controllers.step_output import StepOutput
+from proxy.controllers.step_output import ChoiceSlot, StepOutput
 from proxy.controllers.upstream_request import UpstreamRequest
 from proxy.parsing import MessageParser
 from proxy.tokenization import TitoTokenizer
 from proxy.upstream.client import SGLangClient
 from proxy.upstream.errors import UpstreamError
-
-if TYPE_CHECKING:
-    from proxy.controllers.choices import ChoiceSlot
-    from proxy.services import ProxyServices
 
 #: how long the first request without a model name waits for the upstream's /v1/models
 MODEL_NAME_TIMEOUT = 2.0
@@ -98,14 +93,6 @@ class GenerationController:
         self.end_ids = frozenset(ids)
         if self.context_window is None:
             self.context_window = ContextWindow(self.upstream, self.config.context_window, self.config.tokenizer_path)
-
-    @classmethod
-    def from_services(cls, services: ProxyServices) -> GenerationController:
-        """The controller over the proxy's services."""
-        return cls(
-            services.config, services.sessions, services.upstream, services.parser, services.tokenizer,
-            services.gate, services.context_window,
-        )
 
     async def start(
         self, request: ChatCompletionRequest, nursery: trio.Nursery, *, choice: ChoiceSlot | None = None

@@ -41,7 +41,7 @@ import collections
 import logging
 import math
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -54,7 +54,7 @@ from proxy.controllers.context_budget import StepBudget, plan_step_budget
 from proxy.controllers.context_window import ContextWindow
 from proxy.controllers.gate import GateController
 from proxy.controllers.session_registry import PreparedStep, SessionRegistry
-from proxy.controllers.step_output import StepOutput
+from proxy.controllers.step_output import ChoiceSlot, StepOutput
 from proxy.controllers.upstream_request import UpstreamRequest, failure_event
 from proxy.request_id import current_request_id
 from proxy.tokenization.results import TitoError
@@ -71,9 +71,6 @@ from proxy.upstream.events import Token
 from statemachines import rollout_gate as gate_sm
 from statemachines import generation as gen
 from statemachines.generation_machine import GenerationMachine
-
-if TYPE_CHECKING:
-    from proxy.controllers.choices import ChoiceSlot
 
 log = logging.getLogger("dressage_proxy.generation")
 

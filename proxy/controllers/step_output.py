@@ -51,13 +51,23 @@ from proxy.request_id import current_request_id
 from statemachines.generation import AcceptTokens, FinishKind, RespondError
 
 if TYPE_CHECKING:
-    from proxy.controllers.choices import ChoiceSlot
     from proxy.parsing.parser import MessageStream
 
 log = logging.getLogger("dressage_proxy.generation")
 
 #: Retry-After (seconds) of a 503 answered when the pause-wait timeout expires
 PAUSE_RETRY_AFTER = 10.0
+
+
+@attrs.frozen
+class ChoiceSlot:
+    """What one choice of an ``n > 1`` answer is given. ``first_prompt_ids``: choice 0's prompt ids (None for choice
+    0 itself): a choice whose prompt ids are the same does not show them again (token extension)."""
+
+    index: int
+    completion_id: str
+    created: int
+    first_prompt_ids: Sequence[int] | None = None
 
 
 @attrs.define(eq=False)

@@ -31,7 +31,6 @@ from proxy.api import ChatCompletionRequest, dumps, parse_json_body
 from proxy.api.chat_request import SessionIdSources
 from proxy.controllers import idempotency
 from proxy.controllers.choices import ChoiceSet
-from proxy.controllers.generation import GenerationController
 from proxy.controllers.generation_driver import Generation
 from proxy.request_end import on_request_end
 from proxy.services import ProxyServices
@@ -43,7 +42,7 @@ SSE = "text/event-stream"
 
 
 def register(app: QuartTrio, services: ProxyServices) -> None:
-    controller = GenerationController.from_services(services)
+    controller = services.generation_controller()
     app.extensions["dressage_generation_controller"] = controller
     sessions = services.sessions
     config = services.config

@@ -10,7 +10,7 @@ from werkzeug.exceptions import NotFound, RequestEntityTooLarge
 
 from proxy.api import error_mapping
 from proxy.api.errors import ERROR_TABLE, ApiError, ErrorCode
-from proxy.controllers import errors as session_errors
+from proxy.trajectory import session_errors
 from proxy.tokenization import TitoError
 from proxy.tokenization.results import TitoFailureReason
 from proxy.upstream.errors import (

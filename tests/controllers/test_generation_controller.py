@@ -86,7 +86,7 @@ def build(nursery: trio.Nursery, qwen3_path: Path):
             **config,
         )
         services = ProxyServices.build(proxy_config, upstream)
-        return Harness(services, GenerationController.from_services(services), handle.engine, nursery)
+        return Harness(services, services.generation_controller(), handle.engine, nursery)
 
     return build
 

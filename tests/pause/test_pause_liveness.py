@@ -23,7 +23,6 @@ import trio.testing
 
 from proxy.api import ChatCompletionRequest
 from proxy.app import create_proxy_app
-from proxy.controllers.generation import GenerationController
 from proxy.request_end import RequestEndHooks
 from statemachines import generation as gm
 from tests.pause.harness import MESSAGES, NO_THINKING, generated_at_least
@@ -36,7 +35,7 @@ BODY = {"messages": MESSAGES, "chat_template_kwargs": NO_THINKING, "stream": Tru
 async def _unread_stream(stack, nursery: trio.Nursery):
     """A streaming generation whose response opened (its first output taken) and whose body is then never read."""
     request = ChatCompletionRequest.from_http(BODY, {"X-Session-Id": "s"})
-    generation = await GenerationController.from_services(stack.services).start(request, nursery)
+    generation = await stack.services.generation_controller().start(request, nursery)
     await generation.first_output()
     return generation
 
