@@ -15,8 +15,9 @@ come in another order on the path than in the run. The search prefers, at every 
 first in the run, so it follows the run's order wherever the world allows it.
 
 Generations not yet prepared are identical in the world, so a move that would bind one is tried for the first such
-generation only. A search that finds no path reports the furthest it got: each machine's next recorded step, and
-the world's moves there with the reason each does not fit.
+generation only. A search that finds no path reports the node that follows the run furthest (its first step not
+consumed comes latest in the run): each machine's next recorded step, and the world's moves there with the reason
+each does not fit.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def check_inclusion(traces: Sequence[MachineTrace], driver: WorldDriver, *, max_
         nodes += 1
         if sum(node.positions) == total:
             return Inclusion(path, None, nodes)
-        if sum(node.positions) > sum(best.positions):
+        if _progress(traces, node) > _progress(traces, best):
             best, best_path = node, path
         if nodes >= max_nodes:
             return Inclusion(None, _mismatch(traces, driver, best, best_path, gave_up=True), nodes)
@@ -125,6 +126,13 @@ def check_inclusion(traces: Sequence[MachineTrace], driver: WorldDriver, *, max_
         successors.sort(key=lambda entry: entry[0], reverse=True)
         stack.extend((child, (*path, label)) for _, label, child in successors)
     return Inclusion(None, _mismatch(traces, driver, best, best_path, gave_up=False), nodes)
+
+
+def _progress(traces: tuple[MachineTrace, ...], node: _Node) -> tuple[float, int]:
+    """How far a node follows the run: the run's position of its first step not consumed, then the steps consumed.
+    The furthest node is the one reported (the first step of the run the world could not reach)."""
+    pending = [trace.order[position] for trace, position in zip(traces, node.positions) if position < len(trace.steps)]
+    return min(pending, default=float("inf")), sum(node.positions)
 
 
 def _first_in_run(traces: tuple[MachineTrace, ...], before: tuple[int, ...], after: tuple[int, ...]) -> float:

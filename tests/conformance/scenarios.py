@@ -4,7 +4,7 @@
 The full composition models one session, up to three generations of one token budget, a trainer with a bounded
 number of pause rounds and a finalize, and conversations that start anew or continue the session's head (the latest
 committed step). So a conformance scenario has one session, one ``max_tokens`` for all its chats (the world's
-budget, 1 or 2), at most three chats and two pauses, and:
+budget: 1, 2 or 24), at most three chats and two pauses, and:
 
 - each chat says something of its own (``count (c0)``, ``more (c2)``): two chats never send the same messages, so no
   commit is an idempotent retry of another (a refresh, outside this world);
@@ -85,19 +85,23 @@ class Run:
 @st.composite
 def runs(draw: st.DrawFn) -> Run:
     """A budget and operations within the world's bounds (module docstring)."""
-    budget = draw(st.sampled_from([1, 2]))
+    # Budgets of 1 and 2 end by length (a pause may leave nothing, part, or all of it to continue); 24 lets the
+    # engine's reply stop by itself.
+    budget = draw(st.sampled_from([1, 2, 2, 24]))
     chat = st.builds(Chat, session=st.just(0), stream=st.booleans(), max_tokens=st.just(budget),
                      next_turn=st.booleans())
-    pause = st.builds(Pause, k=st.integers(1, budget), background=st.just(False))
+    pause = st.builds(Pause, k=st.integers(1, min(budget, 3)), background=st.just(False))
     resume = st.builds(Resume, new_weights=st.booleans(), update_seconds=st.sampled_from([0.0, 0.2]))
     sleep = st.builds(Sleep, seconds=st.sampled_from([0.0, 0.01, 0.03, 0.05, 0.125, 0.5]))
     opening = draw(st.lists(st.tuples(chat, st.builds(Sleep, seconds=st.sampled_from([0.0, 0.01, 0.03]))),
                             min_size=1, max_size=2))
+    # Often a pause right after the opening chats, while they stream.
+    early = [draw(pause)] if draw(st.booleans()) else []
     rest = draw(st.lists(st.one_of(chat, chat, pause, pause, resume, sleep, sleep,
                                    st.builds(Disconnect, client=st.integers(0, MAX_CHATS - 1)),
                                    st.builds(Finalize, session=st.just(0))), max_size=8))
     ops, chats, pauses = [], 0, 0
-    for op in [op for pair in opening for op in pair] + rest:
+    for op in [op for pair in opening for op in pair] + early + rest:
         # Beyond the bounds, an operation is left out (rather than the example rejected).
         chats += isinstance(op, Chat)
         pauses += isinstance(op, Pause)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from proxy.controllers import generation as generation_controller
@@ -24,12 +24,12 @@ from statemachines import session as session_sm
 from statemachines.core import Branch, Goto, on
 from tests.conformance.inclusion import Inclusion, check_inclusion
 from tests.conformance.scenarios import Run, record_run, runs
-from tests.conformance.traces import GENERATION, MachineTrace
+from tests.conformance.traces import GENERATION, MachineTrace, Observed
 from tests.conformance.world_adapter import WorldDriver, conformance_world
 from tests.interleavings.scenario import Chat, Finalize, Pause, Resume, Sleep
 
-# A few examples in CI (each is a real run and a search); DRESSAGE_CONFORMANCE_EXAMPLES=200 for a soak run.
-EXAMPLES = int(os.environ.get("DRESSAGE_CONFORMANCE_EXAMPLES", "8"))
+# 25 examples each in CI (a real run and a search each: seconds); DRESSAGE_CONFORMANCE_EXAMPLES=400 for a soak.
+EXAMPLES = int(os.environ.get("DRESSAGE_CONFORMANCE_EXAMPLES", "25"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -50,6 +50,9 @@ async def test_the_world_can_do_what_the_controllers_did(qwen3_path: Path, autoj
     traces = await record_run(qwen3_path, run, workers=workers)
     found = included(run, traces)
     assert found.mismatch is None, f"{run}\n{found.mismatch.format()}"
+    # What the world followed (``--hypothesis-show-statistics`` tallies it): the check is as good as its runs.
+    for move in sorted({label.split(": ", 1)[-1].split(" (")[0] for label in found.path}):
+        event(f"the world followed: {move}")
 
 
 @SETTINGS
@@ -57,7 +60,7 @@ async def test_the_world_can_do_what_the_controllers_did(qwen3_path: Path, autoj
 async def test_a_pause_before_a_driver_sent_its_request(qwen3_path: Path, autojump_clock, yields, workers, seed):
     # The pause comes once the first chat streams, a few scheduling points after the second chat was admitted: in
     # some task orders its driver has not sent its request yet (AbortRequested before UpstreamStarted), which the
-    # world reaches only with its request starts deferred to a move of their own (world_adapter.DEFERRED_STARTS).
+    # world reaches only with its request starts deferred to a move of their own (world_adapter.DEFERRED).
     run = Run(2, (Chat(0, stream=True, max_tokens=2, next_turn=False), Sleep(0.06),
                   Chat(0, stream=True, max_tokens=2, next_turn=False), *[Sleep(0.0)] * yields, Pause(1),
                   Resume(new_weights=True)))
@@ -144,12 +147,10 @@ async def test_a_world_with_a_broken_rule_is_found(qwen3_path: Path, autojump_cl
 @pytest.mark.parametrize("deferred", [True, False])
 def test_the_search_reports_where_it_stopped(deferred):
     # Pure: a run trace the world cannot follow (a generation fed GateAdmitted before it was Prepared).
-    from tests.conformance.traces import Observed
-
     bogus = MachineTrace(GENERATION, "generation#1", (Observed("GateAdmitted", "STREAMING", (), ("StartUpstream",)),),
                          (0,))
     world = conformance_world(1, budget=1, pauses=0, partial_rollout=True)
-    found = check_inclusion([bogus], WorldDriver(world, deferred_starts=deferred))
+    found = check_inclusion([bogus], WorldDriver(world, deferred=deferred))
     assert found.mismatch is not None
     report = found.mismatch.format()
     assert "generation#1 [unbound] step 1/1" in report and "prepare (new conversation)" in report, report

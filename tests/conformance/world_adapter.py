@@ -9,12 +9,15 @@ successor function and tells, for each move, every machine event it fed, in orde
 ``session``, ``c<k>``, ``g<i>``) is observed while the moves run (``gw.take``, which runs them one after the other,
 marks where each begins).
 
-One difference of timing is taken out of the world's way (``DEFERRED_STARTS``): the world carries out a
-``StartUpstream`` in the step that emits it, while the controller queues it to the generation's driver task, so a
-pause (``AbortRequested``), a client leaving, or the session's answers can come between the two. The adapter holds
-the start back (the world's own ``start_pending`` record, which its ``client reads`` move then carries out) so the
-world reaches those interleavings too. Without it the world never feeds ``UpstreamStarted`` in ``ABORTING``, a row
-the controller takes whenever a pause lands before the driver sent its request.
+Two differences of timing are taken out of the world's way (``DEFERRED``): the world carries out a
+``StartUpstream`` and a ``DropFromSession`` in the step that emits them, while the controller queues them to the
+generation's driver task, so other events can come in between: a pause (``AbortRequested`` before
+``UpstreamStarted``), a client leaving before the request went out, another generation's prepare or commit before
+the session counts a failed or cancelled one out. The adapter holds both back for moves of their own, the driver's:
+a start in the world's own ``start_pending`` record (its ``client reads`` move carries it out), a drop as the
+attachment the session still counts on a generation that has ended (``driver drops it from the session``). Without
+that the world never feeds ``UpstreamStarted`` in ``ABORTING``, a row the controller takes whenever a pause lands
+before the driver sent its request.
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ from statemachines import generation_world as gw
 from statemachines.explorer import Composition
 from tests.conformance.traces import CHAIN, GATE, GENERATION, SESSION, Observed, observe_step
 
-#: The world's request starts wait for a move of their own (the driver's), as the controller's do (docstring).
-DEFERRED_STARTS = True
+#: The world's request starts and session drops wait for moves of their own (the driver's), as the controller's do.
+DEFERRED = True
 # The world's label of the move that carries out a held-back start, and what it means here.
 _HELD_START_LABEL = ": client reads"
 _DRIVER_START_LABEL = ": driver starts the request"
+_DRIVER_DROP_LABEL = "driver drops it from the session"
 
 
 def conformance_world(generations: int, *, budget: int, pauses: int, partial_rollout: bool,
@@ -86,7 +90,7 @@ class WorldDriver:
     """Runs a composition's moves and tells the events each one fed."""
 
     composition: Composition
-    deferred_starts: bool = DEFERRED_STARTS
+    deferred: bool = DEFERRED
 
     @property
     def initial(self) -> Any:
@@ -94,13 +98,13 @@ class WorldDriver:
 
     def moves(self, world: Any) -> list[WorldMove]:
         """Every move enabled in ``world``, with its events."""
-        with _observing(self.deferred_starts) as (log, starts):
+        with _observing(self.deferred) as (log, starts):
             results = list(self.composition.successors(world))
         bounds = [*starts, len(log)]
         moves = []
         for index, (label, after) in enumerate(results):
             events = tuple(log[bounds[index]:bounds[index + 1]])
-            if self.deferred_starts:
+            if self.deferred:
                 label = label.replace(_HELD_START_LABEL, _DRIVER_START_LABEL)
             moves.append(WorldMove(label, after, events))
         return moves
@@ -110,12 +114,12 @@ class WorldDriver:
 
 
 @contextlib.contextmanager
-def _observing(deferred_starts: bool) -> Iterator[tuple[list[tuple[str, Observed]], list[int]]]:
+def _observing(deferred: bool) -> Iterator[tuple[list[tuple[str, Observed]], list[int]]]:
     """While the world's moves run: every machine event they feed (``log``), where each move's begin (``starts``),
-    and, with ``deferred_starts``, request starts held back for a move of their own."""
+    and, with ``deferred``, the driver's work held back for moves of their own (module docstring)."""
     log: list[tuple[str, Observed]] = []
     starts: list[int] = []
-    send, take, carry_out = gw.Config.send, gw.take, gw.GenerationStep.carry_out
+    send, take, carry_out, generation_moves = gw.Config.send, gw.take, gw.GenerationStep.carry_out, gw.generation_moves
 
     def observed_send(config: gw.Config, cls: type, snapshot: Any, event: object, who: str) -> tuple:
         try:
@@ -137,17 +141,26 @@ def _observing(deferred_starts: bool) -> Iterator[tuple[list[tuple[str, Observed
     def deferring_carry_out(step: gw.GenerationStep, i: int, effect: object) -> None:
         if isinstance(effect, gen_sm.StartUpstream) and step.gens[i].client is gw.Client.WAITING:
             step.set(i, start_pending=effect)
-            return
-        carry_out(step, i, effect)
+        elif not isinstance(effect, gen_sm.DropFromSession):
+            carry_out(step, i, effect)
+        # A DropFromSession is held: the generation keeps the attachment the session counts until its driver drops it.
+
+    def with_driver_drops(world: Any, config: gw.Config, prepares: Any) -> list:
+        moves = generation_moves(world, config, prepares)
+        for i, g in enumerate(world.gens):
+            if g.attachment is not None and g.machine.state in gen_sm.ABSORBING and not g.commits:
+                moves.append((f"g{i}: {_DRIVER_DROP_LABEL}", lambda run, i=i: run.drop(i)))
+        return moves
 
     gw.Config.send, gw.take = observed_send, marked_take
-    if deferred_starts:
-        gw.GenerationStep.carry_out = deferring_carry_out
+    if deferred:
+        gw.GenerationStep.carry_out, gw.generation_moves = deferring_carry_out, with_driver_drops
     try:
         yield log, starts
     finally:
-        gw.Config.send, gw.take, gw.GenerationStep.carry_out = send, take, carry_out
+        gw.Config.send, gw.take, gw.GenerationStep.carry_out, gw.generation_moves = (
+            send, take, carry_out, generation_moves)
 
 
-__all__ = ["DEFERRED_STARTS", "WorldDriver", "WorldMove", "conformance_world", "is_initial_generation",
+__all__ = ["DEFERRED", "WorldDriver", "WorldMove", "conformance_world", "is_initial_generation",
            "role_generation", "role_kind"]
