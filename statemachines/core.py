@@ -38,10 +38,16 @@ How a machine is defined (``rollout_gate.py`` is the worked example; later machi
 Illegal events follow the table's policy: ``TRANSACTIONAL`` raises ``IllegalTransition`` and leaves state and data
 unchanged (like h11's ``_state.py``); ``FAIL_CLOSED`` moves to the absorbing ``error_state`` first, then raises
 (it also does so on a ``TableError``, i.e. when the module's own code disagrees with its table).
+
+Observing machines: while ``OBSERVER`` holds a callable (a ``contextvars.ContextVar``, so it follows trio tasks and
+worker threads started after it is set), every ``Machine.send`` reports what it did as one ``Sent`` record: the
+conformance test (``tests/conformance/``) records the running controllers' machines this way. Unset (the default),
+``send`` only reads the variable; the observer never changes what a machine does.
 """
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import types
 from collections.abc import Callable, Iterable, Mapping
@@ -230,6 +236,25 @@ class TransitionTable:
             raise TableError(f"{self.machine}: invariant broken {where}: {broken}")
 
 
+@attrs.frozen
+class Sent:
+    """What one ``Machine.send`` did, for an observer: the machine, its snapshot before and after, the event, the
+    effects it returned, or why it refused the event (``refused``; ``after`` is then what the policy left)."""
+
+    machine: Machine
+    before: Snapshot
+    event: object
+    after: Snapshot
+    effects: tuple[Any, ...]
+    refused: str | None = None
+
+
+#: Called with a ``Sent`` after every ``Machine.send`` while set (module docstring); None: nobody observes.
+OBSERVER: contextvars.ContextVar[Callable[[Sent], None] | None] = contextvars.ContextVar(
+    "statemachines_observer", default=None
+)
+
+
 @attrs.define(eq=False)
 class Machine:
     """Base of every machine: owns (state, data), applies its class's ``table`` and enforces the table's policy.
@@ -258,15 +283,21 @@ class Machine:
     def send(self, event: object) -> list[Any]:
         """Feed one event; return the effects to carry out, or raise ``IllegalTransition`` per the policy."""
         table = self.table
+        observer = OBSERVER.get()
+        before = Snapshot(self._state, self._data) if observer is not None else None
         try:
             goto = table.apply(self._state, self._data, event)
-        except (IllegalTransition, TableError):
+        except (IllegalTransition, TableError) as error:
             # Fail-closed machines remember the failure (an illegal event, or their own code disagreeing with
             # their table); transactional ones leave everything as it was.
             if table.policy is Policy.FAIL_CLOSED:
                 self._state = table.error_state
+            if observer is not None:
+                observer(Sent(self, before, event, self.snapshot(), (), f"{type(error).__name__}: {error}"))
             raise
         self._state, self._data = goto.target, goto.data
+        if observer is not None:
+            observer(Sent(self, before, event, self.snapshot(), goto.effects))
         return list(goto.effects)
 
 

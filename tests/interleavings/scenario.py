@@ -193,6 +193,8 @@ class Scenario:
     #: the last answered conversation per session, the answer included (a next turn continues it)
     last_conversation: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict)
     segments: dict[str, list[dict[str, Any]]] = attrs.field(factory=dict)
+    #: the sessions the end of the run finalizes and reads (a subclass may use fewer)
+    sessions: tuple[str, ...] = SESSIONS
 
     @property
     def gate(self) -> Any:
@@ -212,7 +214,7 @@ class Scenario:
                 await client.done.wait()
             await self.engine.wait_until(lambda: not self.engine.active_requests())
         await trio.testing.wait_all_tasks_blocked()
-        for sid in SESSIONS:
+        for sid in self.sessions:
             await self.services.sessions.finalize(sid)
             self.segments[sid] = await self.services.sessions.read(session_id=sid)
 
@@ -281,8 +283,7 @@ class Scenario:
             with client.scope:
                 for other in previous:
                     await other.done.wait()
-                if client.op.next_turn and client.session in self.last_conversation:
-                    client.messages = [*self.last_conversation[client.session], {"role": "user", "content": "more"}]
+                client.messages = await self.conversation(client)
                 body = {
                     "model": "m", "messages": client.messages, "max_tokens": client.op.max_tokens,
                     "stream": client.op.stream, "return_token_ids": True, "chat_template_kwargs": NO_THINKING,
@@ -308,6 +309,14 @@ class Scenario:
             client.done.set()
 
 
+    async def conversation(self, client: Client) -> list[dict[str, Any]]:
+        """The messages ``client`` sends, once the session's previous chat ended: a next turn continues the session's
+        last answered conversation (the first turn if there is none). A subclass may choose otherwise."""
+        if client.op.next_turn and client.session in self.last_conversation:
+            return [*self.last_conversation[client.session], {"role": "user", "content": "more"}]
+        return client.messages
+
+
 def _sse_payloads(raw: bytes) -> list[Any]:
     frames = [frame[len(b"data: "):] for frame in raw.split(b"\n\n") if frame.strip()]
     return ["[DONE]" if frame == b"[DONE]" else json.loads(frame) for frame in frames]
@@ -315,8 +324,10 @@ def _sse_payloads(raw: bytes) -> list[Any]:
 
 async def run_scenario(
     tokenizer_path: Path, ops: list[Any], *, partial_rollout: bool, workers: bool, check: Any,
+    scenario: type[Scenario] = Scenario,
 ) -> Scenario:
-    """Serve the stack, run ``ops``, call ``check(scenario)`` while the stack is still up, then tear it down."""
+    """Serve the stack, run ``ops`` in a ``scenario`` (a subclass may choose the conversations), call
+    ``check(scenario)`` while the stack is still up, then tear it down."""
     async with trio.open_nursery() as nursery:
         handle = await nursery.start(serve_engine, EngineConfig(
             port=0, tokenizer_path=tokenizer_path, token_rate=TOKEN_RATE, weight_version="v0",
@@ -334,13 +345,13 @@ async def run_scenario(
                 config, services.sessions, upstream, services.parser, services.tokenizer, services.gate,
             )
             async with trio.open_nursery() as app_nursery:
-                scenario = Scenario(partial_rollout, workers, controller, services, upstream, handle.engine,
-                                    app_nursery)
-                await scenario.run(ops)
-                check(scenario)
+                running = scenario(partial_rollout, workers, controller, services, upstream, handle.engine,
+                                   app_nursery)
+                await running.run(ops)
+                check(running)
                 app_nursery.cancel_scope.cancel()
         nursery.cancel_scope.cancel()
-    return scenario
+    return running
 
 
 __all__ = [
