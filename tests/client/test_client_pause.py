@@ -13,7 +13,7 @@ import trio.testing
 from proxy.cli import run_proxy
 from proxy.client import PauseState, ProxyClient, ProxyError
 from proxy.config import ProxyConfig
-from proxy.upstream.engine import EngineConfig
+from engine import EngineConfig
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from proxy.controllers.upstream_reader import ReadOutcome, ending_event, failure
 from proxy.services import ProxyServices
 from proxy.tokenization import load_tito_tokenizer
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineConfig, serve_engine
+from engine import EngineConfig, serve_engine
 from proxy.upstream.errors import (
     UpstreamErrorChunk,
     UpstreamHTTPError,

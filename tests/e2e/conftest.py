@@ -12,7 +12,7 @@ import trio
 
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
-from proxy.upstream.engine import EngineConfig, serve_engine
+from engine import EngineConfig, serve_engine
 from tests.e2e.harness import Proxy
 
 StartProxy = Callable[..., Awaitable[Proxy]]

@@ -13,7 +13,7 @@ import pytest
 
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
-from proxy.upstream.engine import EngineConfig, serve_engine
+from engine import EngineConfig, serve_engine
 from tests.api.sglang_expected import qwen3_coder_tag, qwen25_tag
 from tests.e2e.harness import CALCULATOR_TOOLS, assistant_echo
 from tests.e2e.gateway import smg_gateway

@@ -34,7 +34,7 @@ from proxy.controllers.gate import ResumeRefusedError
 from proxy.controllers.generation import Generation, GenerationController
 from proxy.services import ProxyServices
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineConfig, serve_engine
+from engine import EngineConfig, serve_engine
 from tests.interleavings.recording import CLIENT, RecordingUpstream
 
 SESSIONS = ("s0", "s1")

@@ -31,7 +31,7 @@ from proxy.parsing import (
     parse_local,
 )
 from proxy.parsing.tool_blocks import arguments_object, decide_block
-from proxy.upstream.engine.parsers import ParserCrash, parse_function_call, separate_reasoning
+from engine.parsers import ParserCrash, parse_function_call, separate_reasoning
 from proxy.upstream.errors import UpstreamHTTPError
 from proxy.upstream.events import FunctionCallParse, ReasoningParse
 

@@ -17,9 +17,9 @@ import trustme
 
 from proxy.cli import ProxyHandle, build_parser, main, run_proxy
 from proxy.config import ConfigError, ProxyConfig, proxy_config_from_args
-from proxy.serving import hypercorn_config
-from proxy.upstream.engine import EngineConfig, serve_engine
-from proxy.upstream.engine.app import create_engine_app
+from serving.http_server import hypercorn_config
+from engine import EngineConfig, serve_engine
+from engine.app import create_engine_app
 
 
 def parse(argv: list[str]) -> ProxyConfig:

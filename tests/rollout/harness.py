@@ -21,7 +21,7 @@ import trio
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
 from proxy.services import ProxyServices
-from proxy.upstream.engine import EngineConfig, EngineHandle
+from engine import EngineConfig, EngineHandle
 
 TOOLS = [
     {"type": "function", "function": {"name": "add", "description": "Add two numbers", "parameters": {

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineConfig, EngineHandle, serve_engine
+from engine import EngineConfig, EngineHandle, serve_engine
 
 StartEngine = Callable[..., Awaitable[EngineHandle]]
 

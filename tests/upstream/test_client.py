@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineHandle, expected_row
+from engine import EngineHandle, expected_row
 from proxy.upstream.errors import (
     UpstreamErrorChunk,
     UpstreamHTTPError,

@@ -20,11 +20,11 @@ import pytest
 import trio
 import trustme
 
-from proxy.serving import hypercorn_config
+from serving.http_server import hypercorn_config
 from proxy.upstream._httplib import translate
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineConfig, EngineHandle
-from proxy.upstream.engine.app import create_engine_app
+from engine import EngineConfig, EngineHandle
+from engine.app import create_engine_app
 from proxy.upstream.errors import UpstreamProtocolError, UpstreamStreamCut, UpstreamTimeout, UpstreamUnavailable
 from proxy.upstream.events import Event, Finished, Partial, Token
 

@@ -4,7 +4,7 @@ Applied last, to what ``responses.build_output`` built, so the engine's own stat
 request log, script resumption) stays faithful and only the wire carries the fault. A fault hits every chunk that
 carries output token ``fault_after`` or a later one (in cumulative mode every chunk from the one that first
 carries it; in incremental mode the chunks whose delta holds it or follows it); the tokens before it arrive
-intact. The names and what each one does are :data:`~proxy.upstream.engine.script.PROTOCOL_FAULTS`.
+intact. The names and what each one does are :data:`~engine.script.PROTOCOL_FAULTS`.
 """
 
 from __future__ import annotations

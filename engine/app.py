@@ -16,7 +16,7 @@ from typing import Any
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from proxy.serving import harden_app
+from serving.http_server import harden_app
 
 from .config import EngineConfig
 from .faults import break_output
