@@ -22,10 +22,10 @@ from proxy.controllers.upstream_reader import failure_event
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware, current_request_id
 from proxy.routes import chat, info, rollout, rollout_control
-from serving.http_server import harden_app
 from proxy.services import ProxyServices
 from proxy.tokenization import TitoError
 from proxy.upstream.errors import UpstreamError
+from serving.http_server import harden_app
 
 log = logging.getLogger("dressage_proxy")
 

@@ -14,6 +14,7 @@ import pytest
 import trio
 import trio.testing
 
+from engine import EngineConfig, serve_engine
 from proxy.api import ApiError, ChatCompletionRequest
 from proxy.api.errors import ERROR_TABLE, ErrorCode
 from proxy.config import ProxyConfig
@@ -24,7 +25,6 @@ from proxy.controllers.upstream_reader import ReadOutcome, ending_event, failure
 from proxy.services import ProxyServices
 from proxy.tokenization import load_tito_tokenizer
 from proxy.upstream.client import SGLangClient
-from engine import EngineConfig, serve_engine
 from proxy.upstream.errors import (
     UpstreamErrorChunk,
     UpstreamHTTPError,

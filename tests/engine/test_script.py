@@ -12,9 +12,9 @@ import pytest
 import trio
 import trio.testing
 
-from proxy.upstream.client import SGLangClient
 from engine import EngineConfig, Engine
 from engine.script import PROTOCOL_FAULTS, ScriptError
+from proxy.upstream.client import SGLangClient
 from proxy.upstream.errors import UpstreamProtocolError
 
 from .conftest import CHAT_PROMPT, StartEngine, client_for, stream_events

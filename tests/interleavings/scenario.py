@@ -28,13 +28,13 @@ import trio
 import trio.testing
 from hypothesis import strategies as st
 
+from engine import EngineConfig, serve_engine
 from proxy.api import ApiError, ChatCompletionRequest
 from proxy.config import ProxyConfig
 from proxy.controllers.gate import ResumeRefusedError
 from proxy.controllers.generation import Generation, GenerationController
 from proxy.services import ProxyServices
 from proxy.upstream.client import SGLangClient
-from engine import EngineConfig, serve_engine
 from tests.interleavings.recording import CLIENT, RecordingUpstream
 
 SESSIONS = ("s0", "s1")

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import trio
 
-from proxy.upstream.client import SGLangClient
 from engine import EngineConfig, EngineHandle, serve_engine
+from proxy.upstream.client import SGLangClient
 
 StartEngine = Callable[..., Awaitable[EngineHandle]]
 

@@ -20,13 +20,13 @@ import pytest
 import trio
 import trustme
 
-from serving.http_server import hypercorn_config
-from proxy.upstream._httplib import translate
-from proxy.upstream.client import SGLangClient
 from engine import EngineConfig, EngineHandle
 from engine.app import create_engine_app
+from proxy.upstream._httplib import translate
+from proxy.upstream.client import SGLangClient
 from proxy.upstream.errors import UpstreamProtocolError, UpstreamStreamCut, UpstreamTimeout, UpstreamUnavailable
 from proxy.upstream.events import Event, Finished, Partial, Token
+from serving.http_server import hypercorn_config
 
 from .conftest import HANG_GUARD
 from .test_client import LONG, PROMPT, assert_matches_record, collect, record_of, wait_recorded
