@@ -1,4 +1,4 @@
-"""https: the SGLang client through TLS (``_httplib._TLSConnection``), against real TLS servers on 127.0.0.1:0.
+"""https: the SGLang client through TLS (``_http_connection.TLSConnection``), against real TLS servers on 127.0.0.1:0.
 
 The TLS server is the embedded engine served by hypercorn with a certificate (``hypercorn_config`` plus
 ``certfile``/``keyfile``), listening on https and plain http at once, so the same engine answers both and the
@@ -22,7 +22,7 @@ import trustme
 
 from engine import EngineConfig, EngineHandle
 from engine.app import create_engine_app
-from proxy.upstream._httplib import translate
+from proxy.upstream._http_connection import translate
 from proxy.upstream.client import SGLangClient
 from proxy.upstream.errors import UpstreamProtocolError, UpstreamStreamCut, UpstreamTimeout, UpstreamUnavailable
 from proxy.upstream.events import Event, Finished, Partial, Token
