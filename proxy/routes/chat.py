@@ -28,7 +28,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from proxy.api import ChatCompletionRequest, dumps, parse_json_body
-from proxy.api.chat_request import SessionIdSources
+from proxy.api.session_identity import SessionIdSources
 from proxy.controllers import idempotency
 from proxy.controllers.choices import ChoiceSet
 from proxy.controllers.generation import Generation, GenerationController
