@@ -61,7 +61,7 @@ def serve_floor(port: int) -> None:
     from quart import Response
     from quart_trio import QuartTrio
 
-    from proxy.serving import harden_app, serve_app
+    from serving.http_server import harden_app, serve_app
 
     def chunk(n: int, final: bool) -> dict:
         ids = list(range(2000, 2000 + n))

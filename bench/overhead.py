@@ -67,7 +67,7 @@ BACKEND_FLAGS = {
 def load_tokenizer() -> Any:
     from tokenizers import Tokenizer
 
-    from proxy.tokenizer_files import model_tokenizer_path
+    from serving.tokenizer_files import model_tokenizer_path
 
     tokenizer = Tokenizer.from_file(str(model_tokenizer_path("qwen3") / "tokenizer.json"))
     if tokenizer.token_to_id("<|im_end|>") != IM_END_ID:

@@ -65,9 +65,9 @@ def serve_engine(port: int, token_rate: float, script: Path) -> None:
     of every finished request whose routing key starts with ``prefix``, and how many such requests still run."""
     from quart import jsonify, request
 
-    from proxy.serving import serve_app
-    from proxy.upstream.engine import EngineConfig
-    from proxy.upstream.engine.app import create_engine_app
+    from engine import EngineConfig
+    from engine.app import create_engine_app
+    from serving.http_server import serve_app
 
     config = EngineConfig(host="127.0.0.1", port=port, token_rate=token_rate, script=script, seed=1,
                           request_log_size=1_000_000)

@@ -11,7 +11,6 @@ URLs, exception text, tracebacks): the mapping logs the detail with the request 
 
 from __future__ import annotations
 
-
 from quart import Response
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
@@ -21,8 +20,8 @@ from proxy.api.error_mapping import api_error_for
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware
 from proxy.routes import chat, info, rollout, rollout_control
-from proxy.serving import harden_app
 from proxy.services import ProxyServices
+from serving.http_server import harden_app
 
 
 #: every route module; each has ``register(app, services)``

@@ -10,14 +10,14 @@ from typing import Any
 import attrs
 import trio
 
+from engine import EngineConfig, EngineHandle, serve_engine
+from engine.cli import add_engine_arguments, engine_config_from_args
 from proxy.app import create_proxy_app
 from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args, sglang_ssl_context
-from proxy.serving import serve_app
 from proxy.services import ProxyServices
-from proxy.tokenizer_files import TokenizerFilesError, model_tokenizer_path
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineConfig, EngineHandle, serve_engine
-from proxy.upstream.engine.cli import add_engine_arguments, engine_config_from_args
+from serving.http_server import serve_app
+from serving.tokenizer_files import TokenizerFilesError, model_tokenizer_path
 
 
 @attrs.frozen

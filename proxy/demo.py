@@ -35,12 +35,12 @@ import trio
 # torch, so keep its output clean.
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+from engine import EngineConfig  # noqa: E402 (after the environment variable above)
 from proxy.cli import ProxyHandle, run_proxy  # noqa: E402
 from proxy.client import FinalizeResult, ProxyClient, TrajectoryStats  # noqa: E402
 from proxy.config import ProxyConfig  # noqa: E402
 from proxy.tokenization import load_tito_tokenizer  # noqa: E402
-from proxy.tokenizer_files import model_tokenizer_path  # noqa: E402
-from proxy.upstream.engine import EngineConfig  # noqa: E402 (after the environment variable above)
+from serving.tokenizer_files import model_tokenizer_path  # noqa: E402
 
 SESSION_ID = "calculator-demo"
 INSTANCE_ID = "calculator-prompt-0"

@@ -1,6 +1,6 @@
 """Fixtures shared by the whole suite.
 
-The real tokenizer files come from ``proxy.tokenizer_files`` (package index, SHA-256 checked, cached); set
+The real tokenizer files come from ``serving.tokenizer_files`` (package index, SHA-256 checked, cached); set
 ``DRESSAGE_TOKENIZERS_DIR`` to use a folder that already holds them (for example ``../shared/tokenizers``).
 """
 
@@ -15,7 +15,7 @@ import pytest
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from proxy.tokenizer_files import ensure_tokenizers, model_tokenizer_path  # noqa: E402
+from serving.tokenizer_files import ensure_tokenizers, model_tokenizer_path  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,14 @@ responses.
 
 - :mod:`proxy.api.errors`: :class:`ApiError` and the stable error codes (with the status table).
 - :mod:`proxy.api.fields`: the shared field readers, and :func:`parse_json_body` for raw bodies.
-- :mod:`proxy.api.chat_request`: :class:`ChatCompletionRequest` (``POST /v1/chat/completions``).
+- :mod:`proxy.api.chat_request`: :class:`ChatCompletionRequest` (``POST /v1/chat/completions``), with its parts
+  :mod:`proxy.api.session_identity`, :mod:`proxy.api.chat_messages` and :mod:`proxy.api.chat_tools`.
 - :mod:`proxy.api.rollout_requests`: finalize, trajectory-read and resume bodies.
 - :mod:`proxy.api.render`: ``chat.completion`` objects, ``chat.completion.chunk`` events, SSE framing.
 """
 
-from proxy.api.chat_request import ChatCompletionRequest, ToolChoice
+from proxy.api.chat_request import ChatCompletionRequest
+from proxy.api.chat_tools import ToolChoice
 from proxy.api.errors import ERROR_TABLE, ApiError, ErrorCode
 from proxy.api.fields import parse_json_body
 from proxy.api.render import (

@@ -4,24 +4,19 @@
 returns a :class:`ChatCompletionRequest`, or raises :class:`~proxy.api.errors.ApiError` (4xx): never another
 exception, whatever the body. Unknown fields are ignored (their names are kept in ``ignored_fields`` for logs).
 
-Session identity (spec 3.1). Header names are matched case-insensitively; blank values count as absent.
-
-| field | from | rule |
-|---|---|---|
-| ``session_id`` | the :class:`SessionIdSources`: by default the ``X-Session-Id`` header, else body ``session_id``, else the ``X-SMG-Routing-Key`` header | required: ``missing_session_id`` (400, ``param`` the first header) |
-| ``instance_id`` | ``X-Instance-Id`` header, else body ``instance_id`` | optional |
-| ``turn_id`` | ``X-Turn-Id`` header, else body ``turn_id`` | optional |
-
-Ids are strings (or integers, turned into strings) of 1-256 printable ASCII characters (see :mod:`proxy.api.fields`).
+Three parts of the request have modules of their own: who it belongs to (:mod:`proxy.api.session_identity`: the
+session, instance and turn ids from headers and body), its ``messages`` (:mod:`proxy.api.chat_messages`: roles,
+content, tool calls) and its ``tools`` and ``tool_choice`` (:mod:`proxy.api.chat_tools`). This module reads the
+rest, puts them together, and maps the sampling fields onto SGLang's.
 
 Body fields:
 
 | field | accepted | becomes |
 |---|---|---|
 | ``model`` | string, optional | ``model`` (``None`` when absent or ``""``: the app answers with the served model's name) |
-| ``messages`` | non-empty array of messages (below) | ``messages``: a tuple of fresh, cleaned dicts |
+| ``messages`` | non-empty array of messages (:mod:`proxy.api.chat_messages`) | ``messages``: a tuple of fresh, cleaned dicts |
 | ``tools`` | array of ``{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}`` | ``tools`` (``None`` when absent or ``[]``); names non-empty and unique |
-| ``tool_choice`` | ``"none"``, ``"auto"``, ``"required"``, ``{"type": "function", "function": {"name"}}`` | :class:`ToolChoice` (``None``: ``auto``) |
+| ``tool_choice`` | ``"none"``, ``"auto"``, ``"required"``, ``{"type": "function", "function": {"name"}}`` | :class:`~proxy.api.chat_tools.ToolChoice` (``None``: ``auto``) |
 | ``parallel_tool_calls`` | boolean | ``parallel_tool_calls`` (default true) |
 | ``response_format`` | ``{"type": "text"}``, ``{"type": "json_object"}``, ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"?}}`` | :class:`~proxy.api.constraints.ResponseFormat` |
 | ``temperature`` | number in [0, 2] | ``temperature`` |
@@ -48,20 +43,6 @@ Decisions:
 - **Conflicting ``max_tokens`` and ``max_completion_tokens``**: ``max_completion_tokens`` wins (it is OpenAI's
   current name; SGLang and vLLM resolve it the same way), so clients that send both never fail. Neither: ``None``,
   meaning "up to the context window" (SGLang's chat semantics).
-- **Roles**: system, user, assistant, tool. ``developer`` (OpenAI's newer name for system instructions) becomes
-  ``system``: the chat templates know no developer role. The legacy ``function`` role is ``unsupported_parameter``;
-  any other role is ``invalid_request``.
-- **Content**: a string; an array of text parts (``{"type": "text", "text": ...}``, ``type`` may be omitted),
-  rebuilt as ``[{"type": "text", "text": ...}]`` (extra part keys such as ``cache_control`` dropped); or ``null``
-  / absent, for assistant messages only. Image, audio and file parts are ``unsupported_parameter`` naming the part:
-  the proxy serves text-only models and records text tokens.
-- **Assistant messages** keep ``content``, ``name``, ``reasoning_content`` (the aliases ``reasoning`` and
-  ``thinking`` are read in that order and stored as ``reasoning_content``) and ``tool_calls``. A tool call needs a
-  non-empty ``function.name``; ``type`` must be ``"function"`` when present (custom tools are unsupported);
-  ``id`` is optional. ``arguments`` may be a JSON string or an object and is kept as given (missing means
-  ``"{}"``); a string must parse to a JSON object (blank means ``{}``), because the chat templates need an object,
-  and that object must be valid Unicode like the body itself (no ``\\ud800`` escape of a lone surrogate inside it).
-- **Tool messages** keep ``content``, ``tool_call_id`` (optional: the Qwen templates do not render it) and ``name``.
 - **Unknown tools**: the request layer checks tool names only for ``tool_choice`` (a named choice must name a
   declared tool; ``required`` or a named choice without tools is refused). Tool calls in the history may name
   tools that are no longer declared (a session's tools may change): they are recorded as given.
@@ -96,33 +77,35 @@ from typing import Any
 
 import attrs
 
+from proxy.api.chat_messages import messages_from_json
+from proxy.api.chat_tools import ToolChoice, tools_from_json
 from proxy.api.constraints import ResponseFormat, conflict_error, is_forcing
 from proxy.api.constraints import constraint_params as build_constraint_params
-from proxy.api.errors import DEFAULT_SESSION_ID_HEADERS, ApiError
+from proxy.api.errors import ApiError
 from proxy.api.fields import (
     INT32_MAX,
     INT64_MAX,
     INT64_MIN,
     check_json,
     field_path,
-    identifier,
     json_type,
     optional_bool,
     optional_float,
-    optional_identifier,
     optional_int,
     optional_str,
     require_object,
-    require_valid_unicode,
     shown,
 )
+from proxy.api.session_identity import (
+    DEFAULT_SESSION_ID_SOURCES,
+    INSTANCE_HEADER,
+    TURN_HEADER,
+    SessionIdSources,
+    header_map,
+    read_optional_id,
+    read_session_id,
+)
 
-#: the roles a message may have after ``developer`` became ``system``
-ROLES = frozenset({"system", "user", "assistant", "tool"})
-#: assistant reasoning field names, in the order they are read
-REASONING_ALIASES = ("reasoning_content", "reasoning", "thinking")
-#: content-part types that are valid OpenAI input but not text
-NON_TEXT_PARTS = frozenset({"image_url", "input_image", "image", "input_audio", "audio", "file", "input_file"})
 #: the largest ``top_logprobs`` OpenAI accepts
 MAX_TOP_LOGPROBS = 20
 #: the most choices (``n``) one request may ask for: each is a generation of its own (a gate slot, an upstream request)
@@ -144,10 +127,6 @@ UNSERVED_PARAMETERS: dict[str, tuple[tuple[Any, ...], str]] = {
     "verbosity": (("medium",), "verbosity control is not served"),
 }
 
-ROUTING_KEY_HEADER = "x-smg-routing-key"
-INSTANCE_HEADER = "x-instance-id"
-TURN_HEADER = "x-turn-id"
-
 #: the tool-call format whose SGLang constraints are built when the caller names none (the qwen3 build model's)
 DEFAULT_TOOL_CALL_TYPE = "qwen25"
 
@@ -161,64 +140,6 @@ _READ_FIELDS = frozenset(
         "reasoning_effort", "parallel_tool_calls", "response_format", *UNSERVED_PARAMETERS,
     }
 )
-
-
-@attrs.frozen
-class SessionIdSources:
-    """Where a request's session id is read, in precedence order: each of ``headers``, then the body field
-    ``body_field`` (None: never), then the gateway's ``X-SMG-Routing-Key`` header. The proxy's
-    ``--session-id-header`` (repeatable) and ``--session-id-body-field`` set them; the default is spec 3.1's order.
-    An operator whose agents send their own ``X-Session-Id`` puts its own header first."""
-
-    headers: tuple[str, ...] = attrs.field(default=DEFAULT_SESSION_ID_HEADERS, converter=tuple)
-    body_field: str | None = "session_id"
-
-    def __attrs_post_init__(self) -> None:
-        if not self.headers:
-            raise ValueError("a session id needs at least one header to be read from")
-
-
-DEFAULT_SESSION_ID_SOURCES = SessionIdSources()
-
-
-@attrs.frozen
-class ToolChoice:
-    """The request's ``tool_choice``: ``mode`` is none, auto, required or function (then ``name`` is set)."""
-
-    mode: str
-    name: str | None = None
-
-    @classmethod
-    def from_json(cls, value: Any, tool_names: frozenset[str]) -> ToolChoice | None:
-        if value is None:
-            return None
-        if isinstance(value, str):
-            if value not in ("none", "auto", "required"):
-                raise ApiError.invalid_request(
-                    f"tool_choice must be 'none', 'auto', 'required' or a function object, not {shown(value)}",
-                    "tool_choice",
-                )
-            if value == "required" and not tool_names:
-                raise ApiError.invalid_request("tool_choice 'required' needs tools", "tool_choice")
-            return cls(value)
-        if not isinstance(value, dict):
-            raise ApiError.invalid_request(
-                f"tool_choice must be a string or an object, not {json_type(value)}", "tool_choice"
-            )
-        kind = value.get("type")
-        if kind is not None and kind != "function":
-            raise ApiError.unsupported_parameter(
-                f"tool_choice of type {shown(kind)} is not supported; use a function choice", "tool_choice.type"
-            )
-        function = value.get("function")
-        name = function.get("name") if isinstance(function, dict) else None
-        if not isinstance(name, str) or not name:
-            raise ApiError.invalid_request("tool_choice.function.name must be a non-empty string", "tool_choice")
-        if name not in tool_names:
-            raise ApiError.invalid_request(
-                f"tool_choice names the function {shown(name, 128)}, which is not in tools", "tool_choice"
-            )
-        return cls("function", name)
 
 
 @attrs.frozen
@@ -281,8 +202,8 @@ class ChatCompletionRequest:
         ``tool_call_type`` is the served model's tool-call format (``qwen25`` or ``qwen3_coder``): the
         constrained-decoding parameters depend on it, as in SGLang."""
         body = require_object(body)
-        header = _header_reader(headers)
-        session_id, source = _session_id(body, header, session_ids)
+        header = header_map(headers)
+        session_id, source = read_session_id(body, header, session_ids)
         for legacy in ("functions", "function_call"):
             if body.get(legacy) is not None:
                 raise ApiError.unsupported_parameter(
@@ -294,7 +215,7 @@ class ChatCompletionRequest:
             raise ApiError.invalid_request(f"n must be at least 1, not {n}", "n")
         if n is not None and n > MAX_CHOICES:
             raise ApiError.unsupported_parameter(f"n must be at most {MAX_CHOICES} here, not {n}", "n")
-        tools = _tools(body.get("tools"))
+        tools = tools_from_json(body.get("tools"))
         tool_names = frozenset(tool["function"]["name"] for tool in tools or ())
         logprobs = bool(optional_bool(body, "logprobs"))
         top_logprobs = optional_int(body, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0
@@ -329,10 +250,10 @@ class ChatCompletionRequest:
         return cls(
             session_id=session_id,
             session_id_source=source,
-            instance_id=_optional_id(body, header, INSTANCE_HEADER, "instance_id"),
-            turn_id=_optional_id(body, header, TURN_HEADER, "turn_id"),
+            instance_id=read_optional_id(body, header, INSTANCE_HEADER, "instance_id"),
+            turn_id=read_optional_id(body, header, TURN_HEADER, "turn_id"),
             model=model or None,
-            messages=_messages(body.get("messages")),
+            messages=messages_from_json(body.get("messages")),
             tools=tools,
             tool_choice=tool_choice,
             parallel_tool_calls=parallel_tool_calls,
@@ -515,229 +436,8 @@ def _logit_bias(value: Any) -> dict[str, float] | None:
     return out or None
 
 
-# -- headers and ids ---------------------------------------------------------------------------------------------------
+# -- budgets, stop, mask ----------------------------------------------------------------------------------------------
 
-
-def _header_reader(headers: Mapping[str, str] | Any) -> dict[str, str]:
-    """The headers by lower-cased name (first value wins); works for dicts and werkzeug ``Headers``."""
-    out: dict[str, str] = {}
-    items: Iterable[Any] = headers.items() if hasattr(headers, "items") else headers or ()
-    for pair in items:
-        if isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], str):
-            value = pair[1].strip()
-            if value:
-                out.setdefault(pair[0].lower(), value)
-    return out
-
-
-def _session_id(body: dict[str, Any], header: Mapping[str, str], sources: SessionIdSources) -> tuple[str, str]:
-    """The first session id of ``sources`` present (a blank header counts as absent), and where it came from."""
-    for name in sources.headers:
-        if name.lower() in header:
-            return identifier(header[name.lower()], name), "header"
-    if sources.body_field is not None:
-        value = body.get(sources.body_field)
-        if value is not None and value != "":
-            return identifier(value, sources.body_field), "body"
-    if ROUTING_KEY_HEADER in header:
-        return identifier(header[ROUTING_KEY_HEADER], "X-SMG-Routing-Key"), "routing_key"
-    raise ApiError.missing_session_id(sources.headers, sources.body_field)
-
-
-def _optional_id(body: dict[str, Any], header: Mapping[str, str], header_name: str, key: str) -> str | None:
-    if header_name in header:
-        return identifier(header[header_name], "-".join(part.capitalize() for part in header_name.split("-")))
-    return optional_identifier(body, key)
-
-
-# -- messages ----------------------------------------------------------------------------------------------------------
-
-
-def _messages(value: Any) -> tuple[dict[str, Any], ...]:
-    if not isinstance(value, list):
-        raise ApiError.invalid_request(f"messages must be an array, not {json_type(value)}", "messages")
-    if not value:
-        raise ApiError.invalid_request("messages must not be empty", "messages")
-    return tuple(_message(message, f"messages[{index}]") for index, message in enumerate(value))
-
-
-def _message(message: Any, where: str) -> dict[str, Any]:
-    if not isinstance(message, dict):
-        raise ApiError.invalid_request(f"{where} must be an object, not {json_type(message)}", where)
-    role = message.get("role")
-    if role == "developer":
-        role = "system"
-    elif role == "function":
-        raise ApiError.unsupported_parameter(
-            f"{where}: the legacy function role is not supported; use tool messages", f"{where}.role"
-        )
-    elif not isinstance(role, str) or role not in ROLES:
-        raise ApiError.invalid_request(
-            f"{where}.role must be one of system, developer, user, assistant, tool, not {shown(role)}", f"{where}.role"
-        )
-    out: dict[str, Any] = {"role": role, "content": _content(message.get("content"), f"{where}.content", role)}
-    name = optional_str(message, "name", f"{where}.name")
-    if name is not None:
-        out["name"] = name
-    if role == "tool":
-        call_id = optional_str(message, "tool_call_id", f"{where}.tool_call_id")
-        if call_id is not None:
-            out["tool_call_id"] = call_id
-    elif role == "assistant":
-        for alias in REASONING_ALIASES:
-            reasoning = message.get(alias)
-            if reasoning is None:
-                continue
-            if not isinstance(reasoning, str):
-                raise ApiError.invalid_request(
-                    f"{where}.{alias} must be a string, not {json_type(reasoning)}", f"{where}.{alias}"
-                )
-            out["reasoning_content"] = reasoning
-            break
-        calls = message.get("tool_calls")
-        if calls is not None:
-            if not isinstance(calls, list):
-                raise ApiError.invalid_request(
-                    f"{where}.tool_calls must be an array, not {json_type(calls)}", f"{where}.tool_calls"
-                )
-            if calls:
-                out["tool_calls"] = [_tool_call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(calls)]
-    return out
-
-
-def _content(content: Any, where: str, role: str) -> str | list[dict[str, str]] | None:
-    if isinstance(content, str):
-        return content
-    if content is None:
-        if role == "assistant":
-            return None
-        raise ApiError.invalid_request(f"{where} is required for a {role} message", where)
-    if not isinstance(content, list):
-        raise ApiError.invalid_request(
-            f"{where} must be a string or an array of text parts, not {json_type(content)}", where
-        )
-    parts = []
-    for index, part in enumerate(content):
-        param = f"{where}[{index}]"
-        if not isinstance(part, dict):
-            raise ApiError.invalid_request(f"{param} must be a content-part object, not {json_type(part)}", param)
-        kind = part.get("type")
-        if kind is None:
-            kind = "text"
-        if isinstance(kind, str) and kind in NON_TEXT_PARTS:
-            raise ApiError.unsupported_parameter(
-                f"{param} is a {kind} part: this proxy serves text-only models; send text parts only", param
-            )
-        if kind != "text":
-            raise ApiError.invalid_request(f"{param} has an unknown content-part type {shown(kind)}", f"{param}.type")
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise ApiError.invalid_request(f"{param}.text must be a string, not {json_type(text)}", f"{param}.text")
-        parts.append({"type": "text", "text": text})
-    return parts
-
-
-def _tool_call(call: Any, where: str) -> dict[str, Any]:
-    if not isinstance(call, dict):
-        raise ApiError.invalid_request(f"{where} must be an object, not {json_type(call)}", where)
-    kind = call.get("type")
-    if kind is not None and kind != "function":
-        raise ApiError.unsupported_parameter(
-            f"{where} has type {shown(kind)}; only function tool calls are supported", f"{where}.type"
-        )
-    function = call.get("function")
-    if not isinstance(function, dict):
-        raise ApiError.invalid_request(
-            f"{where}.function must be an object, not {json_type(function)}", f"{where}.function"
-        )
-    name = function.get("name")
-    if not isinstance(name, str) or not name:
-        raise ApiError.invalid_request(f"{where}.function.name must be a non-empty string", f"{where}.function.name")
-    arguments = _arguments(function.get("arguments"), f"{where}.function.arguments")
-    out: dict[str, Any] = {}
-    call_id = optional_str(call, "id", f"{where}.id")
-    if call_id is not None:
-        out["id"] = call_id
-    out["type"] = "function"
-    out["function"] = {"name": name, "arguments": arguments}
-    return out
-
-
-def _arguments(arguments: Any, where: str) -> str | dict[str, Any]:
-    if arguments is None:
-        return "{}"
-    if isinstance(arguments, dict):
-        return check_json(arguments, where)
-    if not isinstance(arguments, str):
-        raise ApiError.invalid_request(
-            f"{where} must be a JSON string or an object, not {json_type(arguments)}", where
-        )
-    if arguments.strip():
-        try:
-            parsed = json.loads(arguments)
-        except (ValueError, RecursionError):
-            raise ApiError.invalid_request(f"{where} is not valid JSON", where) from None
-        if not isinstance(parsed, dict):
-            raise ApiError.invalid_request(f"{where} must encode a JSON object, not {json_type(parsed)}", where)
-        _require_unicode_arguments(parsed, where)
-    return arguments
-
-
-def _require_unicode_arguments(parsed: dict[str, Any], where: str) -> None:
-    """The object an arguments string encodes is what the chat template renders: a ``\\ud800`` escape inside the
-    string (valid text itself) would decode to a lone surrogate there and fail the tokenizer (a 500). Refused like
-    a lone surrogate anywhere in the body (``proxy.api.fields``), naming the arguments field."""
-    try:
-        require_valid_unicode(parsed, where)
-    except ApiError as exc:
-        raise ApiError.invalid_request(
-            f"{where} encodes a string that is not valid Unicode (at {exc.param}: a JSON escape of a lone UTF-16 "
-            "surrogate); every string must be valid Unicode",
-            where,
-        ) from None
-
-
-# -- tools, budgets, stop, mask ----------------------------------------------------------------------------------------
-
-
-def _tools(value: Any) -> tuple[dict[str, Any], ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise ApiError.invalid_request(f"tools must be an array, not {json_type(value)}", "tools")
-    seen: set[str] = set()
-    tools = []
-    for index, tool in enumerate(value):
-        where = f"tools[{index}]"
-        if not isinstance(tool, dict):
-            raise ApiError.invalid_request(f"{where} must be an object, not {json_type(tool)}", where)
-        kind = tool.get("type")
-        if kind is not None and kind != "function":
-            raise ApiError.unsupported_parameter(
-                f"{where} has type {shown(kind)}; only function tools are supported", f"{where}.type"
-            )
-        function = tool.get("function")
-        if not isinstance(function, dict):
-            raise ApiError.invalid_request(
-                f"{where}.function must be an object, not {json_type(function)}", f"{where}.function"
-            )
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            raise ApiError.invalid_request(
-                f"{where}.function.name must be a non-empty string", f"{where}.function.name"
-            )
-        if name in seen:
-            raise ApiError.invalid_request(f"{where}: the tool name {shown(name, 128)} is declared twice", where)
-        seen.add(name)
-        optional_str(function, "description", f"{where}.function.description")
-        parameters = function.get("parameters")
-        if parameters is not None and not isinstance(parameters, dict):
-            raise ApiError.invalid_request(
-                f"{where}.function.parameters must be a JSON-schema object, not {json_type(parameters)}",
-                f"{where}.function.parameters",
-            )
-        tools.append(check_json(tool, where))
-    return tuple(tools) or None
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:
@@ -771,4 +471,4 @@ def _response_mask(value: Any) -> tuple[int, ...] | None:
     return tuple(value)
 
 
-__all__ = ["DEFAULT_SESSION_ID_SOURCES", "ChatCompletionRequest", "SessionIdSources", "ToolChoice"]
+__all__ = ["DEFAULT_TOOL_CALL_TYPE", "MAX_CHOICES", "UNSERVED_PARAMETERS", "ChatCompletionRequest"]

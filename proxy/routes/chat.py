@@ -1,7 +1,7 @@
 """``POST /v1/chat/completions``: parse, hand the request to the generation controller, answer.
 
 Thin on purpose (``docs/request-path.md`` describes the whole path). The body is read before anything is answered
-(``proxy.serving``'s hook, stack-notes pitfall 1); ``ChatCompletionRequest.from_http`` validates it (a 4xx
+(``serving.http_server``'s hook, stack-notes pitfall 1); ``ChatCompletionRequest.from_http`` validates it (a 4xx
 ``ApiError`` for anything wrong); the controller prepares the step and raises ``ApiError`` for refusals; then:
 
 - non-streaming: wait for the ``chat.completion`` object (or the ``ApiError`` to answer);
@@ -28,7 +28,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from proxy.api import ChatCompletionRequest, dumps, parse_json_body
-from proxy.api.chat_request import SessionIdSources
+from proxy.api.session_identity import SessionIdSources
 from proxy.controllers import idempotency
 from proxy.controllers.choices import ChoiceSet
 from proxy.controllers.generation_driver import Generation

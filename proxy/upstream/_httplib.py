@@ -1,21 +1,20 @@
 """The HTTP/1.1 client behind the SGLang client: trio sockets + h11, and nothing else.
 
-This is the only module of the package that touches sockets or h11, and :func:`translate` below is the only
-place where their exceptions (and our timeouts) become :mod:`proxy.upstream.errors` classes.
+This module is the pool (:class:`HTTPClient`) and the responses it returns; one connection (socket, TLS, h11 state,
+timeouts) is ``_http_connection``'s, and so is :func:`~proxy.upstream._http_connection.translate`, the only place
+where socket, TLS and h11 exceptions (and our timeouts) become :mod:`proxy.upstream.errors` classes. No other module
+of the package touches sockets or h11.
 
 Why not httpx/httpx2. py-spy on ``bench/overhead.py`` put httpx2's layers (client -> auth -> redirects ->
 transport -> pool -> httpcore connection, six nested async generators per response body, Request/Response
 models, an ``is_readable`` scan) at 20-25 % of the proxy's CPU per request. The proxy needs far less: one kind
 of server (SGLang's uvicorn, or the embedded engine's hypercorn), plain HTTP/1.1, JSON request bodies, and
-responses that are either a Content-Length JSON body or a chunked SSE stream. So this module is that and only
-that: a keep-alive pool of TCP connections, h11 for the protocol (the parser hypercorn itself uses), explicit
+responses that are either a Content-Length JSON body or a chunked SSE stream. So these two modules are that and
+only that: a keep-alive pool of TCP connections, h11 for the protocol (the parser hypercorn itself uses), explicit
 timeouts, and one error translation. ``bench/upstream_client.py`` measures it against httpx2.
 
-https (an SGLang behind a TLS gateway or ingress) goes through ``trio.SSLStream`` over the same TCP connection:
-:class:`_TLSConnection` overrides only the send and the receive, so the plain http path (the raw trio socket's
-``send``/``recv``) is untouched. The idle check and the synchronous close work on the transport socket in both
-cases. The TLS context is ``ssl.create_default_context()`` (system CAs, hostname verification, ALPN
-``http/1.1``) unless the caller passes one.
+https: the TLS context is ``ssl.create_default_context()`` (system CAs, hostname verification, ALPN
+``http/1.1``) unless the caller passes one; the handshake is part of connecting.
 
 What it deliberately does not do: proxies, redirects, cookies, compression, HTTP/2, ``Expect: 100-continue``.
 
@@ -33,77 +32,26 @@ import ssl
 from collections import deque
 from collections.abc import Callable, Mapping
 from ssl import SSLContext
-from typing import Any, Literal
-from urllib.parse import urlsplit
+from typing import Any
 
 import attrs
 import h11
 import trio
 
-from proxy.upstream.errors import (
-    UpstreamError,
-    UpstreamProtocolError,
-    UpstreamStreamCut,
-    UpstreamTimeout,
-    UpstreamUnavailable,
+from proxy.upstream._http_connection import (
+    IO_ERRORS,
+    Connection,
+    Phase,
+    PoolKey,
+    Target,
+    TLSConnection,
+    is_connection_loss,
+    translate,
 )
+from proxy.upstream.errors import UpstreamError
 from proxy.upstream.events import Partial
 
-__all__ = ["HTTPClient", "PoolStatistics", "Response", "SSLContext", "StreamResponse", "translate"]
-
-Phase = Literal["pool", "connect", "write", "read"]
-
-#: Bytes asked of the kernel per receive. SSE chunks are small; a routed-experts final chunk can be megabytes.
-RECEIVE_SIZE = 65536
-
-#: What a socket exchange can raise besides cancellation: socket errors (trio raises OSError on its raw sockets,
-#: Broken/ClosedResourceError when a socket is closed under a waiting task; an SSLStream raises
-#: BrokenResourceError from the ``ssl.SSLError``), our own timeouts (``TooSlowError``), and h11's protocol errors.
-#: Everything else (``trio.Cancelled`` above all) passes through untouched.
-IO_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, h11.ProtocolError)
-
-
-def translate(
-    exc: BaseException, *, url: str, phase: Phase, partial: Partial | None = None, eof: bool = False
-) -> UpstreamError:
-    """The one place where a socket, h11 or timeout error becomes an :class:`UpstreamError`.
-
-    ``phase`` is where it happened: waiting for a pool slot, connecting, sending the request, or reading the
-    response (head or body). ``partial`` is given only while a stream's body is being read: a connection lost
-    there is an :class:`UpstreamStreamCut`; lost anywhere before (or during a non-streaming body) it is
-    :class:`UpstreamUnavailable`. ``eof`` says the peer had closed the connection: h11 then reports the
-    incomplete message as a protocol error, but it is a lost connection, not a malformed one.
-
-    TLS: an SSLStream raises ``trio.BrokenResourceError`` from the ``ssl.SSLError``; the detail is then the TLS
-    error (certificate verification, hostname mismatch, bad record...). In the connect phase a
-    BrokenResourceError can only come from the TLS handshake (TCP connecting raises OSError).
-    """
-    tls = exc if isinstance(exc, ssl.SSLError) else exc.__cause__ if isinstance(exc.__cause__, ssl.SSLError) else None
-    if tls is not None:
-        detail = f"{type(tls).__name__}: {tls}"  # e.g. SSLCertVerificationError: ... certificate verify failed: ...
-    else:
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    if isinstance(exc.__cause__, BaseExceptionGroup):  # trio.open_tcp_stream: "all attempts ... failed"
-        detail += f" ({'; '.join(str(e) for e in exc.__cause__.exceptions)})"
-    if isinstance(exc, trio.TooSlowError):
-        return UpstreamTimeout(f"SGLang {phase} timeout", phase=phase, url=url, partial=partial)
-    if isinstance(exc, h11.ProtocolError) and not eof:
-        return UpstreamProtocolError(f"HTTP protocol error ({detail})", url=url, partial=partial)
-    if phase == "connect":
-        if tls is not None or isinstance(exc, trio.BrokenResourceError):
-            return UpstreamUnavailable(f"cannot connect to SGLang: TLS handshake failed ({detail})", url=url)
-        return UpstreamUnavailable(f"cannot connect to SGLang ({detail})", url=url)
-    if partial is not None:
-        return UpstreamStreamCut(f"SGLang stream cut ({detail})", url=url, partial=partial)
-    return UpstreamUnavailable(f"connection to SGLang lost ({detail})", url=url)
-
-
-def _is_connection_loss(exc: BaseException, eof: bool) -> bool:
-    """A dead connection (reset, broken pipe, EOF mid-message), as opposed to a timeout or a malformed reply."""
-    if isinstance(exc, (OSError, trio.BrokenResourceError)):
-        return True
-    return eof and isinstance(exc, h11.RemoteProtocolError)
-
+__all__ = ["HTTPClient", "PoolStatistics", "Response", "SSLContext", "StreamResponse"]
 
 @attrs.frozen
 class PoolStatistics:
@@ -139,121 +87,6 @@ class Response:
                 return value.decode("latin-1")
         return None
 
-
-#: A pool key: (scheme, host, port). The scheme keeps plain and TLS connections apart.
-_Key = tuple[str, str, int]
-
-
-class _Target:
-    """A parsed URL: where to connect, whether through TLS, and what to put in the request line. Cached per URL
-    string."""
-
-    __slots__ = ("key", "host", "port", "tls", "path", "host_header")
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https"):
-            raise ValueError(f"the upstream HTTP client speaks http:// and https:// only, got {url!r}")
-        if not parts.hostname:
-            raise ValueError(f"URL without a host: {url!r}")
-        self.host = parts.hostname
-        self.tls = parts.scheme == "https"
-        self.port = parts.port or (443 if self.tls else 80)
-        self.key: _Key = (parts.scheme, self.host, self.port)
-        path = parts.path or "/"
-        self.path = (path + "?" + parts.query if parts.query else path).encode("ascii")
-        self.host_header = parts.netloc.rpartition("@")[2].encode("ascii")
-
-
-class _Connection:
-    """One TCP connection and its h11 state machine. Raises raw socket/h11/timeout errors (see IO_ERRORS)."""
-
-    __slots__ = ("sock", "h11", "key", "idle_since", "eof", "got_bytes", "closed")
-
-    def __init__(self, sock: trio.socket.SocketType, key: _Key) -> None:
-        self.sock = sock
-        self.h11 = h11.Connection(h11.CLIENT)
-        self.key = key
-        self.idle_since = 0.0
-        self.eof = False  # the peer closed its side
-        self.got_bytes = False  # any response byte received during the current exchange
-        self.closed = False
-
-    def close(self) -> None:
-        """Close the socket now. Synchronous (a local syscall), so no cancellation can skip it; a task blocked on
-        this socket wakes up with ClosedResourceError."""
-        if not self.closed:
-            self.closed = True
-            self.sock.close()
-
-    async def send_all(self, data: bytes, timeout: float | None) -> None:
-        if timeout is None:
-            await self._send_all(data)
-            return
-        # move_on_after is a bare CancelScope; fail_after is a generator context manager around one, which costs
-        # more than the send itself on this path (every request).
-        with trio.move_on_after(timeout) as scope:
-            await self._send_all(data)
-        if scope.cancelled_caught:
-            raise trio.TooSlowError
-
-    async def _send_all(self, data: bytes) -> None:
-        sent = await self.sock.send(data)
-        if sent < len(data):  # only bodies larger than the socket buffer
-            with memoryview(data) as view:
-                while sent < len(data):
-                    sent += await self.sock.send(view[sent:])
-
-    async def _receive_some(self) -> bytes:
-        return await self.sock.recv(RECEIVE_SIZE)
-
-    async def receive(self, timeout: float | None) -> None:
-        """One receive into h11 (an empty read tells h11 the peer closed). ``timeout`` bounds this receive."""
-        if timeout is None:
-            data = await self._receive_some()
-        else:
-            data = b""
-            with trio.move_on_after(timeout) as scope:  # not fail_after: see send_all
-                data = await self._receive_some()
-            if scope.cancelled_caught:
-                raise trio.TooSlowError
-        if data:
-            self.got_bytes = True
-        else:
-            self.eof = True
-        self.h11.receive_data(data)
-
-    async def next_event(self, timeout: float | None) -> Any:
-        h = self.h11
-        while True:
-            event = h.next_event()
-            if event is not h11.NEED_DATA:
-                return event
-            await self.receive(timeout)
-
-
-class _TLSConnection(_Connection):
-    """A connection through TLS: the same, with a ``trio.SSLStream`` between h11 and the socket. Only the send and
-    the receive differ (a subclass, so the plain path pays nothing for TLS).
-
-    ``sock`` is the transport socket: the idle check (``is_readable()``: a readable idle TLS connection holds a
-    close_notify, an EOF or junk, so it is unusable) and :meth:`close` work on it exactly as on a plain
-    connection. Closing the socket without a close_notify is an abrupt disconnect, which is what the "close now
-    so SGLang sees it" path wants; the SSLStream holds no OS resource of its own, so nothing is left open. The
-    SSLStream raises ``trio.BrokenResourceError`` from ``ssl.SSLError`` (see :func:`translate`); it was made with
-    ``https_compatible=True``, so an EOF without close_notify reads as a plain EOF."""
-
-    __slots__ = ("tls",)
-
-    def __init__(self, tls: trio.SSLStream[trio.SocketStream], sock: trio.socket.SocketType, key: _Key) -> None:
-        super().__init__(sock, key)
-        self.tls = tls
-
-    async def _send_all(self, data: bytes) -> None:
-        await self.tls.send_all(data)
-
-    async def _receive_some(self) -> bytes:
-        return await self.tls.receive_some(RECEIVE_SIZE)
 
 
 class HTTPClient:
@@ -296,16 +129,16 @@ class HTTPClient:
         self._write_timeout = write_timeout
         self._keepalive_expiry = keepalive_expiry
         self._ssl_context = ssl_context
-        self._idle: dict[_Key, deque[_Connection]] = {}
-        self._active: set[_Connection] = set()
-        self._targets: dict[str, _Target] = {}
+        self._idle: dict[PoolKey, deque[Connection]] = {}
+        self._active: set[Connection] = set()
+        self._targets: dict[str, Target] = {}
         self._closed = False
         self._opened = self._reused = self._stale = self._retries = 0
 
     @staticmethod
     def check_url(url: str) -> None:
         """Raise ValueError unless the client can talk to ``url`` (``http://host[:port]`` or ``https://...``)."""
-        _Target(url)
+        Target(url)
 
     def statistics(self) -> PoolStatistics:
         return PoolStatistics(
@@ -394,12 +227,12 @@ class HTTPClient:
 
     # -- plumbing ------------------------------------------------------------------------------------------
 
-    def _target(self, url: str) -> _Target:
+    def _target(self, url: str) -> Target:
         target = self._targets.get(url)
         if target is None:
             if len(self._targets) >= 4096:  # URLs are a handful of base URLs x paths; never let it grow unbounded
                 self._targets.clear()
-            target = self._targets[url] = _Target(url)
+            target = self._targets[url] = Target(url)
         return target
 
     async def _acquire(self, url: str) -> None:
@@ -418,13 +251,13 @@ class HTTPClient:
 
     async def _start(
         self,
-        target: _Target,
+        target: Target,
         method: str,
         body: Any,
         headers: Mapping[str, str] | None,
         read_timeout: float | None,
         url: str,
-    ) -> tuple[_Connection, h11.Response]:
+    ) -> tuple[Connection, h11.Response]:
         """Send the request and read the response head, with the stale-connection retry. The connection is in
         ``_active`` on return; on an exception it is closed."""
         fields = [(b"host", target.host_header)]
@@ -467,7 +300,7 @@ class HTTPClient:
                         raise h11.RemoteProtocolError(f"unexpected {event!r} before the response")
             except IO_ERRORS as exc:
                 self._discard(conn)
-                if may_retry and not conn.got_bytes and not self._closed and _is_connection_loss(exc, conn.eof):
+                if may_retry and not conn.got_bytes and not self._closed and is_connection_loss(exc, conn.eof):
                     may_retry = False
                     self._retries += 1
                     conn = await self._connect(target, url)
@@ -477,7 +310,7 @@ class HTTPClient:
                 self._discard(conn)
                 raise
 
-    def _take_idle(self, key: _Key) -> _Connection | None:
+    def _take_idle(self, key: PoolKey) -> Connection | None:
         idle = self._idle.get(key)
         if not idle:
             return None
@@ -502,7 +335,7 @@ class HTTPClient:
             return conn
         return None
 
-    async def _connect(self, target: _Target, url: str) -> _Connection:
+    async def _connect(self, target: Target, url: str) -> Connection:
         self._make_room()
         tls = None
         try:
@@ -523,9 +356,9 @@ class HTTPClient:
             raise translate(exc, url=url, phase="connect") from exc
         self._opened += 1
         if tls is not None:
-            return _TLSConnection(tls, stream.socket, target.key)
+            return TLSConnection(tls, stream.socket, target.key)
         # The raw trio socket, not the SocketStream wrapper: one layer less per send and receive.
-        return _Connection(stream.socket, target.key)
+        return Connection(stream.socket, target.key)
 
     def _tls_context(self) -> SSLContext:
         context = self._ssl_context
@@ -544,7 +377,7 @@ class HTTPClient:
             min(queues, key=lambda idle: idle[0].idle_since).popleft().close()
             excess -= 1
 
-    def _finish(self, conn: _Connection) -> None:
+    def _finish(self, conn: Connection) -> None:
         """A response was read to its end: back to the pool if h11 allows another cycle, else close."""
         self._active.discard(conn)
         h = conn.h11
@@ -565,7 +398,7 @@ class HTTPClient:
                 idle.popleft().close()
         idle.append(conn)
 
-    def _discard(self, conn: _Connection) -> None:
+    def _discard(self, conn: Connection) -> None:
         self._active.discard(conn)
         conn.close()
 
@@ -583,7 +416,7 @@ class StreamResponse:
     def __init__(
         self,
         pool: HTTPClient,
-        conn: _Connection,
+        conn: Connection,
         head: h11.Response,
         url: str,
         partial: Callable[[], Partial] | None,

@@ -1,8 +1,8 @@
 """The SGLang client: ``/generate`` streamed into token events, abort, pause, versions and parser endpoints.
 
 Trio + the HTTP/1.1 client of ``_httplib`` (trio sockets and h11). Decoding is the sans-IO
-``chunks.ChunkDecoder``; every socket, h11 or timeout error is translated by ``_httplib.translate`` and every
-error status by ``errors.error_from_response``, so callers only ever see ``errors.UpstreamError`` subclasses (or
+``chunks.ChunkDecoder``; every socket, h11 or timeout error is translated by ``_http_connection.translate`` and
+every error status by ``errors.error_from_response``, so callers only ever see ``errors.UpstreamError`` subclasses (or
 ``trio.Cancelled``, which is never caught).
 
 URLs. ``router_url`` serves generation, ``/model_info`` and ``/v1/models``: a gateway, or a single SGLang server.
@@ -14,25 +14,21 @@ False: the caller then aborts by closing the stream (SGLang aborts a disconnecte
 pause, continue and updates raise ``UpstreamNotConfigured``. For one server without a gateway use
 ``SGLangClient.single_server(url)``.
 
-Streams. ``generate_stream`` returns a :class:`GenerateStream`, used as ``async with ... as events: async for
-event in events``. No cancel scope is held between events. Leaving the block after the final event reads the
-stream to its end (``[DONE]``, then EOF; bounded by ``drain_timeout``) so the connection returns to the pool;
-leaving it any other way (an error, a ``break``, a cancellation) closes the connection at once (a synchronous
-socket close, which no cancellation can skip), so SGLang sees the disconnect.
+Streams. ``generate_stream`` returns a :class:`~proxy.upstream.generate_stream.GenerateStream`, used as
+``async with ... as events: async for event in events`` (that module has its lifecycle).
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
-from proxy.upstream._httplib import HTTPClient, PoolStatistics, StreamResponse
 from proxy.upstream import wire_json
-from proxy.upstream.chunks import ChunkDecoder, SSEParser
+from proxy.upstream._httplib import HTTPClient, PoolStatistics
+from proxy.upstream.chunks import ChunkDecoder
 from proxy.upstream.errors import (
     UpstreamError,
     UpstreamHTTPError,
@@ -42,15 +38,14 @@ from proxy.upstream.errors import (
 )
 from proxy.upstream.events import (
     ClientStatistics,
-    Event,
     Finished,
     FunctionCallParse,
     ModelCard,
     ModelInfo,
-    Partial,
     ReasoningParse,
     WeightUpdateResult,
 )
+from proxy.upstream.generate_stream import ClientCounters, GenerateStream
 from proxy.upstream.request_ids import check_rid, new_rid
 
 if TYPE_CHECKING:
@@ -110,9 +105,7 @@ class SGLangClient:
             ssl_context=ssl_context,
         )
         self._control_timeout = control_timeout
-        self._open_streams = 0
-        self._streams_started = 0
-        self._requests_sent = 0
+        self._counters = ClientCounters()
 
     @classmethod
     def single_server(cls, url: str, **kwargs: Any) -> SGLangClient:
@@ -134,10 +127,11 @@ class SGLangClient:
         await trio.lowlevel.cancel_shielded_checkpoint()  # a scheduling point that never raises Cancelled
 
     def statistics(self) -> ClientStatistics:
+        counters = self._counters
         return ClientStatistics(
-            open_streams=self._open_streams,
-            streams_started=self._streams_started,
-            requests_sent=self._requests_sent,
+            open_streams=counters.open_streams,
+            streams_started=counters.streams_started,
+            requests_sent=counters.requests_sent,
         )
 
     def pool_statistics(self) -> PoolStatistics:
@@ -180,7 +174,9 @@ class SGLangClient:
             url=url,
             vocab_size=vocab_size,
         )
-        return GenerateStream(self, url, body, _routing_headers(routing_key), decoder)
+        return GenerateStream(
+            self._http, self._counters, self.drain_timeout, url, body, _routing_headers(routing_key), decoder
+        )
 
     async def generate(
         self,
@@ -392,7 +388,7 @@ class SGLangClient:
 
         ``timeout`` is the read timeout: the control-call one by default, None for none."""
         read_timeout = self._control_timeout if timeout is _CONTROL else timeout
-        self._requests_sent += 1
+        self._counters.requests_sent += 1
         response = await self._http.request(method, url, body, headers=headers, read_timeout=read_timeout)
         if response.status >= 400:
             raise error_from_response(response.status, response.content, url=url)
@@ -436,149 +432,6 @@ class SGLangClient:
             WeightUpdateResult.from_json(url, body if isinstance(body, Mapping) else {})
             for url, body in zip(self.worker_urls, bodies, strict=True)
         )
-
-
-class GenerateStream:
-    """One streamed ``/generate`` request: an async context manager and an async iterator of events.
-
-    Yields :class:`~proxy.upstream.events.Token` events (one per new token, in order) and then one
-    :class:`~proxy.upstream.events.Finished`; iteration ends when the server closes the stream. Raises
-    ``UpstreamHTTPError`` on entering for an error status, and while iterating ``UpstreamErrorChunk``,
-    ``UpstreamStreamCut`` or ``UpstreamProtocolError`` (each carrying ``partial``).
-    """
-
-    def __init__(
-        self,
-        client: SGLangClient,
-        url: str,
-        body: dict[str, Any],
-        headers: dict[str, str] | None,
-        decoder: ChunkDecoder,
-    ) -> None:
-        self._client = client
-        self.url = url
-        self.body = body
-        self._headers = headers
-        self._decoder = decoder
-        self._sse = SSEParser()
-        self._events: deque[Event] = deque()
-        self._response: StreamResponse | None = None
-        self._entered = False
-        self._eof = False
-        self._closed = False
-        self._error: UpstreamError | None = None
-
-    @property
-    def rid(self) -> str:
-        return self.body["rid"]
-
-    @property
-    def result(self) -> Finished | None:
-        """The final event, once it has been decoded."""
-        return self._decoder.result
-
-    def partial(self) -> Partial:
-        """The tokens decoded so far."""
-        return self._decoder.partial()
-
-    async def __aenter__(self) -> GenerateStream:
-        if self._entered:
-            raise RuntimeError("a GenerateStream can be entered only once")
-        self._entered = True
-        client = self._client
-        client._requests_sent += 1
-        response = await client._http.stream(
-            "POST", self.url, self.body, headers=self._headers, partial=self._decoder.partial
-        )
-        self._response = response
-        client._open_streams += 1
-        client._streams_started += 1
-        try:
-            if response.status >= 400:
-                content = await response.read()
-                raise error_from_response(response.status, content, url=self.url)
-        except BaseException:
-            self._close()
-            raise
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        try:
-            if exc_type is None and self._decoder.result is not None and not self._eof:
-                await self._drain()
-        finally:
-            self._close()
-
-    def __aiter__(self) -> GenerateStream:
-        return self
-
-    async def __anext__(self) -> Event:
-        await self._fill()
-        if not self._events:
-            raise StopAsyncIteration
-        return self._events.popleft()
-
-    async def receive_batch(self) -> list[Event]:
-        """Every event decoded from the next read (at least one), in order; ``[]`` at the end of the stream.
-
-        The same events as iterating, grouped as they arrived: a consumer that handles a read at once (one state
-        machine step for all its tokens) saves a step per token when the upstream is ahead of it."""
-        await self._fill()
-        batch = list(self._events)
-        self._events.clear()
-        return batch
-
-    async def _fill(self) -> None:
-        """Read until an event is decoded, the stream ends, or an error is due (raised here)."""
-        if self._response is None:
-            raise RuntimeError("iterate a GenerateStream inside 'async with'")
-        await trio.lowlevel.checkpoint_if_cancelled()  # buffered events must not hide a cancellation
-        while not self._events:
-            if self._error is not None:
-                raise self._error
-            if self._eof:
-                return
-            await self._read()
-
-    async def _read(self) -> None:
-        """Read one piece of the body and decode it. A decoding error is raised only after the events decoded
-        before it (in the same piece) have been handed out."""
-        data = await self._response.receive()  # type: ignore[union-attr]
-        try:
-            if data is None:
-                self._eof = True
-                self._decoder.feed_eof()
-                return
-            decoder = self._decoder
-            for payload in self._sse.feed(data):
-                self._events.extend(decoder.feed_payload(payload))
-        except UpstreamError as exc:
-            self._error = exc
-
-    async def _drain(self) -> None:
-        """After the final event: read up to the end of the body so the connection can be reused; errors no
-        longer matter (the connection is then simply closed instead)."""
-        response = self._response
-        assert response is not None
-        with trio.move_on_after(self._client.drain_timeout):
-            try:
-                while await response.receive() is not None:
-                    pass
-                self._eof = True
-            except UpstreamError:
-                pass
-
-    def _close(self) -> None:
-        """Give the connection back (body read to its end) or close it now, so SGLang sees the disconnect.
-        Synchronous: a cancelled caller cannot skip it, and the socket is closed before anything else runs."""
-        if self._closed:
-            return
-        self._closed = True
-        self._client._open_streams -= 1
-        if self._response is not None:
-            self._response.close()
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The project's upstream errors (pure: no I/O imports, so the sans-IO decoder can raise them too).
 
-Socket, h11 and timeout errors become these in exactly one place, ``_httplib.translate``; HTTP error statuses and
-in-stream error chunks become :class:`UpstreamHTTPError` through :func:`error_from_response` /
+Socket, h11 and timeout errors become these in exactly one place, ``_http_connection.translate``; HTTP error
+statuses and in-stream error chunks become :class:`UpstreamHTTPError` through :func:`error_from_response` /
 :func:`error_from_chunk` below. ``trio.Cancelled`` is never caught or translated anywhere.
 
 Their text (``str(error)``: the message, the URL, the tokens received, the underlying exception) is for the log

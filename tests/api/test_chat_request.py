@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from werkzeug.datastructures import Headers
 
-from proxy.api.chat_request import MAX_CHOICES, UNSERVED_PARAMETERS, ChatCompletionRequest, ToolChoice
+from proxy.api.chat_request import MAX_CHOICES, UNSERVED_PARAMETERS, ChatCompletionRequest
+from proxy.api.chat_tools import ToolChoice
 from proxy.api.constraints import ResponseFormat
 from proxy.api.errors import ApiError, ErrorCode
 from tests.api import strategies as s

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.api.chat_request import ChatCompletionRequest, ToolChoice
+from proxy.api.chat_request import ChatCompletionRequest
+from proxy.api.chat_tools import ToolChoice
 from proxy.api.constraints import ResponseFormat, tool_call_constraint
 from proxy.api.errors import ApiError, ErrorCode
 from tests.api.sglang_expected import PARAMETERS, qwen3_coder_tag, qwen25_tag

@@ -66,9 +66,9 @@ def _literal_status_code_pairs(path: Path) -> list[tuple[int, int, str]]:
     return pairs
 
 
-# The embedded engine (proxy/upstream/engine) speaks SGLang's protocol, not the proxy's codes.
+# The proxy's sources (the embedded engine, engine/, speaks SGLang's protocol, not the proxy's codes).
 SOURCES = sorted([
-    *(path for path in ROOT.joinpath("proxy").rglob("*.py") if "upstream/engine" not in path.as_posix()),
+    *ROOT.joinpath("proxy").rglob("*.py"),
     ROOT / "statemachines" / "generation_machine.py",
 ])
 

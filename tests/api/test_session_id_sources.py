@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.api import ApiError, ChatCompletionRequest
-from proxy.api.chat_request import DEFAULT_SESSION_ID_SOURCES, SessionIdSources
 from proxy.api.errors import ErrorCode
+from proxy.api.session_identity import DEFAULT_SESSION_ID_SOURCES, SessionIdSources
 
 USER = [{"role": "user", "content": "hi"}]
 ROLLOUT_FIRST = SessionIdSources(("X-Rollout-Session", "X-Session-Id"))

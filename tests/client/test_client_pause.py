@@ -10,10 +10,10 @@ import pytest
 import trio
 import trio.testing
 
+from engine import EngineConfig
 from proxy.cli import run_proxy
 from proxy.client import PauseState, ProxyClient, ProxyError
 from proxy.config import ProxyConfig
-from proxy.upstream.engine import EngineConfig
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from engine import EngineConfig
 from proxy.cli import run_proxy
 from proxy.client import FinalizeResult, ProxyClient, ProxyConnectionError, ProxyError, TrajectoryStats
 from proxy.config import ProxyConfig
-from proxy.upstream.engine import EngineConfig
 from tests.rollout.harness import Stack, record_calculator_session, serve_stack
 
 

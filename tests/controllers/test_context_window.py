@@ -10,10 +10,10 @@ import trio
 from quart import jsonify
 from quart_trio import QuartTrio
 
+from engine import EngineConfig, serve_engine
 from proxy.controllers.context_window import ContextWindow
-from proxy.serving import serve_app
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineConfig, serve_engine
+from serving.http_server import serve_app
 
 
 async def test_the_engine_reports_its_window_and_the_flag_overrides_it(nursery, qwen3_path: Path) -> None:

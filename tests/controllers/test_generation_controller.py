@@ -14,6 +14,7 @@ import pytest
 import trio
 import trio.testing
 
+from engine import EngineConfig, serve_engine
 from proxy.api import ApiError, ChatCompletionRequest
 from proxy.api.errors import ERROR_TABLE, ErrorCode
 from proxy.config import ProxyConfig
@@ -25,7 +26,6 @@ from proxy.controllers.upstream_request import ReadOutcome, ending_event, failur
 from proxy.services import ProxyServices
 from proxy.tokenization import load_tito_tokenizer
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineConfig, serve_engine
 from proxy.upstream.errors import (
     UpstreamErrorChunk,
     UpstreamHTTPError,

@@ -13,7 +13,7 @@ import pytest
 
 from proxy.demo import SCRIPTS, Style, main, mask_runs, run_demo
 from proxy.tokenization import load_tito_tokenizer
-from proxy.tokenizer_files import model_tokenizer_path
+from serving.tokenizer_files import model_tokenizer_path
 
 
 def test_demo_main_prints_the_tool_calls_the_answer_and_the_mask_spans() -> None:

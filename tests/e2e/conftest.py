@@ -10,9 +10,9 @@ import attrs
 import pytest
 import trio
 
+from engine import EngineConfig, serve_engine
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
-from proxy.upstream.engine import EngineConfig, serve_engine
 from tests.e2e.harness import Proxy
 
 StartProxy = Callable[..., Awaitable[Proxy]]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import httpx
 
+from engine import EngineConfig, serve_engine
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
-from proxy.upstream.engine import EngineConfig, serve_engine
 from tests.e2e.gateway import smg_gateway
 
 LONG = " ".join(f"token{i}" for i in range(120))  # ~240 tokens

@@ -11,12 +11,12 @@ import jsonschema
 import openai
 import pytest
 
+from engine import EngineConfig, serve_engine
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
-from proxy.upstream.engine import EngineConfig, serve_engine
 from tests.api.sglang_expected import qwen3_coder_tag, qwen25_tag
-from tests.e2e.harness import CALCULATOR_TOOLS, assistant_echo
 from tests.e2e.gateway import smg_gateway
+from tests.e2e.harness import CALCULATOR_TOOLS, assistant_echo
 
 USER = [{"role": "user", "content": "Please calculate 5 plus 3."}]
 NAMED = {"type": "function", "function": {"name": "multiply"}}

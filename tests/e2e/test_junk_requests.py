@@ -19,10 +19,10 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine import EngineConfig
 from proxy.cli import ProxyHandle, run_proxy
 from proxy.config import ProxyConfig
 from proxy.tokenization import load_tito_tokenizer
-from proxy.upstream.engine import EngineConfig
 from tests.api.strategies import json_values, mutated_bodies, valid_bodies
 
 SESSION = "junk-target"

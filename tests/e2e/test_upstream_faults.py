@@ -12,10 +12,10 @@ import openai
 import pytest
 import trio
 
+from engine import EngineConfig, serve_engine
+from engine.script import PROTOCOL_FAULTS
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
-from proxy.upstream.engine import EngineConfig, serve_engine
-from proxy.upstream.engine.script import PROTOCOL_FAULTS
 from tests.e2e.harness import Proxy
 
 SYSTEM = {"role": "system", "content": "You are terse."}

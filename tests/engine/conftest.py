@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trio
 
-from proxy.upstream.engine import EngineConfig, EngineHandle, serve_engine
+from engine import EngineConfig, EngineHandle, serve_engine
 
 StartEngine = Callable[..., Awaitable[EngineHandle]]
 

@@ -9,7 +9,7 @@ import httpx
 import trio
 import trio.testing
 
-from proxy.upstream.engine import Engine, EngineHandle
+from engine import Engine, EngineHandle
 
 from .conftest import StartEngine, client_for, stream_events
 
@@ -238,7 +238,7 @@ async def test_disconnect_while_blocked_is_recorded(
 ) -> None:
     """§3.1: a request blocked by the pause is not admitted; if its client leaves, it never runs. The log records
     it with ``finish_reason=None``, ``finished_in=BLOCKED`` and ``client_disconnected=True``."""
-    from proxy.upstream.engine import Phase
+    from engine import Phase
 
     handle = await start_engine()
     engine = handle.engine

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.upstream.engine.cli import add_engine_arguments, engine_config_from_args, main
+from engine.cli import add_engine_arguments, engine_config_from_args, main
 
 
 def test_engine_flags_build_the_config(tmp_path: Path) -> None:

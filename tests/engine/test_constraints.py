@@ -12,7 +12,7 @@ import httpx
 import jsonschema
 import pytest
 
-from proxy.upstream.engine import EngineHandle
+from engine import EngineHandle
 
 from .chat import WEATHER_TOOL, render
 from .conftest import CHAT_PROMPT, StartEngine, client_for, read_sse

@@ -9,7 +9,7 @@ import httpx
 import trio
 import trio.testing
 
-from proxy.upstream.engine import EngineHandle
+from engine import EngineHandle
 
 from .conftest import CHAT_PROMPT, StartEngine, client_for, read_sse
 
@@ -291,7 +291,7 @@ async def test_min_new_tokens_defers_eos(client: httpx.AsyncClient) -> None:
 
 async def test_create_engine_app_in_process(qwen3_path) -> None:
     """``create_engine_app(config)`` gives a quart-trio app and its engine, usable without a socket."""
-    from proxy.upstream.engine import EngineConfig, create_engine_app
+    from engine import EngineConfig, create_engine_app
 
     app, engine = create_engine_app(EngineConfig(tokenizer_path=qwen3_path))
     async with app.test_app() as test_app:

@@ -13,9 +13,9 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.tokenizer_files import ensure_tokenizers, model_tokenizer_path
-from proxy.upstream.engine import EngineConfig, EngineHandle, serve_engine
-from proxy.upstream.engine.generate_request import KNOWN_SAMPLING_KEYS
+from engine import EngineConfig, EngineHandle, serve_engine
+from engine.generate_request import KNOWN_SAMPLING_KEYS
+from serving.tokenizer_files import ensure_tokenizers, model_tokenizer_path
 
 from .conftest import client_for
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.upstream.engine.parsers import ParserCrash, parse_function_call, separate_reasoning
+from engine.parsers import ParserCrash, parse_function_call, separate_reasoning
 from tests.parsing.sglang_fixtures import Case, load
 
 

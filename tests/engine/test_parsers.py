@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from proxy.upstream.engine.parsers import ParserCrash, parse_function_call, separate_reasoning
+from engine.parsers import ParserCrash, parse_function_call, separate_reasoning
 
 from .chat import WEATHER_TOOL
 

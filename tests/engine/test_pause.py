@@ -7,7 +7,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from proxy.upstream.engine import Engine
+from engine import Engine
 
 from .conftest import CHAT_PROMPT, StartEngine, client_for, stream_events
 

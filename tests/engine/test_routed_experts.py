@@ -8,7 +8,7 @@ import httpx
 import trio
 import trio.testing
 
-from proxy.upstream.engine import EngineHandle, decode_routed_experts, expected_row
+from engine import EngineHandle, decode_routed_experts, expected_row
 
 from .conftest import CHAT_PROMPT, StartEngine, client_for, stream_events
 

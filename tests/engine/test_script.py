@@ -12,9 +12,9 @@ import pytest
 import trio
 import trio.testing
 
+from engine import EngineConfig, Engine
+from engine.script import PROTOCOL_FAULTS, ScriptError
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineConfig, Engine
-from proxy.upstream.engine.script import PROTOCOL_FAULTS, ScriptError
 from proxy.upstream.errors import UpstreamProtocolError
 
 from .conftest import CHAT_PROMPT, StartEngine, client_for, stream_events
@@ -135,8 +135,8 @@ def test_several_entries_cut_at_once_are_each_resumed_by_their_own_continuation(
     """The choices of an ``n > 1`` request, paused together, leave several entries of one session open: each
     continuation (its input ends with its own partial reply) resumes its own; a request that continues none takes
     the last one left open, as when only one entry could be open."""
-    from proxy.upstream.engine.planner import resume_offset
-    from proxy.upstream.engine.script import ScriptBook, ScriptEntry
+    from engine.planner import resume_offset
+    from engine.script import ScriptBook, ScriptEntry
 
     book = ScriptBook()
     a, b, c = (ScriptEntry("k", text) for text in ("a", "b", "c"))

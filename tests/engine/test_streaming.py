@@ -6,7 +6,7 @@ import httpx
 import trio
 import trio.testing
 
-from proxy.upstream.engine import EngineHandle
+from engine import EngineHandle
 
 from .conftest import CHAT_PROMPT, StartEngine, client_for, read_sse, stream_events
 

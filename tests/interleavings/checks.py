@@ -11,8 +11,8 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+from engine import expected_row
 from proxy.trajectory.routed_experts import assemble_routed_experts
-from proxy.upstream.engine import expected_row
 from tests.interleavings.scenario import Client, Scenario
 
 #: the error codes a client may get in these scenarios: a commit or prepare after finalize, a session spanning a

@@ -28,6 +28,7 @@ import trio
 import trio.testing
 from hypothesis import strategies as st
 
+from engine import EngineConfig, serve_engine
 from proxy.api import ApiError, ChatCompletionRequest
 from proxy.config import ProxyConfig
 from proxy.controllers.gate import ResumeRefusedError
@@ -35,7 +36,6 @@ from proxy.controllers.generation import GenerationController
 from proxy.controllers.generation_driver import Generation
 from proxy.services import ProxyServices
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineConfig, serve_engine
 from tests.interleavings.recording import CLIENT, RecordingUpstream
 
 SESSIONS = ("s0", "s1")

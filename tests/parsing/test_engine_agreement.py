@@ -14,12 +14,12 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine import EngineConfig, serve_engine
 from proxy.parsing import MessageFormat, MessageParser, ParserConfig, ToolCallFormat, ToolSpecs, parse_local
 from proxy.parsing.local import split_reasoning
 from proxy.parsing.parser import reasoning_request, sglang_reasoning_split
-from proxy.tokenizer_files import ensure_tokenizers, model_tokenizer_path
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineConfig, serve_engine
+from serving.tokenizer_files import ensure_tokenizers, model_tokenizer_path
 
 from .strategies import TOOLS, cuts, well_formed_output
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from engine.parsers import ParserCrash, parse_function_call, separate_reasoning
 from proxy.parsing import (
     MessageParser,
     ParsedMessage,
@@ -31,7 +32,6 @@ from proxy.parsing import (
     parse_local,
 )
 from proxy.parsing.tool_blocks import arguments_object, decide_block
-from proxy.upstream.engine.parsers import ParserCrash, parse_function_call, separate_reasoning
 from proxy.upstream.errors import UpstreamHTTPError
 from proxy.upstream.events import FunctionCallParse, ReasoningParse
 

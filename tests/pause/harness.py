@@ -22,10 +22,10 @@ import attrs
 import httpx
 import trio
 
+from engine import EngineConfig, EngineHandle, serve_engine
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
 from proxy.services import ProxyServices
-from proxy.upstream.engine import EngineConfig, EngineHandle, serve_engine
 
 #: a scripted answer of 16 plain words (a few dozen tokens), long enough to pause in the middle of
 WORDS = " ".join(f"w{i}" for i in range(16))

@@ -218,7 +218,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tokenizer", type=Path, default=None)
     args = parser.parse_args()
-    from proxy.tokenizer_files import ensure_tokenizers, model_tokenizer_path  # noqa: PLC0415 - command line only
+    from serving.tokenizer_files import ensure_tokenizers, model_tokenizer_path  # noqa: PLC0415 - command line only
 
     path = args.tokenizer or model_tokenizer_path("qwen3", ensure_tokenizers())
     report = trio.run(lambda: run_load(path, seed=args.seed, seconds=args.seconds, agents=args.agents))

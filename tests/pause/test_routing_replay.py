@@ -12,8 +12,8 @@ from typing import Any
 
 import trio
 
+from engine import expected_row
 from proxy.trajectory.routed_experts import assemble_routed_experts
-from proxy.upstream.engine import expected_row
 from tests.pause.harness import MESSAGES, WORDS, engine_idle, generated_at_least, generated_versions
 
 SLOW = {"token_rate": 10.0}

@@ -15,11 +15,11 @@ import pytest
 import trio
 import trustme
 
+from engine import EngineConfig, serve_engine
+from engine.app import create_engine_app
 from proxy.cli import ProxyHandle, build_parser, main, run_proxy
 from proxy.config import ConfigError, ProxyConfig, proxy_config_from_args
-from proxy.serving import hypercorn_config
-from proxy.upstream.engine import EngineConfig, serve_engine
-from proxy.upstream.engine.app import create_engine_app
+from serving.http_server import hypercorn_config
 
 
 def parse(argv: list[str]) -> ProxyConfig:

@@ -18,10 +18,10 @@ from typing import Any
 import attrs
 import trio
 
+from engine import EngineConfig, EngineHandle
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
 from proxy.services import ProxyServices
-from proxy.upstream.engine import EngineConfig, EngineHandle
 
 TOOLS = [
     {"type": "function", "function": {"name": "add", "description": "Add two numbers", "parameters": {

@@ -4,8 +4,9 @@ Every backticked reference in ``docs/`` and the README is checked against the co
 
 - a file path (`` `proxy/request_end.py` ``) must exist;
 - ``path.py:Name`` (or ``path.py::Name``, dotted names allowed) must resolve by import and attribute access;
-- ``Class.member`` where ``Class`` is a class of this project (``proxy``, ``statemachines``, ``bench``) must name a
-  member of one class of that name (a field, method or attribute). Names of other libraries are left alone.
+- ``Class.member`` where ``Class`` is a class of this project (``proxy``, ``statemachines``, ``engine``,
+  ``serving``) must name a member of one class of that name (a field, method or attribute). Names of other
+  libraries are left alone.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("proxy", "statemachines")
+PACKAGES = ("proxy", "statemachines", "engine", "serving")
 DOCS = sorted([*ROOT.joinpath("docs").rglob("*.md"), ROOT / "README.md"])
 
 _TICKED = re.compile(r"`([^`\n]+)`")
-_PATH = re.compile(r"^((?:proxy|statemachines|tests|bench|docs)/[\w/.-]*\w)(?:(?::{1,2})([A-Za-z_][\w.]*))?$")
+_PATH = re.compile(
+    r"^((?:proxy|statemachines|engine|serving|tests|bench|docs)/[\w/.-]*\w)(?:(?::{1,2})([A-Za-z_][\w.]*))?$"
+)
 _MEMBER = re.compile(r"^([A-Z][A-Za-z0-9]+)\.([A-Za-z_]\w*)(?:\(.*\))?$")
 
 

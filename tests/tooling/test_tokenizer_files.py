@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.tokenizer_files import (
+from serving.tokenizer_files import (
     EXPECTED_SHA256,
     WHEEL_MEMBERS,
     TokenizerFilesError,

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import trio
 
+from engine import EngineConfig, EngineHandle, serve_engine
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineConfig, EngineHandle, serve_engine
 
 StartEngine = Callable[..., Awaitable[EngineHandle]]
 

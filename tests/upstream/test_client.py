@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import trio
 
+from engine import EngineHandle, expected_row
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineHandle, expected_row
 from proxy.upstream.errors import (
     UpstreamErrorChunk,
     UpstreamHTTPError,

@@ -9,8 +9,8 @@ import h11
 import pytest
 import trio
 
-from proxy.upstream import _httplib
-from proxy.upstream._httplib import translate
+from proxy.upstream import _http_connection, _httplib
+from proxy.upstream._http_connection import translate
 from proxy.upstream.client import SGLangClient
 from proxy.upstream.errors import (
     UpstreamHTTPError,
@@ -123,8 +123,8 @@ def test_connect_failures_are_unavailable_with_the_reason():
 
 async def test_cancelled_and_other_exceptions_pass_through_untouched():
     """The HTTP layer catches only its I/O errors: cancellation (and anything else) is never translated."""
-    assert not issubclass(trio.Cancelled, _httplib.IO_ERRORS)
-    assert not issubclass(KeyError, _httplib.IO_ERRORS) and not issubclass(ValueError, _httplib.IO_ERRORS)
+    assert not issubclass(trio.Cancelled, _http_connection.IO_ERRORS)
+    assert not issubclass(KeyError, _http_connection.IO_ERRORS) and not issubclass(ValueError, _http_connection.IO_ERRORS)
     async with SGLangClient.single_server(closed_port_url()) as client:
         with trio.CancelScope() as scope:
             scope.cancel()
@@ -146,7 +146,8 @@ def test_error_bodies_are_parsed():
 
 
 def test_sockets_and_h11_are_used_in_the_http_layer_only():
-    """Only ``_httplib`` touches sockets, h11 or an HTTP library; the rest of the client speaks its API."""
+    """Only the HTTP layer (``_httplib``, the pool, and ``_http_connection``) touches sockets, h11 or an HTTP
+    library; the rest of the client speaks its API."""
     import pathlib
     import re
 
@@ -155,4 +156,4 @@ def test_sockets_and_h11_are_used_in_the_http_layer_only():
     users = sorted(
         p.name for p in package.glob("*.py") if any(io.search(line) for line in p.read_text().splitlines())
     )
-    assert users == ["_httplib.py"]
+    assert users == ["_http_connection.py", "_httplib.py"]

@@ -1,4 +1,4 @@
-"""https: the SGLang client through TLS (``_httplib._TLSConnection``), against real TLS servers on 127.0.0.1:0.
+"""https: the SGLang client through TLS (``_http_connection.TLSConnection``), against real TLS servers on 127.0.0.1:0.
 
 The TLS server is the embedded engine served by hypercorn with a certificate (``hypercorn_config`` plus
 ``certfile``/``keyfile``), listening on https and plain http at once, so the same engine answers both and the
@@ -20,13 +20,13 @@ import pytest
 import trio
 import trustme
 
-from proxy.serving import hypercorn_config
-from proxy.upstream._httplib import translate
+from engine import EngineConfig, EngineHandle
+from engine.app import create_engine_app
+from proxy.upstream._http_connection import translate
 from proxy.upstream.client import SGLangClient
-from proxy.upstream.engine import EngineConfig, EngineHandle
-from proxy.upstream.engine.app import create_engine_app
 from proxy.upstream.errors import UpstreamProtocolError, UpstreamStreamCut, UpstreamTimeout, UpstreamUnavailable
 from proxy.upstream.events import Event, Finished, Partial, Token
+from serving.http_server import hypercorn_config
 
 from .conftest import HANG_GUARD
 from .test_client import LONG, PROMPT, assert_matches_record, collect, record_of, wait_recorded

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 import trio
 
-from proxy.serving import serve_app
+from serving.http_server import serve_app
 
 from .app import create_engine_app
 from .config import EngineConfig

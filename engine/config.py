@@ -24,7 +24,7 @@ def _tuple_of_dicts(value: Any) -> tuple[dict[str, Any], ...]:
 class EngineConfig:
     """How the embedded SGLang stand-in behaves. All fields have defaults except, in practice, the tokenizer.
 
-    ``tokenizer_path=None`` means "the cached official Qwen3 tokenizer" (``proxy.tokenizer_files``).
+    ``tokenizer_path=None`` means "the cached official Qwen3 tokenizer" (``serving.tokenizer_files``).
     """
 
     host: str = "127.0.0.1"
@@ -89,6 +89,6 @@ class EngineConfig:
         """The tokenizer folder, fetching the default Qwen3 files into the cache if needed."""
         if self.tokenizer_path is not None:
             return self.tokenizer_path
-        from proxy.tokenizer_files import model_tokenizer_path
+        from serving.tokenizer_files import model_tokenizer_path
 
         return model_tokenizer_path("qwen3")

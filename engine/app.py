@@ -16,15 +16,15 @@ from typing import Any
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from proxy.serving import harden_app
+from serving.http_server import harden_app
 
 from .config import EngineConfig
-from .faults import break_output
+from .faults import InjectedHTTPError, break_output
 from .generate_request import FieldTypeError, GenerateRequest
 from .parsers import ParserCrash, parse_function_call, separate_reasoning
 from .request_state import RequestState
 from .responses import build_output, held_back, output_text
-from .scheduler import Engine, InjectedHTTPError
+from .scheduler import Engine
 
 logger = logging.getLogger(__name__)
 

@@ -3,8 +3,9 @@
 Theory of operation (mirrors SGLang's tokenizer manager + scheduler, minus batching and KV cache):
 
 * **Admission gate.** A new request waits while the engine is paused or a weight update holds the writer side of
-  ``model_update_lock`` (writer preferred). Only then is it tokenized, validated (context length, duplicate rid)
-  and registered: a request blocked at the gate is unknown to ``/abort_request``, as in SGLang.
+  ``model_update_lock`` (writer preferred). Only then is it tokenized, validated (``prompt_check``: vocabulary,
+  context length; then a duplicate rid) and registered: a request blocked at the gate is unknown to
+  ``/abort_request``, as in SGLang.
 * **Generation.** Each admitted request runs one task in the engine's nursery. A decode step takes
   ``1/token_rate`` seconds (plus ``first_token_latency`` before the first token) and appends one token stamped
   with the engine's *current* ``weight_version``.
@@ -33,8 +34,10 @@ import trio
 from .config import EngineConfig
 from .constraints import GrammarError
 from .determinism import token_logprob
+from .faults import InjectedHTTPError
 from .generate_request import GenerateRequest
 from .planner import Planner
+from .prompt_check import check_prompt
 from .request_state import ABORTED, ABORTED_IN_QUEUE, Phase, RequestRecord, RequestState
 from .script import ScriptBook, load_script
 from .tokenizer import EngineTokenizer
@@ -42,15 +45,6 @@ from .tokenizer import EngineTokenizer
 logger = logging.getLogger(__name__)
 
 PAUSE_MODES = ("abort", "retract", "in_place")
-
-
-class InjectedHTTPError(Exception):
-    """A configured fault: answer this request with an HTTP error status instead of generating."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @attrs.frozen
@@ -192,50 +186,14 @@ class Engine:
         self._nursery.start_soon(self._generation_task, state)
 
     def _prepare(self, state: RequestState) -> None:
+        """Check the prompt and the rid, compile the constraint, plan the output, register the request."""
         request = state.request
-        tk = self.tokenizer
-        if request.text is not None:
-            try:
-                input_ids = tuple(tk.encode(request.text))
-            except Exception as exc:  # e.g. lone surrogates from a JSON "\ud800" escape
-                raise ValueError(f"The text could not be tokenized: {exc}") from None
-            if not input_ids:
-                raise ValueError("The input text is empty after tokenization.")
-        else:
-            assert request.input_ids is not None
-            input_ids = request.input_ids
-            bad = next((t for t in input_ids if not tk.is_valid_id(t)), None)
-            if bad is not None:
-                raise ValueError(f"Token id {bad} is out of vocabulary (vocab size {tk.vocab_size}).")
-        for token_id in request.token_ids_logprob or ():
-            if not tk.is_valid_id(token_id):
-                raise ValueError(f"token_ids_logprob: token id {token_id} is out of vocabulary.")
-        for token_id, _bias in request.sampling.logit_bias:
-            if not tk.is_valid_id(token_id):
-                # SGLang's SamplingParams.verify (its wording).
-                raise ValueError(f"logit_bias must has keys in [0, {tk.vocab_size - 1}], got {token_id}.")
-        context = self.config.context_length
-        prompt_len = len(input_ids)
-        if prompt_len >= context:
-            raise ValueError(
-                f"The input ({prompt_len} tokens) is longer than the model's context length ({context} tokens)."
-            )
-        sampling = request.sampling
-        if sampling.max_new_tokens_given and prompt_len + sampling.max_new_tokens > context:
-            total = prompt_len + sampling.max_new_tokens
-            raise ValueError(
-                f"Requested token count exceeds the model's maximum context length of {context} tokens. "
-                f"You requested a total of {total} tokens: {prompt_len} tokens from the input messages and "
-                f"{sampling.max_new_tokens} tokens for the completion. Please reduce the number of tokens in the "
-                "input messages or the completion to fit within the limit."
-            )
+        prompt = check_prompt(request, self.tokenizer, self.config.context_length)
         if request.rid in self._active:
             raise ValueError("Duplicate request ID detected")
-        room = context - prompt_len
-        state.max_new_tokens = room if sampling.max_new_tokens is None else min(sampling.max_new_tokens, room)
-        state.input_ids = input_ids
+        state.input_ids, state.max_new_tokens = prompt.input_ids, prompt.max_new_tokens
         grammar = None
-        constraint = sampling.constraint
+        constraint = request.sampling.constraint
         if constraint is not None:
             # SGLang compiles the grammar in the scheduler: a failure finishes the request with a 400 abort.
             try:
@@ -243,7 +201,7 @@ class Engine:
             except GrammarError as exc:
                 state.grammar_error = constraint.abort_message(exc)
         if state.grammar_error is None:
-            state.plan = self.planner.plan(input_ids, state.session_keys, grammar)
+            state.plan = self.planner.plan(state.input_ids, state.session_keys, grammar)
             entry = state.plan.entry
             if entry is not None and entry.error_status is not None:
                 raise InjectedHTTPError(entry.error_status, f"Injected fault (script entry {entry.index})")

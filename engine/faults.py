@@ -1,10 +1,14 @@
-"""Protocol faults: a built ``/generate`` chunk or body, broken the way its script entry's ``protocol_fault`` says.
+"""Configured faults: an HTTP error instead of an answer, or a built ``/generate`` chunk or body broken the way its
+script entry's ``protocol_fault`` says.
 
-Applied last, to what ``responses.build_output`` built, so the engine's own state (the tokens it generated, its
-request log, script resumption) stays faithful and only the wire carries the fault. A fault hits every chunk that
-carries output token ``fault_after`` or a later one (in cumulative mode every chunk from the one that first
-carries it; in incremental mode the chunks whose delta holds it or follows it); the tokens before it arrive
-intact. The names and what each one does are :data:`~proxy.upstream.engine.script.PROTOCOL_FAULTS`.
+:class:`InjectedHTTPError` is raised by the scheduler when ``fault_error_every`` or a script entry's
+``error_status`` selects a request; the app answers it with that status.
+
+A protocol fault (:func:`break_output`) is applied last, to what ``responses.build_output`` built, so the engine's
+own state (the tokens it generated, its request log, script resumption) stays faithful and only the wire carries
+the fault. A fault hits every chunk that carries output token ``fault_after`` or a later one (in cumulative mode
+every chunk from the one that first carries it; in incremental mode the chunks whose delta holds it or follows
+it); the tokens before it arrive intact. The names and what each one does are :data:`~engine.script.PROTOCOL_FAULTS`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,15 @@ import json
 from typing import Any
 
 from .request_state import RequestState
+
+
+class InjectedHTTPError(Exception):
+    """A configured fault: answer this request with an HTTP error status instead of generating."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 def break_output(vocab_size: int, state: RequestState, body: dict[str, Any], *, offset: int, final: bool) -> dict | bytes:

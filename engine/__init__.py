@@ -2,7 +2,7 @@
 
 Contract used by the rest of the project::
 
-    from proxy.upstream.engine import EngineConfig, serve_engine, create_engine_app
+    from engine import EngineConfig, serve_engine, create_engine_app
 
     handle = await nursery.start(serve_engine, EngineConfig(port=0, tokenizer_path=path))
     handle.url      # "http://127.0.0.1:<port>"

@@ -1,5 +1,5 @@
 """Constrained decoding in the engine: the ``json_schema``, ``regex``, ``ebnf`` and ``structural_tag`` sampling
-parameters, validated as SGLang 0.5.23 validates them and honoured by the default policy.
+parameters, validated and compiled as SGLang 0.5.23 validates and compiles them.
 
 How SGLang treats them (``sglang/srt/...`` of the 0.5.23 wheel):
 
@@ -16,23 +16,20 @@ How SGLang treats them (``sglang/srt/...`` of the 0.5.23 wheel):
 
 The engine compiles a constraint into a small :class:`Grammar` (:func:`compile_constraint`): the same validation
 where it is cheap (JSON parsing, the schema's shape and xgrammar's unsupported keywords, every structural-tag
-format's fields, Python's ``re`` for a regex, a ``root`` rule for EBNF), and for JSON schemas and structural tags
-a renderer that writes output satisfying the grammar (:meth:`Grammar.render`), used by the default policy. A
-script entry is what the "model" emits, constraint or not (a way to play an upstream that lost the constraint);
-regex and EBNF are validated only (the policy's reply is unchanged under them).
+format's fields, Python's ``re`` for a regex, a ``root`` rule for EBNF). What the default policy writes under a
+grammar is :mod:`engine.constrained_output`'s job. A script entry is what the "model" emits, constraint or not (a
+way to play an upstream that lost the constraint); regex and EBNF are validated only (the policy's reply is
+unchanged under them).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
-
-from .determinism import stable_hash
 
 #: the constraint keys of ``sampling_params`` and SGLang's grammar-key name of each (grammar_manager.py L160-173)
 CONSTRAINT_KEYS = {"json_schema": "json", "regex": "regex", "ebnf": "ebnf", "structural_tag": "structural_tag"}
@@ -61,14 +58,8 @@ _FORMAT_TYPES = frozenset({
     "or", "tag", "triggered_tags", "token_triggered_tags", "tags_with_separator", "optional", "plus", "star",
     "repeat", "dispatch", "token_dispatch", "qwen_xml_parameter",
 })
-_STRING_EXAMPLES = {
-    "date": "2026-01-02", "date-time": "2026-01-02T03:04:05Z", "time": "03:04:05Z", "duration": "P1D",
-    "email": "agent@example.com", "hostname": "example.com", "ipv4": "192.0.2.1", "ipv6": "2001:db8::1",
-    "json-pointer": "/a", "relative-json-pointer": "0", "uri": "https://example.com/a",
-    "uri-reference": "/a", "uri-template": "/a/{b}", "uuid": "0b4c7d6e-1f2a-4b3c-8d9e-0f1a2b3c4d5e",
-}
-_WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
-_MAX_DEPTH = 32
+#: how deep a structural-tag format may nest
+_MAX_FORMAT_DEPTH = 32
 
 
 class GrammarError(ValueError):
@@ -108,20 +99,6 @@ class Constraint:
 
 
 @attrs.frozen
-class RenderContext:
-    """What the default policy knows when it writes constrained output."""
-
-    #: the tools the prompt offers, as ``{"name", "parameters", ...}`` function dicts, in prompt order
-    tools: tuple[dict[str, Any], ...]
-    user_text: str
-    #: whether the policy would call a tool here (a user turn with tools offered)
-    wants_call: bool
-    #: the policy's answer text (for free-text parts)
-    free_text: str
-    seed: int
-
-
-@attrs.frozen
 class Grammar:
     """A compiled constraint. ``kind`` is ``json`` (``schema``: a JSON schema, True = any JSON), ``structural_tag``
     (``format``: the structural-tag format tree, legacy tags converted) or ``opaque`` (regex, EBNF)."""
@@ -129,27 +106,6 @@ class Grammar:
     kind: str
     schema: Any = None
     format: Any = None
-
-    def render(self, context: RenderContext) -> str | None:
-        """Output that satisfies the grammar, or None when the engine cannot write one (regex, EBNF, formats the
-        renderer does not know): the policy's reply is then left as it is."""
-        h = stable_hash("constrained", context.seed, context.user_text)
-        if self.kind == "json":
-            value = instance(self.schema, h, "answer", context.user_text)
-            if value == {} and _open_object(self.schema):
-                value = {"answer": context.free_text}  # e.g. json_object: an object with something in it
-            elif self.schema is True:
-                value = {"answer": context.free_text}
-            return json.dumps(value, ensure_ascii=False)
-        if self.kind == "structural_tag":
-            return _render_format(self.format, context, h)
-        return None
-
-
-def _open_object(schema: Any) -> bool:
-    """An object schema that admits any extra property."""
-    return isinstance(schema, dict) and schema.get("additionalProperties", True) is not False and not schema.get(
-        "properties") and "maxProperties" not in schema
 
 
 # -- compiling ---------------------------------------------------------------------------------------------------------
@@ -272,7 +228,7 @@ def _legacy_format(tag: dict[str, Any]) -> dict[str, Any]:
 
 def _check_format(fmt: Any, where: str, depth: int = 0) -> None:
     """Every field of a structural-tag format that xgrammar's pydantic models require (structural_tag.py)."""
-    if depth > _MAX_DEPTH:
+    if depth > _MAX_FORMAT_DEPTH:
         raise GrammarError(f"{where} is nested too deeply")
     if not isinstance(fmt, dict):
         raise GrammarError(f"{where} must be a format object, got {_json_type(fmt)}")
@@ -354,235 +310,6 @@ def _check_tag(tag: Any, where: str, depth: int) -> None:
     _check_format(tag.get("content"), f"{where}.content", depth + 1)
 
 
-# -- rendering ---------------------------------------------------------------------------------------------------------
-
-_TAG_NAME = re.compile(r'<function=([^>\n]+)>|"name"\s*:\s*"([^"]+)"')
-
-
-def _tag_name(tag: Mapping[str, Any]) -> str | None:
-    begin = tag.get("begin")
-    match = _TAG_NAME.search(begin) if isinstance(begin, str) else None
-    return (match.group(1) or match.group(2)) if match else None
-
-
-def _render_format(fmt: Mapping[str, Any], context: RenderContext, h: int) -> str | None:
-    kind = fmt.get("type")
-    if kind == "const_string":
-        return fmt["value"]
-    if kind == "json_schema":
-        return _render_json_content(fmt, None, context, h)
-    if kind == "any_text":
-        return context.free_text
-    if kind == "sequence":
-        parts = [_render_format(element, context, stable_hash(h, index))
-                 for index, element in enumerate(fmt["elements"])]
-        return None if any(part is None for part in parts) else "".join(parts)  # type: ignore[arg-type]
-    if kind == "or":
-        return next((text for element in fmt["elements"] if (text := _render_format(element, context, h)) is not None),
-                    None)
-    if kind in ("optional", "star"):
-        return ""
-    if kind in ("plus", "repeat"):
-        content = _render_format(fmt["content"], context, h)
-        return None if content is None else content * max(1, fmt.get("min", 1))
-    if kind == "tag":
-        return _render_tag(fmt, context, h)
-    if kind in ("triggered_tags", "tags_with_separator"):
-        return _render_calls(fmt, context, h)
-    return None
-
-
-def _render_tag(tag: Mapping[str, Any], context: RenderContext, h: int) -> str | None:
-    begin, end = tag.get("begin"), tag.get("end")
-    if not isinstance(begin, str):
-        return None
-    end = end[0] if isinstance(end, list) else end
-    if not isinstance(end, str):
-        return None
-    content = tag["content"]
-    if content.get("type") == "json_schema":
-        text = _render_json_content(content, _tag_name(tag), context, h)
-    else:
-        text = _render_format(content, context, h)
-    return None if text is None else begin + text + end
-
-
-def _render_calls(fmt: Mapping[str, Any], context: RenderContext, h: int) -> str | None:
-    """Triggered tags: the calls a model under this grammar makes. ``at_least_one``: one call, or two different
-    tools when more than one is allowed and ``stop_after_first`` is off; otherwise a call only where the policy
-    would make one. Tags of the tools the prompt offers are preferred (the prompt is what the model knows)."""
-    tags = list(fmt["tags"])
-    offered = [tool.get("name") for tool in context.tools]
-    preferred = [tag for name in offered for tag in tags if _tag_name(tag) == name] or tags
-    if not fmt.get("at_least_one", False) and not context.wants_call:
-        return context.free_text
-    count = 1 if fmt.get("stop_after_first", False) or not fmt.get("at_least_one", False) else min(2, len(preferred))
-    first = h % len(preferred)
-    rendered = [_render_tag(preferred[(first + i) % len(preferred)], context, stable_hash(h, i)) for i in range(count)]
-    if any(text is None for text in rendered):
-        return None
-    separator = fmt.get("separator", "\n") if fmt.get("type") == "tags_with_separator" else "\n"
-    return separator.join(rendered)  # type: ignore[arg-type]
-
-
-def _render_json_content(
-    content: Mapping[str, Any], tool_name: str | None, context: RenderContext, h: int
-) -> str | None:
-    """A tag's JSON-schema content: arguments from the schema, or, for an unconstrained one (``true``/``{}``),
-    from the offered tool's parameters; written in the content's style (JSON, or Qwen XML parameters)."""
-    schema = content.get("json_schema")
-    schema = {} if schema is None else schema
-    tool = next((tool for tool in context.tools if tool.get("name") == tool_name), None)
-    if schema is True or schema == {}:
-        parameters = tool.get("parameters") if tool is not None else None
-        value = instance(parameters, h, "arguments", context.user_text) if isinstance(parameters, dict) else {}
-    else:
-        value = instance(schema, h, "arguments", context.user_text)
-    style = content.get("style", "json")
-    if style == "json":
-        return json.dumps(value, ensure_ascii=False)
-    if style == "qwen_xml" and isinstance(value, dict):
-        return "\n".join(f"<parameter={key}>\n{_xml_value(item)}\n</parameter>" for key, item in value.items())
-    return None
-
-
-def _xml_value(value: Any) -> str:
-    """A Qwen XML parameter value: strings as they are, anything else as JSON (the Qwen3.5 template's rule)."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-# -- JSON-schema instances ---------------------------------------------------------------------------------------------
-
-
-def instance(schema: Any, h: int, name: str = "value", user_text: str = "", *, root: Any = None, depth: int = 0) -> Any:
-    """A deterministic value satisfying ``schema`` (for the keywords xgrammar enforces: types, properties and
-    required, items and counts, enum/const, bounds, lengths, formats, anyOf/oneOf/allOf, local ``$ref``). A
-    ``pattern`` is not honoured (a plain word is written)."""
-    root = schema if root is None else root
-    if depth > _MAX_DEPTH or schema is True or not isinstance(schema, dict):
-        return f"{_WORDS[h % len(_WORDS)]}"
-    if isinstance(schema.get("$ref"), str):
-        return instance(_resolve(schema["$ref"], root), h, name, user_text, root=root, depth=depth + 1)
-    if "const" in schema:
-        return schema["const"]
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return schema["enum"][h % len(schema["enum"])]
-    for keyword in ("anyOf", "oneOf"):
-        branches = schema.get(keyword)
-        if isinstance(branches, list) and branches:
-            return instance(branches[0], h, name, user_text, root=root, depth=depth + 1)
-    if isinstance(schema.get("allOf"), list):
-        merged = {key: value for key, value in schema.items() if key != "allOf"}
-        for branch in schema["allOf"]:
-            if isinstance(branch, dict):
-                for key, value in branch.items():
-                    if key == "properties" and isinstance(value, dict):
-                        merged["properties"] = {**merged.get("properties", {}), **value}
-                    elif key == "required" and isinstance(value, list):
-                        merged["required"] = [*merged.get("required", []), *value]
-                    else:
-                        merged.setdefault(key, value)
-        return instance(merged, h, name, user_text, root=root, depth=depth + 1)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind is None:
-        kind = "object" if "properties" in schema else "array" if "items" in schema else "string"
-    if kind == "object":
-        return _object(schema, h, user_text, root, depth)
-    if kind == "array":
-        return _array(schema, h, name, user_text, root, depth)
-    if kind == "integer":
-        return _number(schema, h % 100, integer=True)
-    if kind == "number":
-        return _number(schema, (h % 10000) / 100, integer=False)
-    if kind == "boolean":
-        return bool(h % 2)
-    if kind == "null":
-        return None
-    return _string(schema, h, name, user_text)
-
-
-def _resolve(ref: str, root: Any) -> Any:
-    if not ref.startswith("#/"):
-        return {}
-    node = root
-    for part in ref[2:].split("/"):
-        part = part.replace("~1", "/").replace("~0", "~")
-        if not isinstance(node, dict) or part not in node:
-            return {}
-        node = node[part]
-    return node
-
-
-def _object(schema: dict[str, Any], h: int, user_text: str, root: Any, depth: int) -> dict[str, Any]:
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    required = [key for key in schema.get("required", []) if isinstance(key, str)] if isinstance(
-        schema.get("required"), list) else []
-    names = list(dict.fromkeys([*[key for key in properties if key in required], *required])) or list(properties)
-    minimum = schema.get("minProperties")
-    if isinstance(minimum, int):
-        names += [key for key in properties if key not in names][: max(0, minimum - len(names))]
-    return {
-        key: instance(properties.get(key, {"type": "string"}), stable_hash(h, key), key, user_text, root=root,
-                      depth=depth + 1)
-        for key in names
-    }
-
-
-def _array(schema: dict[str, Any], h: int, name: str, user_text: str, root: Any, depth: int) -> list[Any]:
-    prefix = schema.get("prefixItems") if isinstance(schema.get("prefixItems"), list) else []
-    items = schema.get("items")
-    low = schema.get("minItems") if isinstance(schema.get("minItems"), int) else 0
-    high = schema.get("maxItems") if isinstance(schema.get("maxItems"), int) else None
-    count = max(low, 1, len(prefix))
-    if high is not None:
-        count = min(count, high)
-    out = []
-    for index in range(count):
-        sub = prefix[index] if index < len(prefix) else items if isinstance(items, (dict, bool)) else {}
-        out.append(instance(sub, stable_hash(h, index), name, user_text, root=root, depth=depth + 1))
-    return out
-
-
-def _number(schema: dict[str, Any], value: float, *, integer: bool) -> float | int:
-    """``value`` moved into the schema's bounds (exclusive bounds by one unit, or half of one for numbers)."""
-    step = 1 if integer else 0.5
-    lows = [schema.get("minimum"), _shift(schema.get("exclusiveMinimum"), step)]
-    highs = [schema.get("maximum"), _shift(schema.get("exclusiveMaximum"), -step)]
-    low = max((b for b in lows if _is_number(b)), default=None)
-    high = min((b for b in highs if _is_number(b)), default=None)
-    if integer:
-        value = int(value)
-        low = None if low is None else math.ceil(low)
-        high = None if high is None else math.floor(high)
-    if low is not None and value < low:
-        value = low
-    if high is not None and value > high:
-        value = high
-    return int(value) if integer else float(value)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _shift(bound: Any, by: float) -> Any:
-    return bound + by if _is_number(bound) else None
-
-
-def _string(schema: dict[str, Any], h: int, name: str, user_text: str) -> str:
-    fmt = schema.get("format")
-    if isinstance(fmt, str) and fmt in _STRING_EXAMPLES:
-        return _STRING_EXAMPLES[fmt]
-    from .policy import argument_value  # noqa: PLC0415 - the policy's plausible names (city, query...)
-
-    text = str(argument_value(name, {"type": "string"}, h, user_text))
-    low = schema.get("minLength") if isinstance(schema.get("minLength"), int) else 0
-    high = schema.get("maxLength") if isinstance(schema.get("maxLength"), int) else None
-    while len(text) < low:
-        text += "x"
-    return text if high is None else text[:high]
-
-
-__all__ = ["ANY_JSON", "CONSTRAINT_KEYS", "Constraint", "Grammar", "GrammarError", "RenderContext", "instance"]
+__all__ = [
+    "ANY_JSON", "CONSTRAINT_KEYS", "Constraint", "Grammar", "GrammarError", "check_json_schema", "compile_constraint",
+]

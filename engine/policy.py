@@ -18,21 +18,16 @@ from typing import Any
 
 import attrs
 
-from .constraints import Grammar, RenderContext
+from .constrained_output import RenderContext, render_constrained
+from .constraints import Grammar
 from .determinism import stable_hash
+from .plausible_text import argument_value, sentence, topic
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 ASSISTANT_HEADER = "<|im_start|>assistant\n"
 THINK_OPEN = "<think>\n"
 THINK_DISABLED = "<think>\n\n</think>\n\n"
-
-_WORDS = (
-    "the", "plan", "is", "to", "check", "each", "step", "carefully", "and", "then", "report", "what", "was",
-    "found", "clearly", "results", "look", "consistent", "with", "expectations", "so", "far", "overall", "value",
-    "summary", "details", "answer", "question", "data", "simple", "short", "next", "first", "finally",
-)
-_CITIES = ("Paris", "Berlin", "Tokyo", "Lima", "Oslo", "Cairo")
 
 
 @attrs.frozen
@@ -85,43 +80,6 @@ def analyze_prompt(context: str) -> PromptView:
     return PromptView(tuple(tools), xml, user_text, after_tool_response)
 
 
-def _sentence(h: int, n_words: int) -> str:
-    words = [_WORDS[stable_hash("word", h, i) % len(_WORDS)] for i in range(n_words)]
-    return " ".join(words).capitalize() + "."
-
-
-def _topic(user_text: str) -> str:
-    words = re.findall(r"[A-Za-z0-9']+", user_text)
-    return '"' + " ".join(words[:6]) + '"' if words else "this request"
-
-
-def argument_value(name: str, schema: Any, h: int, user_text: str) -> Any:
-    """A plausible value for one parameter, from its JSON schema (enum, type) and its name."""
-    schema = schema if isinstance(schema, dict) else {}
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return schema["enum"][h % len(schema["enum"])]
-    kind = schema.get("type", "string")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "string")
-    if kind == "integer":
-        return h % 100
-    if kind == "number":
-        return round((h % 10000) / 100, 2)
-    if kind == "boolean":
-        return bool(h % 2)
-    if kind == "array":
-        return [argument_value(name, schema.get("items", {"type": "string"}), h >> 7, user_text)]
-    if kind == "object":
-        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        return {key: argument_value(key, sub, h >> 5, user_text) for key, sub in list(properties.items())[:3]}
-    lowered = name.lower()
-    if any(part in lowered for part in ("city", "location", "place", "town")):
-        return _CITIES[h % len(_CITIES)]
-    if any(part in lowered for part in ("query", "question", "text", "prompt", "search")):
-        return _topic(user_text).strip('"')
-    return f"{_WORDS[h % len(_WORDS)]}_{h % 1000}"
-
-
 def tool_arguments(function: dict[str, Any], h: int, user_text: str) -> dict[str, Any]:
     """Arguments for ``function``: its required parameters (all of them when none is marked required)."""
     parameters = function.get("parameters") if isinstance(function.get("parameters"), dict) else {}
@@ -152,12 +110,12 @@ def default_reply(
     the reply then starts with that empty block, which the prompt already holds.
 
     Under a ``grammar`` (the request's constraint) the answer after the reasoning is what the grammar admits
-    (:meth:`Grammar.render`): SGLang's reasoning parser keeps the reasoning free and applies the grammar from the
-    token after ``</think>``, so the constrained part follows it directly.
+    (:func:`~engine.constrained_output.render_constrained`): SGLang's reasoning parser keeps the reasoning free and
+    applies the grammar from the token after ``</think>``, so the constrained part follows it directly.
     """
     view = analyze_prompt(context)
     h = stable_hash("reply", seed, context)
-    topic = _topic(view.user_text)
+    about = topic(view.user_text)
     if grammar is not None:
         constrained = _constrained_reply(view, h, seed, grammar, thinking=thinking)
         if constrained is not None:
@@ -166,41 +124,41 @@ def default_reply(
     if view.tools and not view.after_tool_response:
         function = view.tools[h % len(view.tools)]
         name = function["name"]
-        reasoning = f"The user asks {topic}. I should call {name} to get the facts. {_sentence(h + 3, 6)}"
+        reasoning = f"The user asks {about}. I should call {name} to get the facts. {sentence(h + 3, 6)}"
         body = render_tool_call(name, tool_arguments(function, h, view.user_text), xml=view.xml_tool_calls or xml)
     elif view.after_tool_response:
-        reasoning = f"The tool returned its result. {_sentence(h + 3, 7)}"
-        body = f"Based on the tool results for {topic}: {_sentence(h + 1, 9)} {_sentence(h + 2, 5)}"
+        reasoning = f"The tool returned its result. {sentence(h + 3, 7)}"
+        body = f"Based on the tool results for {about}: {sentence(h + 1, 9)} {sentence(h + 2, 5)}"
     else:
-        reasoning = f"The user wrote {topic}. {_sentence(h + 3, 8)}"
-        body = f"Here is a short answer about {topic}. {_sentence(h + 1, 10)}"
+        reasoning = f"The user wrote {about}. {sentence(h + 3, 8)}"
+        body = f"Here is a short answer about {about}. {sentence(h + 1, 10)}"
     if not thinking:
         return THINK_DISABLED + body
     return f"{THINK_OPEN}{reasoning}\n</think>\n\n{body}"
 
 
 def _constrained_reply(view: PromptView, h: int, seed: int, grammar: Grammar, *, thinking: bool) -> str | None:
-    topic = _topic(view.user_text)
-    answer = f"Here is a short answer about {topic}. {_sentence(h + 1, 10)}"
+    about = topic(view.user_text)
+    answer = f"Here is a short answer about {about}. {sentence(h + 1, 10)}"
     context = RenderContext(
         tools=view.tools, user_text=view.user_text, wants_call=bool(view.tools) and not view.after_tool_response,
         free_text=answer, seed=seed,
     )
-    body = grammar.render(context)
+    body = render_constrained(grammar, context)
     if body is None:
         return None
     if not thinking:
         return THINK_DISABLED + body
-    reasoning = f"The user wrote {topic}. The answer must follow the requested format. {_sentence(h + 3, 6)}"
+    reasoning = f"The user wrote {about}. The answer must follow the requested format. {sentence(h + 3, 6)}"
     return f"{THINK_OPEN}{reasoning}\n</think>{body}"
 
 
 def default_plain_text(prompt: str, *, seed: int) -> str:
     """The continuation of a raw (non-chat) prompt: a few deterministic sentences."""
     h = stable_hash("plain", seed, prompt)
-    return " " + " ".join(_sentence(h + i, 6 + i) for i in range(3))
+    return " " + " ".join(sentence(h + i, 6 + i) for i in range(3))
 
 
 def filler_text(seed: int) -> str:
     """Text generated past the end of a plan (``ignore_eos``, or a script entry with ``"eos": false``)."""
-    return " " + " ".join(_sentence(stable_hash("filler", seed, i), 8) for i in range(4))
+    return " " + " ".join(sentence(stable_hash("filler", seed, i), 8) for i in range(4))
