@@ -3,7 +3,7 @@
 ``session_with_generations(n)``: the real ``SessionMachine`` and real ``ChainMachine``s (restored from their
 snapshots for every step), a trainer that finalizes (and repeats it: a retry after a failed export), aborts,
 drains, or whose export fails, and ``n`` abstract generations,
-driven exactly as ``proxy/trajectory/session.py`` drives them. Each generation is prepared once, on a base of its
+driven by the rule ``proxy/trajectory/session.py`` runs (``statemachines/branching.py``). Each generation is prepared once, on a base of its
 choice: no checkpoint (a new segment), the tip of any chain, or a chain's first step below its tip (a splice);
 the chain machine says whether it extends the tip, forks, or starts a new segment (a closed tip). A prepared
 generation may fail (upstream failure, client gone), have its incremental encode fail (it moves to a new
@@ -39,8 +39,10 @@ session's lock, ``proxy/controllers/session_registry.py``), but two moves: the c
 outcome from the world as it is) and later *writes* that outcome back, over whatever other moves (another commit,
 the finalize) did in between: their changes are lost.
 
-Over 500 lines: about 200 of them are the session rules kept as units here until they become calls into the pure
-session rule the controller runs (issue 20, item 1), which will shrink this module.
+Just over 500 lines: the session's moves (prepare, commit, fail, a TITO failure, finalize, export failure, abort,
+drain) are world -> world functions over the world's records, each a few lines around a call into
+``statemachines/branching.py``, the rule the session runs; splitting them from the records they evolve would scatter
+one job.
 """
 
 from __future__ import annotations
