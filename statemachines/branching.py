@@ -2,8 +2,8 @@
 drop, a TITO failure and a finalize tell the chains.
 
 The running session (``proxy/trajectory/session.py``) and the model-checked worlds
-(``statemachines/compositions.py``, ``statemachines/full_composition.py``) all call these functions, so the rule
-the explorer checks is the rule the proxy runs. The functions are pure: they talk to the chains only through a
+(``statemachines/checking/session_world.py``, ``statemachines/checking/full_world.py``) all call these functions,
+so the rule the explorer checks is the rule the proxy runs. The functions are pure: they talk to the chains only through a
 :class:`ChainPort` (send one event to one chain and get its effects; make a new chain; forget a discarded one), which
 the session implements over its ``ChainMachine`` objects and a world over the snapshots in its records. They never
 read a chain's state: they act on the effects the ``ChainMachine`` returns (``statemachines/chain.py`` has the
