@@ -3,7 +3,7 @@
 The machine (its table, the actions behind the rows, and the theory of operation) is
 ``statemachines/generation_machine.py``. This module is what the machine and its users speak: the generation's
 driver (``proxy/controllers/generation_driver.py``) builds these events and carries out these effects, and the
-model-checked worlds (``generation_world.py``) do the same; none of them needs the table to do so. Split from the
+checked worlds (``checking/generation_step.py``) do the same; none of them needs the table to do so. Split from the
 table so that each stays readable on its own (together they were 785 lines).
 
 Effects carry what the controller needs to carry them out, so that no data travels beside the machine:
@@ -327,7 +327,7 @@ class ReportFault:
 #: the answers: they come after the gate slot was released. Waiting on a client before ``StartUpstream`` (or any
 #: other effect a pause waits for) lets a client that stopped reading, or left unnoticed, hold the gate PAUSING for
 #: ever: a continuation's request is never started, so the pause's ``AbortUpstream`` has nothing to cut (issue 13).
-#: The driver (``proxy/controllers/generation_driver.py``) and the model-checked worlds (``generation_world.py``)
+#: The driver (``proxy/controllers/generation_driver.py``) and the checked worlds (``checking/generation_step.py``)
 #: both read this rule; the planted-bug test widens it and the explorer finds the hang.
 WAITS_FOR_CLIENT: tuple[type, ...] = ()
 
