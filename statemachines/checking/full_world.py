@@ -125,7 +125,7 @@ from statemachines.checking.invariants import (
     chains_are_paths, generation_invariants, not_broken, pause_progress,
 )
 from statemachines.checking.records import ChainRecord, Client, GenWorld, Trainer, describe_gens, describe_head
-from statemachines.checking.step import Broken, Move, take
+from statemachines.checking.step import Broken, Move, StepObserver, take
 from statemachines.core import Snapshot
 from statemachines.generation_machine import GenerationMachine
 
@@ -448,16 +448,22 @@ def gate_session_generations(
     chain: type[chain_sm.ChainMachine] = chain_sm.ChainMachine,
     generation: type[GenerationMachine] = GenerationMachine,
     waits_for_client: Callable[[object], bool] = gen_sm.waits_for_client,
+    rid_in_a_later_step: bool = False,
+    drop_in_a_later_step: bool = False,
+    observer: StepObserver | None = None,
 ) -> Composition:
     """The gate, the session with its chains, ``n`` generation machines of ``budget`` tokens, a trainer with
     ``pauses`` pause/resume rounds and a finalize (see the module docstring). Machine classes and the driver's rule
-    about its client (``waits_for_client``) may be variants: planted bugs."""
+    about its client (``waits_for_client``) may be variants: planted bugs. ``rid_in_a_later_step`` and
+    ``drop_in_a_later_step`` give the driver's request starts and session drops moves of their own (the
+    controller's timing; module docstring of ``generation_step``); ``observer`` watches the moves (``step``)."""
     config = _Config(
         budget=budget, pauses=pauses, partial_rollout=partial_rollout, clients_may_leave=clients_may_leave,
         upstream_failures=upstream_failures, timeouts=timeouts, stragglers=stragglers,
         same_weights_resumes=same_weights_resumes, versions_reported=True, data_reductions=data_reductions,
         one_token_after_abort=False, stale_until_next_request=True, tokens_checked_against_pause=True, gate=gate,
         generation=generation, splices=splices, session=session, chain=chain, waits_for_client=waits_for_client,
+        rid_in_a_later_step=rid_in_a_later_step, drop_in_a_later_step=drop_in_a_later_step, observer=observer,
     )
     start = GenWorld(generation.new(partial_rollout=partial_rollout).snapshot())
     initial = World(gate.new("v0").snapshot(), session.new().snapshot(), (), (), (start,) * n, Trainer.TRAINING,

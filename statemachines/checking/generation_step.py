@@ -34,6 +34,10 @@ Modelling choices, fixed by each world in its ``Config`` (generation world / ful
 - ``rid_in_a_later_step``: the driver draws the request's rid and reports it (``UpstreamStarted``) in a move of its
   own after ``StartUpstream``, as the controller does when its reader task runs (off by default: the CI bounds
   report it in the same step; the planted abort-before-rid bug needs the window);
+- ``drop_in_a_later_step``: the driver carries out ``DropFromSession`` (the session counts the generation out) in a
+  move of its own, as the controller's driver task does after the effect was queued: another generation's prepare
+  or commit may come first (off by default: the session counts it out in the same step; the conformance test,
+  ``tests/conformance/``, turns it and ``rid_in_a_later_step`` on to have the controller's timing);
 - ``waits_for_client``: the driver's rule about its client (``generation.waits_for_client``; a variant rule plants
   the pause-liveness bug).
 """
@@ -84,6 +88,7 @@ class Config(WorldConfig):
     gate: type[gate_sm.RolloutGate]
     generation: type[GenerationMachine]
     rid_in_a_later_step: bool = False
+    drop_in_a_later_step: bool = False
     waits_for_client: Callable[[object], bool] = gen_sm.waits_for_client
     # Memo of each generation's sort key (generations recur in many worlds; their hash is cached).
     orders: dict[GenWorld, tuple] = attrs.field(factory=dict, eq=False)
@@ -255,7 +260,10 @@ class GenerationStep(Step):
         elif isinstance(effect, gen_sm.DropFromSession):
             if g.commits:
                 raise Broken(ACCEPTS, f"g{i}: dropped from the session after committing")
-            self.drop(i)
+            if config.drop_in_a_later_step:
+                self.set(i, drop_pending=True)
+            else:
+                self.drop(i)
         elif not isinstance(effect, (gen_sm.DropTokens, gen_sm.AnswerNobody)):
             # ReportFault, or anything new: the composition does not expect it.
             raise Broken(ACCEPTS, f"g{i}: unexpected effect {effect!r}")
@@ -319,7 +327,7 @@ def settle(g: GenWorld) -> GenWorld:
     data = gen_sm.GenerationData(partial_rollout=g.machine.data.partial_rollout, committed=committed,
                                  finish=gen_sm.FinishKind.STOP if committed else None)
     return GenWorld(Snapshot(state, data), prepared=True, client=g.client, commits=g.commits,
-                    attachment=g.attachment)
+                    attachment=g.attachment, drop_pending=g.drop_pending)
 
 
 # The position of each machine state in its enum, for ordering generations.
@@ -341,7 +349,7 @@ def order(g: GenWorld) -> tuple:
         data.rid or "", data.finish.value if data.finish else "", data.committed, data.budget, data.prompt_tokens,
         data.partial_rollout, g.client.name, g.gate.name, upstream, tuple(s or "" for s in g.stamps), g.parsing,
         g.finish.value if g.finish else "", g.stale or (), () if att is None else att.key, g.commits,
-        () if g.start_pending is None else (g.start_pending.request, g.start_pending.kept_tokens),
+        () if g.start_pending is None else (g.start_pending.request, g.start_pending.kept_tokens), g.drop_pending,
     )
 
 
@@ -419,11 +427,19 @@ def _moves_of(i: int, g: GenWorld, config: Config) -> list[tuple[str, Move]]:
     if g.start_pending is not None:
         label = "client reads" if _held_for_client(g.start_pending, config) else "driver sends the request"
         moves.append((label, lambda run: run.start_upstream(i, run.gens[i].start_pending)))
+    if g.drop_pending:
+        moves.append(("driver drops it from the session", lambda run: _driver_drops(run, i)))
     if g.gate is GateRecord.WAITING and config.timeouts:
         moves.append(("pause wait times out", lambda run: run.feed(i, gen_sm.PauseWaitTimedOut())))
     if g.stale is not None and config.stragglers:
         moves.append(("straggler token", lambda run: _straggler(run, i)))
     return moves
+
+
+def _driver_drops(run: GenerationStep, i: int) -> None:
+    """The driver carries out a ``DropFromSession`` held back by ``drop_in_a_later_step``."""
+    run.set(i, drop_pending=False)
+    run.drop(i)
 
 
 def _token(run: GenerationStep, i: int) -> None:

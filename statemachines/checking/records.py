@@ -79,6 +79,8 @@ class GenWorld:
     # driver waits on the client first: never with the correct rule; the planted pause-liveness bug), or, with
     # ``rid_in_a_later_step``, until the driver draws its rid and sends it.
     start_pending: gen_sm.StartUpstream | None = None
+    # A DropFromSession not carried out yet (with ``drop_in_a_later_step``): the session still counts it.
+    drop_pending: bool = False
 
 
 @attrs.define
@@ -97,16 +99,17 @@ class _GenDraft:
     attachment: Any
     commits: tuple[str, ...]
     start_pending: gen_sm.StartUpstream | None
+    drop_pending: bool
 
 
 def thaw(g: GenWorld) -> _GenDraft:
     return _GenDraft(g.machine, g.prepared, g.client, g.gate, g.upstream, g.stamps, g.parsing, g.finish, g.stale,
-                     g.attachment, g.commits, g.start_pending)
+                     g.attachment, g.commits, g.start_pending, g.drop_pending)
 
 
 def freeze(g: _GenDraft) -> GenWorld:
     return GenWorld(g.machine, g.prepared, g.client, g.gate, g.upstream, g.stamps, g.parsing, g.finish, g.stale,
-                    g.attachment, g.commits, g.start_pending)
+                    g.attachment, g.commits, g.start_pending, g.drop_pending)
 
 
 def describe_head(world: Any) -> str:
@@ -134,6 +137,8 @@ def describe_gen(i: int, g: GenWorld) -> str:
         text += f" {g.attachment.label}"
     if g.start_pending is not None:
         text += f" start-held(req {g.start_pending.request})"
+    if g.drop_pending:
+        text += " drop-held"
     text += f" {g.client.name.lower()}"
     return text + (f" commits={list(g.commits)}" if g.commits else "")
 

@@ -10,13 +10,18 @@ it in its ``broken`` field (what the step did up to it is kept for the trace), a
 
 The machines are fed through ``WorldConfig.send``: ``cls.from_snapshot(snapshot).send(event)``, which is a pure
 function of (table, snapshot, event), memoized per distinct triple; that changes the run time, never the states.
+
+A ``StepObserver`` in ``WorldConfig.observer`` (None unless a test sets it) is told where each move begins (``take``)
+and every machine event the move feeds (``WorldConfig.send``, the one choke point every event of every machine goes
+through): the conformance test (``tests/conformance/``) compares those events with the running controllers'. The
+observer only watches; it never changes what a step does.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -33,6 +38,17 @@ class Broken(Exception):
         self.detail = detail
 
 
+class StepObserver(Protocol):
+    """Watches a world's moves (module docstring): where each begins, and each machine event it feeds."""
+
+    def move_begins(self, label: str) -> None:
+        """``take`` is about to run the move labelled ``label``."""
+
+    def sent(self, who: str, before: Snapshot, event: object, outcome: tuple[Snapshot, tuple] | str) -> None:
+        """The machine ``who`` (``gate``, ``session``, ``c<k>``, ``g<i>``) was fed ``event`` in ``before``:
+        ``outcome`` is (snapshot after, effects), or why it refused."""
+
+
 @attrs.frozen(kw_only=True)
 class WorldConfig:
     """What every world's configuration has: the memo of the machines' pure step. A world subclasses it with its
@@ -40,6 +56,8 @@ class WorldConfig:
 
     # (class, snapshot, event) -> (snapshot, effects), or the refusal's text.
     sent: dict[tuple[type, Snapshot, object], tuple[Snapshot, tuple] | str] = attrs.field(factory=dict, eq=False)
+    # Told of every move and machine event (module docstring); None: nobody watches.
+    observer: StepObserver | None = attrs.field(default=None, eq=False)
 
     def send(self, cls: type[Machine], snapshot: Snapshot, event: object, who: str) -> tuple[Snapshot, tuple]:
         """``cls.from_snapshot(snapshot).send(event)`` as a pure function, memoized; a refusal is ``Broken``."""
@@ -53,6 +71,8 @@ class WorldConfig:
             except (IllegalTransition, TableError) as error:
                 found = f"{type(error).__name__}: {error}"
             self.sent[key] = found
+        if self.observer is not None:
+            self.observer.sent(who, snapshot, event, found)
         if isinstance(found, str):
             raise Broken(ACCEPTS, f"{who}: {found}")
         return found
@@ -80,6 +100,8 @@ def take(world: Any, moves: Sequence[tuple[str, Move]], new_step: Callable[[Any]
     out = []
     for label, move in moves:
         run = new_step(world)
+        if run.config.observer is not None:
+            run.config.observer.move_begins(label)
         try:
             note = move(run)
         except Broken as broken:

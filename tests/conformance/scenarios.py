@@ -64,7 +64,7 @@ class ConformanceScenario(Scenario):
                         and other.generation.prepared.generation_id == head.generation_id]
             if answered:
                 last = answered[0]
-                return [*last.messages, last.generation.message.to_openai(),
+                return [*last.messages, last.generation.output.message.to_openai(),
                         {"role": "user", "content": f"more ({client.name})"}]
         return [{"role": "user", "content": f"count ({client.name})"}]
 

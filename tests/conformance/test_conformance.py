@@ -11,6 +11,7 @@ It can fail: a rule broken on either side is reported as a mismatch (the planted
 from __future__ import annotations
 
 import os
+import types
 from pathlib import Path
 
 import attrs
@@ -18,8 +19,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from proxy.controllers import generation as generation_controller
+from proxy.controllers import generation_driver
 from statemachines import generation as gen_sm
+from statemachines import generation_machine as gen_machine
 from statemachines import session as session_sm
 from statemachines.core import Branch, Goto, on
 from tests.conformance.inclusion import Inclusion, check_inclusion
@@ -36,8 +38,7 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=
 def world_for(run: Run, traces: list[MachineTrace], **machines: type) -> WorldDriver:
     """The world sized for the run: one generation per generation the run fed, its budget, its pause calls."""
     generations = sum(trace.kind == GENERATION for trace in traces)
-    return WorldDriver(conformance_world(generations, budget=run.budget, pauses=run.pauses, partial_rollout=True,
-                                         **machines))
+    return conformance_world(generations, budget=run.budget, pauses=run.pauses, partial_rollout=True, **machines)
 
 
 def included(run: Run, traces: list[MachineTrace], **machines: type) -> Inclusion:
@@ -60,7 +61,7 @@ async def test_the_world_can_do_what_the_controllers_did(qwen3_path: Path, autoj
 async def test_a_pause_before_a_driver_sent_its_request(qwen3_path: Path, autojump_clock, yields, workers, seed):
     # The pause comes once the first chat streams, a few scheduling points after the second chat was admitted: in
     # some task orders its driver has not sent its request yet (AbortRequested before UpstreamStarted), which the
-    # world reaches only with its request starts deferred to a move of their own (world_adapter.DEFERRED).
+    # world reaches only with its request starts in a move of their own (world_adapter.DEFERRED).
     run = Run(2, (Chat(0, stream=True, max_tokens=2, next_turn=False), Sleep(0.06),
                   Chat(0, stream=True, max_tokens=2, next_turn=False), *[Sleep(0.0)] * yields, Pause(1),
                   Resume(new_weights=True)))
@@ -96,7 +97,9 @@ async def test_a_controller_feeding_the_wrong_answer_to_the_gates_admit_is_found
         qwen3_path: Path, autojump_clock, monkeypatch):
     # The generation controller answers the gate's Admit with Resumed (same fields) instead of GateAdmitted: the
     # machine refuses it in PREPARED and fails closed; the run goes on (a 500), the world never does this.
-    monkeypatch.setattr(generation_controller, "GateAdmitted", gen_sm.Resumed)
+    # Only the driver's view of the machine's vocabulary changes (the machines and the world keep the real one).
+    vocabulary = types.SimpleNamespace(**{**vars(gen_sm), "GateAdmitted": gen_sm.Resumed})
+    monkeypatch.setattr(generation_driver, "gen", vocabulary)
     traces = await record_run(qwen3_path, UNPAUSED, workers=True)
     monkeypatch.undo()
     found = included(UNPAUSED, traces)
@@ -114,9 +117,9 @@ def _forgets_the_gate(state, gen, event):
 async def test_a_running_machine_with_a_broken_rule_is_found(qwen3_path: Path, autojump_clock, monkeypatch):
     # Only the running side's GenerationMachine has the broken row (UpstreamFinished in STREAMING without
     # ReleaseGate); the world keeps the real table. No pause here: the leaked slot would hold it for ever.
-    table = gen_sm.TABLE.overriding(on(gen_sm.State.STREAMING, gen_sm.UpstreamFinished, _forgets_the_gate,
+    table = gen_machine.TABLE.overriding(on(gen_sm.State.STREAMING, gen_sm.UpstreamFinished, _forgets_the_gate,
                                        Branch(gen_sm.State.PARSING, [gen_sm.ParseOutput])))
-    monkeypatch.setattr(gen_sm.GenerationMachine, "table", table)
+    monkeypatch.setattr(gen_machine.GenerationMachine, "table", table)
     traces = await record_run(qwen3_path, UNPAUSED, workers=True)
     monkeypatch.undo()
     found = included(UNPAUSED, traces)
@@ -149,8 +152,7 @@ def test_the_search_reports_where_it_stopped(deferred):
     # Pure: a run trace the world cannot follow (a generation fed GateAdmitted before it was Prepared).
     bogus = MachineTrace(GENERATION, "generation#1", (Observed("GateAdmitted", "STREAMING", (), ("StartUpstream",)),),
                          (0,))
-    world = conformance_world(1, budget=1, pauses=0, partial_rollout=True)
-    found = check_inclusion([bogus], WorldDriver(world, deferred=deferred))
+    found = check_inclusion([bogus], conformance_world(1, budget=1, pauses=0, partial_rollout=True, deferred=deferred))
     assert found.mismatch is not None
     report = found.mismatch.format()
     assert "generation#1 [unbound] step 1/1" in report and "prepare (new conversation)" in report, report

@@ -26,11 +26,12 @@ from statemachines import generation as gen_sm
 from statemachines import rollout_gate as gate_sm
 from statemachines import session as session_sm
 from statemachines.core import Machine, Sent, Snapshot
+from statemachines.generation_machine import GenerationMachine
 
 #: The machine kinds, as the world names its roles (``gate``, ``session``, ``c<k>``, ``g<i>``).
 GATE, SESSION, CHAIN, GENERATION = "gate", "session", "chain", "generation"
 _KINDS = ((gate_sm.RolloutGate, GATE), (session_sm.SessionMachine, SESSION), (chain_sm.ChainMachine, CHAIN),
-          (gen_sm.GenerationMachine, GENERATION))
+          (GenerationMachine, GENERATION))
 
 #: Data fields that hold labels the world abstracts (its rids are r1, r2; its weights v0, v1...; its prompt is 4
 #: tokens; its session has no step limit), left out of the comparison.

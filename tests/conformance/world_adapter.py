@@ -1,74 +1,37 @@
 """The checked world as the conformance check drives it; the one module of ``tests/conformance`` that knows the
-world's internals (``statemachines/full_composition.py`` and ``generation_world.py``).
+world (``statemachines/checking/full_world.py`` and its step mechanism, ``statemachines/checking/step.py``).
 
 The world is the full composition (the real gate, session, chains and generation machines, with an abstract
 trainer, SGLang and clients), without its reductions (no symmetry, no data reductions), so that its generations keep
 their positions and its machines their whole data. For each world, :meth:`WorldDriver.moves` runs the world's own
-successor function and tells, for each move, every machine event it fed, in order: the world's choke point
-``Config.send`` (every event of every machine goes through it, labelled with the machine's role: ``gate``,
-``session``, ``c<k>``, ``g<i>``) is observed while the moves run (``gw.take``, which runs them one after the other,
-marks where each begins).
+successor function and tells, for each move, every machine event it fed, in order. It watches through the world's
+observer hook (``statemachines/checking/step.py:StepObserver``, in the world's config): ``take`` says where each
+move begins, and ``WorldConfig.send``, the choke point every event of every machine goes through, tells each event
+with the machine's role (``gate``, ``session``, ``c<k>``, ``g<i>``) and its outcome. Nothing of the world is patched.
 
-Two differences of timing are taken out of the world's way (``DEFERRED``): the world carries out a
-``StartUpstream`` and a ``DropFromSession`` in the step that emits them, while the controller queues them to the
-generation's driver task, so other events can come in between: a pause (``AbortRequested`` before
-``UpstreamStarted``), a client leaving before the request went out, another generation's prepare or commit before
-the session counts a failed or cancelled one out. The adapter holds both back for moves of their own, the driver's:
-a start in the world's own ``start_pending`` record (its ``client reads`` move carries it out), a drop as the
-attachment the session still counts on a generation that has ended (``driver drops it from the session``). Without
-that the world never feeds ``UpstreamStarted`` in ``ABORTING``, a row the controller takes whenever a pause lands
-before the driver sent its request.
+The world has the controller's timing (``DEFERRED``): the controller queues a ``StartUpstream`` and a
+``DropFromSession`` to the generation's driver task, so other events can come in between (a pause:
+``AbortRequested`` before ``UpstreamStarted``; a client leaving before the request went out; another generation's
+prepare or commit before the session counts a failed or cancelled one out). The world models that gap with two of its
+own modelling choices, ``rid_in_a_later_step`` and ``drop_in_a_later_step`` (``statemachines/checking/
+generation_step.py``): each is carried out in a move of its own, the driver's (``driver sends the request``,
+``driver drops it from the session``). Without them the world never feeds ``UpstreamStarted`` in ``ABORTING``, a row
+the controller takes whenever a pause lands before the driver sent its request.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import attrs
 
-from statemachines import full_composition as fc
-from statemachines import generation as gen_sm
-from statemachines import generation_world as gw
-from statemachines.explorer import Composition
+from statemachines.checking.explorer import Composition
+from statemachines.checking.full_world import gate_session_generations
+from statemachines.core import Snapshot
 from tests.conformance.traces import CHAIN, GATE, GENERATION, SESSION, Observed, observe_step
 
 #: The world's request starts and session drops wait for moves of their own (the driver's), as the controller's do.
 DEFERRED = True
-# The world's label of the move that carries out a held-back start, and what it means here.
-_HELD_START_LABEL = ": client reads"
-_DRIVER_START_LABEL = ": driver starts the request"
-_DRIVER_DROP_LABEL = "driver drops it from the session"
-
-
-def conformance_world(generations: int, *, budget: int, pauses: int, partial_rollout: bool,
-                      **machines: type) -> Composition:
-    """The full composition with ``generations`` generation machines, every choice of the environment on (clients
-    leaving, upstream failures, stragglers, pause-wait timeouts, resumes keeping the weights, splices) and no
-    reduction. ``machines``: variant machine classes (``gate=``, ``session=``, ``chain=``, ``generation=``)."""
-    return fc.gate_session_generations(
-        generations, budget=budget, pauses=pauses, partial_rollout=partial_rollout, clients_may_leave=True,
-        upstream_failures=True, stragglers=True, timeouts=True, same_weights_resumes=True, splices=True,
-        symmetry=False, data_reductions=False, **machines,
-    )
-
-
-def role_kind(role: str) -> str:
-    """The machine kind of a world role: ``gate``, ``session``, ``c<k>`` (a chain), ``g<i>`` (a generation)."""
-    if role in (GATE, SESSION):
-        return role
-    return {"c": CHAIN, "g": GENERATION}[role[0]]
-
-
-def role_generation(role: str) -> int | None:
-    """The generation's position of a ``g<i>`` role, else None."""
-    return int(role[1:]) if role_kind(role) == GENERATION else None
-
-
-def is_initial_generation(world: Any, index: int) -> bool:
-    """Generation ``index`` of ``world`` was never prepared (every such generation is the same)."""
-    return not world.gens[index].prepared
 
 
 @attrs.frozen
@@ -86,11 +49,30 @@ class WorldMove:
 
 
 @attrs.define
+class _MoveLog:
+    """The world's observer (``step.StepObserver``): the machine events its moves feed, and where each move begins."""
+
+    events: list[tuple[str, Observed]] = attrs.field(factory=list)
+    starts: list[int] = attrs.field(factory=list)
+
+    def move_begins(self, label: str) -> None:
+        self.starts.append(len(self.events))
+
+    def sent(self, who: str, before: Snapshot, event: object, outcome: tuple[Snapshot, tuple] | str) -> None:
+        if isinstance(outcome, str):
+            # A refusal: the world stops there (the move is broken); recorded for the mismatch report.
+            self.events.append((who, Observed(type(event).__name__, before.state.name, (), (), outcome)))
+        else:
+            after, effects = outcome
+            self.events.extend((who, observed) for observed in observe_step(before, event, after, effects))
+
+
+@attrs.define
 class WorldDriver:
-    """Runs a composition's moves and tells the events each one fed."""
+    """Runs a composition's moves and tells the events each one fed (its observer is ``log``)."""
 
     composition: Composition
-    deferred: bool = DEFERRED
+    log: _MoveLog
 
     @property
     def initial(self) -> Any:
@@ -98,68 +80,50 @@ class WorldDriver:
 
     def moves(self, world: Any) -> list[WorldMove]:
         """Every move enabled in ``world``, with its events."""
-        with _observing(self.deferred) as (log, starts):
-            results = list(self.composition.successors(world))
-        bounds = [*starts, len(log)]
-        moves = []
-        for index, (label, after) in enumerate(results):
-            events = tuple(log[bounds[index]:bounds[index + 1]])
-            if self.deferred:
-                label = label.replace(_HELD_START_LABEL, _DRIVER_START_LABEL)
-            moves.append(WorldMove(label, after, events))
-        return moves
+        self.log.events.clear()
+        self.log.starts.clear()
+        results = list(self.composition.successors(world))
+        if len(self.log.starts) != len(results):
+            raise AssertionError(f"{len(results)} moves but {len(self.log.starts)} began: is the observer set?")
+        bounds = [*self.log.starts, len(self.log.events)]
+        return [WorldMove(label, after, tuple(self.log.events[bounds[index]:bounds[index + 1]]))
+                for index, (label, after) in enumerate(results)]
 
     def describe(self, world: Any) -> str:
         return self.composition.describe(world)
 
 
-@contextlib.contextmanager
-def _observing(deferred: bool) -> Iterator[tuple[list[tuple[str, Observed]], list[int]]]:
-    """While the world's moves run: every machine event they feed (``log``), where each move's begin (``starts``),
-    and, with ``deferred``, the driver's work held back for moves of their own (module docstring)."""
-    log: list[tuple[str, Observed]] = []
-    starts: list[int] = []
-    send, take, carry_out, generation_moves = gw.Config.send, gw.take, gw.GenerationStep.carry_out, gw.generation_moves
+def conformance_world(generations: int, *, budget: int, pauses: int, partial_rollout: bool,
+                      deferred: bool = DEFERRED, **machines: type) -> WorldDriver:
+    """The full composition with ``generations`` generation machines, every choice of the environment on (clients
+    leaving, upstream failures, stragglers, pause-wait timeouts, resumes keeping the weights, splices), no reduction,
+    and with ``deferred`` the controller's timing (module docstring), driven and watched. ``machines``: variant
+    machine classes (``gate=``, ``session=``, ``chain=``, ``generation=``)."""
+    log = _MoveLog()
+    composition = gate_session_generations(
+        generations, budget=budget, pauses=pauses, partial_rollout=partial_rollout, clients_may_leave=True,
+        upstream_failures=True, stragglers=True, timeouts=True, same_weights_resumes=True, splices=True,
+        symmetry=False, data_reductions=False, rid_in_a_later_step=deferred, drop_in_a_later_step=deferred,
+        observer=log, **machines,
+    )
+    return WorldDriver(composition, log)
 
-    def observed_send(config: gw.Config, cls: type, snapshot: Any, event: object, who: str) -> tuple:
-        try:
-            after, effects = send(config, cls, snapshot, event, who)
-        except gw.Broken as refused:
-            log.append((who, Observed(type(event).__name__, snapshot.state.name, (), (), refused.detail)))
-            raise
-        log.extend((who, observed) for observed in observe_step(snapshot, event, after, effects))
-        return after, effects
 
-    def marked_take(world: Any, moves: list, new_step: Any, symmetry: bool) -> list:
-        def marked(move: Any) -> Any:
-            def run(step: gw.GenerationStep) -> object:
-                starts.append(len(log))
-                return move(step)
-            return run
-        return take(world, [(label, marked(move)) for label, move in moves], new_step, symmetry)
+def role_kind(role: str) -> str:
+    """The machine kind of a world role: ``gate``, ``session``, ``c<k>`` (a chain), ``g<i>`` (a generation)."""
+    if role in (GATE, SESSION):
+        return role
+    return {"c": CHAIN, "g": GENERATION}[role[0]]
 
-    def deferring_carry_out(step: gw.GenerationStep, i: int, effect: object) -> None:
-        if isinstance(effect, gen_sm.StartUpstream) and step.gens[i].client is gw.Client.WAITING:
-            step.set(i, start_pending=effect)
-        elif not isinstance(effect, gen_sm.DropFromSession):
-            carry_out(step, i, effect)
-        # A DropFromSession is held: the generation keeps the attachment the session counts until its driver drops it.
 
-    def with_driver_drops(world: Any, config: gw.Config, prepares: Any) -> list:
-        moves = generation_moves(world, config, prepares)
-        for i, g in enumerate(world.gens):
-            if g.attachment is not None and g.machine.state in gen_sm.ABSORBING and not g.commits:
-                moves.append((f"g{i}: {_DRIVER_DROP_LABEL}", lambda run, i=i: run.drop(i)))
-        return moves
+def role_generation(role: str) -> int | None:
+    """The generation's position of a ``g<i>`` role, else None."""
+    return int(role[1:]) if role_kind(role) == GENERATION else None
 
-    gw.Config.send, gw.take = observed_send, marked_take
-    if deferred:
-        gw.GenerationStep.carry_out, gw.generation_moves = deferring_carry_out, with_driver_drops
-    try:
-        yield log, starts
-    finally:
-        gw.Config.send, gw.take, gw.GenerationStep.carry_out, gw.generation_moves = (
-            send, take, carry_out, generation_moves)
+
+def is_initial_generation(world: Any, index: int) -> bool:
+    """Generation ``index`` of ``world`` was never prepared (every such generation is the same)."""
+    return not world.gens[index].prepared
 
 
 __all__ = ["DEFERRED", "WorldDriver", "WorldMove", "conformance_world", "is_initial_generation",
