@@ -22,7 +22,8 @@ The world
   the machine's ``Commit`` is ``CommitRequested`` then the chain's ``ExtensionCommitted`` / ``FirstStepCommitted``
   (a sibling that moved the tip makes it fork into a new chain), fed back as ``CommitAccepted`` / ``CommitRejected``;
   ``DropFromSession`` is ``GenerationDropped`` (and the chain's, on ``ReleaseBranch``); a step that ends by
-  ``length`` closes its chain (``LENGTH_EXHAUSTED``), one that stops ends at a turn boundary;
+  ``length`` closes its chain (``LENGTH_EXHAUSTED``, unless ``length_may_end_turn`` lets its last token end the
+  turn), one that stops ends at a turn boundary;
 - a trainer: at most ``pauses`` pause/resume rounds; after its pause call returned it resumes announcing the weights
   it loaded (round k: ``vk``) or, with ``same_weights_resumes``, keeping the weights (``ResumeRequested(None)``); it
   may repeat a pause, a resume or a finalize (idempotent or refused); it finalizes the session once (every chain
@@ -274,7 +275,8 @@ class _Step(gs.GenerationStep):
         """``Session.commit`` after AcceptCommit: the step becomes a chain's tip (a fork's, if the tip moved)."""
         step_id = len(self.steps) + 1
         self.steps.append(StepRecord(attachment.base))
-        close = chain_sm.CloseReason.LENGTH_EXHAUSTED if finish is gen_sm.FinishKind.LENGTH else None
+        length = finish is gen_sm.FinishKind.LENGTH and not self.turn_ended
+        close = chain_sm.CloseReason.LENGTH_EXHAUSTED if length else None
         c = _ruled(self, branching.commit, _claim(attachment), close).chain
         record = self.chains[c]
         self.chains[c] = attrs.evolve(record, steps=record.steps + (step_id,))
@@ -450,13 +452,15 @@ def gate_session_generations(
     waits_for_client: Callable[[object], bool] = gen_sm.waits_for_client,
     rid_in_a_later_step: bool = False,
     drop_in_a_later_step: bool = False,
+    length_may_end_turn: bool = False,
     observer: StepObserver | None = None,
 ) -> Composition:
     """The gate, the session with its chains, ``n`` generation machines of ``budget`` tokens, a trainer with
     ``pauses`` pause/resume rounds and a finalize (see the module docstring). Machine classes and the driver's rule
     about its client (``waits_for_client``) may be variants: planted bugs. ``rid_in_a_later_step`` and
     ``drop_in_a_later_step`` give the driver's request starts and session drops moves of their own (the
-    controller's timing; module docstring of ``generation_step``); ``observer`` watches the moves (``step``)."""
+    controller's timing; module docstring of ``generation_step``), ``length_may_end_turn`` lets a ``length`` step
+    end its turn (same docstring); ``observer`` watches the moves (``step``)."""
     config = _Config(
         budget=budget, pauses=pauses, partial_rollout=partial_rollout, clients_may_leave=clients_may_leave,
         upstream_failures=upstream_failures, timeouts=timeouts, stragglers=stragglers,
@@ -464,6 +468,7 @@ def gate_session_generations(
         one_token_after_abort=False, stale_until_next_request=True, tokens_checked_against_pause=True, gate=gate,
         generation=generation, splices=splices, session=session, chain=chain, waits_for_client=waits_for_client,
         rid_in_a_later_step=rid_in_a_later_step, drop_in_a_later_step=drop_in_a_later_step, observer=observer,
+        length_may_end_turn=length_may_end_turn,
     )
     start = GenWorld(generation.new(partial_rollout=partial_rollout).snapshot())
     initial = World(gate.new("v0").snapshot(), session.new().snapshot(), (), (), (start,) * n, Trainer.TRAINING,

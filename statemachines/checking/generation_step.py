@@ -38,6 +38,9 @@ Modelling choices, fixed by each world in its ``Config`` (generation world / ful
   move of its own, as the controller's driver task does after the effect was queued: another generation's prepare
   or commit may come first (off by default: the session counts it out in the same step; the conformance test,
   ``tests/conformance/``, turns it and ``rid_in_a_later_step`` on to have the controller's timing);
+- ``length_may_end_turn``: a request that hits its ``max_new_tokens`` may have made the end-of-turn token its last
+  (SGLang reports ``length`` then), so the session keeps the chain open as after a stop (the parse move says which:
+  ``parsed (the last token ended the turn)``); off by default: every ``length`` step closes its chain;
 - ``waits_for_client``: the driver's rule about its client (``generation.waits_for_client``; a variant rule plants
   the pause-liveness bug).
 """
@@ -89,6 +92,7 @@ class Config(WorldConfig):
     generation: type[GenerationMachine]
     rid_in_a_later_step: bool = False
     drop_in_a_later_step: bool = False
+    length_may_end_turn: bool = False
     waits_for_client: Callable[[object], bool] = gen_sm.waits_for_client
     # Memo of each generation's sort key (generations recur in many worlds; their hash is cached).
     orders: dict[GenWorld, tuple] = attrs.field(factory=dict, eq=False)
@@ -118,6 +122,8 @@ class GenerationStep(Step):
         self.trainer = world.trainer
         self.pauses_left = world.pauses_left
         self.weights = world.weights
+        # The parse of this step found the end-of-turn token last (``length_may_end_turn``): the commit reads it.
+        self.turn_ended = False
 
     def settled_gens(self, sort: bool) -> tuple[GenWorld, ...]:
         """The generations, frozen again: the ended ones settled and, with ``sort``, in the symmetry order."""
@@ -420,6 +426,8 @@ def _moves_of(i: int, g: GenWorld, config: Config) -> list[tuple[str, Move]]:
                 moves.append(("upstream aborted outside the proxy", lambda run: _foreign_abort(run, i)))
     if g.parsing:
         moves.append(("parsed", lambda run: _parsed(run, i)))
+        if config.length_may_end_turn and g.finish is gen_sm.FinishKind.LENGTH:
+            moves.append(("parsed (the last token ended the turn)", lambda run: _parsed(run, i, turn_ended=True)))
         if config.upstream_failures:
             moves.append(("parser fails", lambda run: _parser_fails(run, i)))
     if g.client is Client.WAITING and config.clients_may_leave:
@@ -483,8 +491,9 @@ def _foreign_abort(run: GenerationStep, i: int) -> None:
     run.feed(i, gen_sm.UpstreamAborted(produced))
 
 
-def _parsed(run: GenerationStep, i: int) -> None:
-    """The parser is done (its ``Commit`` follows in the same step)."""
+def _parsed(run: GenerationStep, i: int, turn_ended: bool = False) -> None:
+    """The parser is done (its ``Commit`` follows in the same step); ``turn_ended``: module docstring."""
+    run.turn_ended = turn_ended
     run.set(i, parsing=False)
     run.feed(i, gen_sm.ParseDone())
 

@@ -75,10 +75,23 @@ def test_the_world_with_the_controllers_timing_keeps_its_invariants():
     # The world the runs are compared with has the controller's timing (world_adapter.DEFERRED); the explorer checks
     # that this modelling choice keeps every invariant, the deadlock check and pause liveness (the CI bounds run
     # without it), and that it adds states: starts and drops that wait for the driver are interleavings of their own.
-    system = gate_session_generations(2, rid_in_a_later_step=True, drop_in_a_later_step=True)
+    system = gate_session_generations(2, rid_in_a_later_step=True, drop_in_a_later_step=True, length_may_end_turn=True)
     timed = system.explore()
     assert timed.violation is None, timed.violation.format(system.describe)
     assert timed.states > gate_session_generations(2).explore().states
+
+
+async def test_a_reply_that_hits_its_length_on_the_end_of_turn(qwen3_path: Path, autojump_clock):
+    # The engine's reply to the third chat is 24 tokens, the end-of-turn token last: SGLang reports ``length``, the
+    # session keeps the chain open (the step ends its turn); the world follows only with ``length_may_end_turn``
+    # (found by a soak: every length step closed its chain in the world).
+    run = Run(24, (Chat(0, stream=False, max_tokens=24, next_turn=False), Sleep(0.0),
+                   Chat(0, stream=False, max_tokens=24, next_turn=False), Sleep(0.0),
+                   Chat(0, stream=False, max_tokens=24, next_turn=True)))
+    traces = await record_run(qwen3_path, run, workers=True)
+    found = included(run, traces)
+    assert found.mismatch is None, found.mismatch.format()
+    assert any("the last token ended the turn" in label for label in found.path)
 
 
 # ---- It can fail: a rule broken on either side -------------------------------------------------------------------

@@ -96,15 +96,16 @@ class WorldDriver:
 def conformance_world(generations: int, *, budget: int, pauses: int, partial_rollout: bool,
                       deferred: bool = DEFERRED, **machines: type) -> WorldDriver:
     """The full composition with ``generations`` generation machines, every choice of the environment on (clients
-    leaving, upstream failures, stragglers, pause-wait timeouts, resumes keeping the weights, splices), no reduction,
+    leaving, upstream failures, stragglers, pause-wait timeouts, resumes keeping the weights, splices, a reply that
+    hits its length on the end-of-turn token), no reduction,
     and with ``deferred`` the controller's timing (module docstring), driven and watched. ``machines``: variant
     machine classes (``gate=``, ``session=``, ``chain=``, ``generation=``)."""
     log = _MoveLog()
     composition = gate_session_generations(
         generations, budget=budget, pauses=pauses, partial_rollout=partial_rollout, clients_may_leave=True,
         upstream_failures=True, stragglers=True, timeouts=True, same_weights_resumes=True, splices=True,
-        symmetry=False, data_reductions=False, rid_in_a_later_step=deferred, drop_in_a_later_step=deferred,
-        observer=log, **machines,
+        symmetry=False, data_reductions=False, length_may_end_turn=True, rid_in_a_later_step=deferred,
+        drop_in_a_later_step=deferred, observer=log, **machines,
     )
     return WorldDriver(composition, log)
 
