@@ -22,6 +22,9 @@ Cost notes (measured on the 2-core bench machine): building and serializing a re
 pre-formatting the bytes by hand ~1 us, but h11's state machine has to see the request to parse the response
 (framing, keep-alive), and feeding it a hand-made request needs h11 internals; ~15 us is about 1 % of the
 per-request budget, so requests go through h11's public API. A whole h11 request/response cycle is ~40 us.
+
+At about 500 lines: the pool and the two kinds of response body it returns (Content-Length and chunked SSE) share
+the connection's life cycle (checked out, drained, returned or closed), which one module keeps in one place.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 Theory of operation
 -------------------
 Both worlds run the real RolloutGate and real GenerationMachines, feed one event per step and carry out the
-effects exactly as ``proxy/controllers/gate.py`` and ``generation.py`` do: the world never reads a machine's state
+effects exactly as ``proxy/controllers/gate.py`` and ``generation_driver.py`` do: the world never reads a machine's state
 to decide what to do, it only keeps the records a controller keeps (``records``). They differ in the session side
 only (who admits a generation, how a ``Commit`` is answered, what ``DropFromSession`` releases) and in a few
 modelling choices. What they share lives here:
@@ -43,6 +43,9 @@ Modelling choices, fixed by each world in its ``Config`` (generation world / ful
   ``parsed (the last token ended the turn)``); off by default: every ``length`` step closes its chain;
 - ``waits_for_client``: the driver's rule about its client (``generation.waits_for_client``; a variant rule plants
   the pause-liveness bug).
+
+A little over ~500 lines: every effect a generation's driver carries out has its counterpart here, next to the
+moves that produce the events; splitting effects from moves would put one job's two halves in two files.
 """
 
 from __future__ import annotations
