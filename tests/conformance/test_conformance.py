@@ -82,12 +82,13 @@ def test_the_world_with_the_controllers_timing_keeps_its_invariants():
 
 
 async def test_a_reply_that_hits_its_length_on_the_end_of_turn(qwen3_path: Path, autojump_clock):
-    # The engine's reply to the third chat is 24 tokens, the end-of-turn token last: SGLang reports ``length``, the
-    # session keeps the chain open (the step ends its turn); the world follows only with ``length_may_end_turn``
-    # (found by a soak: every length step closed its chain in the world).
-    run = Run(24, (Chat(0, stream=False, max_tokens=24, next_turn=False), Sleep(0.0),
-                   Chat(0, stream=False, max_tokens=24, next_turn=False), Sleep(0.0),
-                   Chat(0, stream=False, max_tokens=24, next_turn=True)))
+    # The engine's reply to the first chat is 23 tokens, the end-of-turn token last: SGLang reports ``length``, the
+    # session keeps the chain open (the step ends its turn) and the next turn extends it; the world follows only with
+    # ``length_may_end_turn`` (found by a soak: every length step closed its chain in the world). One chat before the
+    # next turn, so the conversation (and the engine's reply, a function of the prompt) does not depend on which of
+    # two concurrent chats trio's scheduler lets commit last.
+    run = Run(23, (Chat(0, stream=False, max_tokens=23, next_turn=False), Sleep(0.0),
+                   Chat(0, stream=False, max_tokens=23, next_turn=True)))
     traces = await record_run(qwen3_path, run, workers=True)
     found = included(run, traces)
     assert found.mismatch is None, found.mismatch.format()
