@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 
-import attrs
 import pytest
 
 from statemachines import chain as cm
@@ -25,9 +24,10 @@ from statemachines import generation as gm
 from statemachines import generation_machine as gmm
 from statemachines import rollout_gate as gt
 from statemachines import session as sm
-from statemachines.core import Branch, Goto, on
+from statemachines.core import Branch, on
 from statemachines.checking.full_world import BOUND, SMALL_BOUND, gate_session_generations
 from statemachines.rollout_gate import State as GateState
+from tests.statemachines.planted import FullBudgetGeneration, LateTokenGeneration
 
 S = gm.State
 # Measured once and documented in docs/model-checking.md; a change here must be deliberate.
@@ -146,16 +146,6 @@ def test_full_composition_data_reductions_change_the_count_not_the_verdict():
 # ---- Planted bug 1: a token accepted after the pause acknowledgement ----------------------------------------------
 
 
-class LateTokenGeneration(gmm.GenerationMachine):
-    """INTERRUPTED takes tokens as STREAMING does: a straggler of the aborted request is recorded."""
-
-    table = gmm.TABLE.overriding(
-        on(S.INTERRUPTED, gm.TokensReceived, gmm._token,
-           Branch(S.INTERRUPTED, [gm.AcceptTokens]), Branch(S.INTERRUPTED, [gm.DropTokens]),
-           Branch(S.FAILED, [gm.CancelGateWait, gm.DropFromSession, gm.RespondError])),
-    )
-
-
 def test_planted_bug_token_accepted_after_the_pause_acknowledgement_is_found_in_four_steps():
     # Shortest: g0 streams; the pause aborts it; its abort finish acknowledges (the gate is PAUSED and the pause call
     # returns); a late token of the aborted request arrives and is recorded.
@@ -182,24 +172,6 @@ def test_planted_bug_token_after_the_pause_acknowledgement_needs_stragglers_in_t
 
 
 # ---- Planted bug 2: a continuation that re-requests the full budget -----------------------------------------------
-
-
-def _continue_with_the_full_budget(state, gen, event):
-    """The continuation asks for ``budget`` new tokens instead of ``budget - tokens``."""
-    if gen.partial_rollout and gen.tokens and gen.remaining:
-        started = attrs.evolve(gen, requests=gen.requests + 1, epoch=event.epoch, weight_version=event.weight_version,
-                               request_tokens=0, request_version=None, rid=None)
-        request = gm.StartUpstream(started.requests, event.epoch, event.weight_version, gen.tokens, gen.budget,
-                                   gen.prompt_tokens + gen.tokens - 1)
-        return Goto(S.CONTINUING, started, [request])
-    return gmm._resumed(state, gen, event)
-
-
-class FullBudgetGeneration(gmm.GenerationMachine):
-    table = gmm.TABLE.overriding(
-        on(S.INTERRUPTED, gm.Resumed, _continue_with_the_full_budget,
-           *gmm.TABLE.rows[(S.INTERRUPTED, gm.Resumed)].branches),
-    )
 
 
 def test_planted_bug_continuation_requesting_the_full_budget_is_found_in_five_steps():

@@ -19,6 +19,7 @@ from statemachines.checking.records import Trainer
 from statemachines.core import Branch, Goto, on
 from statemachines.checking.generation_world import DEFAULT_BOUNDS, gate_with_generation_machines
 from statemachines.rollout_gate import State as GateState
+from tests.statemachines.planted import FullBudgetGeneration, LateTokenGeneration
 
 S = gm.State
 # Measured once and documented in docs/statemachines/README.md; a change here must be deliberate.
@@ -100,16 +101,6 @@ def test_generation_composition_drives_every_other_row_of_the_table():
 # ---- Planted bug 1: a token accepted after the pause acknowledgement ----------------------------------------------
 
 
-class LateTokenGeneration(gmm.GenerationMachine):
-    """INTERRUPTED takes tokens like STREAMING: a straggler of the aborted request is recorded."""
-
-    table = gmm.TABLE.overriding(
-        on(S.INTERRUPTED, gm.TokensReceived, gmm._token,
-           Branch(S.INTERRUPTED, [gm.AcceptTokens]), Branch(S.INTERRUPTED, [gm.DropTokens]),
-           Branch(S.FAILED, [gm.CancelGateWait, gm.DropFromSession, gm.RespondError])),
-    )
-
-
 def test_planted_bug_token_after_the_pause_acknowledgement_is_found_in_four_steps():
     # Shortest: g0 streams; the pause aborts it; its abort finish acknowledges (the gate is PAUSED, the pause call
     # returns); a straggler of the aborted request arrives and is recorded.
@@ -131,24 +122,6 @@ def test_planted_bug_token_after_the_pause_acknowledgement_needs_stragglers_in_t
 
 
 # ---- Planted bug 2: a continuation that re-requests the full budget -----------------------------------------------
-
-
-def _continue_with_the_full_budget(state, gen, event):
-    """The continuation asks for ``budget`` new tokens instead of ``budget - tokens``."""
-    if gen.partial_rollout and gen.tokens and gen.remaining:
-        started = attrs.evolve(gen, requests=gen.requests + 1, epoch=event.epoch, weight_version=event.weight_version,
-                               request_tokens=0, request_version=None, rid=None)
-        request = gm.StartUpstream(started.requests, event.epoch, event.weight_version, gen.tokens, gen.budget,
-                                   gen.prompt_tokens + gen.tokens - 1)
-        return Goto(S.CONTINUING, started, [request])
-    return gmm._resumed(state, gen, event)
-
-
-class FullBudgetGeneration(gmm.GenerationMachine):
-    table = gmm.TABLE.overriding(
-        on(S.INTERRUPTED, gm.Resumed, _continue_with_the_full_budget,
-           *gmm.TABLE.rows[(S.INTERRUPTED, gm.Resumed)].branches),
-    )
 
 
 def test_planted_bug_continuation_with_the_full_budget_is_found_at_the_resume():
