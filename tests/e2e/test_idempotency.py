@@ -129,22 +129,28 @@ async def test_the_fingerprint_is_the_canonical_json_not_its_spelling(start_prox
     assert generate_requests(proxy) == 1
 
 
-async def test_a_concurrent_repeat_waits_for_the_first_and_returns_its_answer(start_proxy) -> None:
-    session = "idem-concurrent"
-    proxy = await start_proxy(script=script(session, {"output": FIRST, "latency": 0.5}))
-    answers: dict[str, Any] = {}
+async def start_first_then_repeat(nursery: trio.Nursery, proxy: Any, session: str, answers: dict[str, Any]) -> None:
+    """Send the request with ``KEY`` (its answer in ``answers["first"]``) and, once the session counts it in flight, the
+    same request again (``answers["repeat"]``)."""
     body = {"model": "m", "messages": MESSAGES}
 
     async def send(name: str) -> None:
         answers[name] = await proxy.chat(session, body, **{"Idempotency-Key": KEY})
 
+    nursery.start_soon(send, "first")
+    with trio.fail_after(10):
+        while (await proxy.debug(session) or {}).get("in_flight") != 1:
+            await trio.sleep(0.01)
+    nursery.start_soon(send, "repeat")
+
+
+async def test_a_concurrent_repeat_waits_for_the_first_and_returns_its_answer(start_proxy) -> None:
+    session = "idem-concurrent"
+    proxy = await start_proxy(script=script(session, {"output": FIRST, "latency": 0.5}))
+    answers: dict[str, Any] = {}
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(send, "first")
         # The repeat arrives while the first is still generating (the engine holds it 0.5 s before its first token).
-        with trio.fail_after(10):
-            while (await proxy.debug(session) or {}).get("in_flight") != 1:
-                await trio.sleep(0.01)
-        nursery.start_soon(send, "repeat")
+        await start_first_then_repeat(nursery, proxy, session, answers)
         await trio.sleep(0.1)
         assert "repeat" not in answers  # still waiting for the first
     first, repeat = answers["first"], answers["repeat"]
@@ -178,17 +184,8 @@ async def test_a_repeat_waiting_for_a_first_attempt_that_fails_runs_itself(start
     proxy = await start_proxy(script=script(session), pause_wait_timeout=1.0)
     assert (await proxy.post("/v1/rollout/pause", {})).status_code == 200
     answers: dict[str, Any] = {}
-    body = {"model": "m", "messages": MESSAGES}
-
-    async def send(name: str) -> None:
-        answers[name] = await proxy.chat(session, body, **{"Idempotency-Key": KEY})
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(send, "first")
-        with trio.fail_after(10):
-            while (await proxy.debug(session) or {}).get("in_flight") != 1:
-                await trio.sleep(0.01)
-        nursery.start_soon(send, "repeat")
+        await start_first_then_repeat(nursery, proxy, session, answers)
         await trio.sleep(0.2)
         # The repeat waits on the key: it is not admitted to the session beside the first.
         assert (await proxy.debug(session))["in_flight"] == 1
