@@ -14,6 +14,7 @@ from engine import EngineConfig, EngineHandle, serve_engine
 from engine.cli import add_engine_arguments, engine_config_from_args
 from proxy.app import create_proxy_app
 from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args, sglang_ssl_context
+from proxy.service_flags import add_service_arguments, service_settings_from_args
 from proxy.services import ProxyServices
 from proxy.upstream.client import SGLangClient
 from serving.http_server import serve_app
@@ -38,8 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--sglang-router-url it runs on its embedded SGLang-protocol engine (docs/engine.md).",
     )
     add_proxy_arguments(parser)
+    add_service_arguments(parser)
     add_engine_arguments(parser, include_server=False)
     return parser
+
+
+def config_from_args(args: argparse.Namespace) -> ProxyConfig:
+    """The whole configuration from :func:`build_parser`'s arguments (ConfigError for an unusable setting)."""
+    return attrs.evolve(proxy_config_from_args(args), **service_settings_from_args(args))
 
 
 def say(message: str) -> None:
@@ -89,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         args = parser.parse_args(argv)
-        config = proxy_config_from_args(args)
+        config = config_from_args(args)
         if config.tokenizer_path is None:
             config = attrs.evolve(config, tokenizer_path=model_tokenizer_path(config.effective_tito_model))
         engine_config = engine_config_from_args(args, tokenizer_path=config.tokenizer_path)

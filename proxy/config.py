@@ -132,6 +132,34 @@ class ProxyConfig:
     session_id_headers: tuple[str, ...] = ("X-Session-Id",)
     #: the body field read after the headers; None: never read from the body
     session_id_body_field: str | None = "session_id"
+    # -- the service's limits, budget, shutdown and access (proxy/service_flags.py, docs/operations.md)
+    #: largest request body in bytes (413 request_too_large beyond)
+    max_body_bytes: int = 32 * 1024**2
+    #: most messages (or input items) in one request (400 too_many_messages beyond)
+    max_messages: int = 10_000
+    #: largest request head (request line and headers) in bytes
+    max_header_bytes: int = 64 * 1024
+    #: seconds to receive a request's head, and its whole body (408 beyond)
+    header_read_timeout: float = 30.0
+    body_read_timeout: float = 120.0
+    #: seconds an idle keep-alive connection stays open
+    keep_alive_timeout: float = 120.0
+    #: seconds to connect to SGLang; seconds SGLang may stay silent within one request (None: unbounded)
+    upstream_connect_timeout: float = 10.0
+    upstream_read_timeout: float | None = None
+    #: seconds without a request before a session is finalized (reason idle_timeout); None: never
+    session_idle_timeout: float | None = 3600.0
+    #: seconds a finalized session's tombstone and a drained record are kept
+    tombstone_ttl: float = 86400.0
+    #: approximate bytes sessions and the store may hold before /health is degraded; None: no budget
+    memory_budget: int | None = 8 * 1024**3
+    #: seconds in-flight generations get to finish on SIGTERM/SIGINT
+    shutdown_grace: float = 30.0
+    #: bearer keys of the agent API and of the admin (rollout control, trajectories); never shown or logged
+    api_key: str | None = attrs.field(default=None, repr=False)
+    admin_key: str | None = attrs.field(default=None, repr=False)
+    #: origins that get CORS headers; empty: none
+    cors_origins: tuple[str, ...] = ()
 
     @property
     def uses_embedded_engine(self) -> bool:
@@ -155,6 +183,10 @@ class ProxyConfig:
         view["tokenizer_path"] = str(self.tokenizer_path) if self.tokenizer_path else None
         view["sglang_ca_file"] = str(self.sglang_ca_file) if self.sglang_ca_file else None
         view["sglang_worker_urls"] = list(self.sglang_worker_urls)
+        # whether a key is set, never the key
+        view["api_key"] = self.api_key is not None
+        view["admin_key"] = self.admin_key is not None
+        view["cors_origins"] = list(self.cors_origins)
         view["embedded_engine"] = self.uses_embedded_engine
         view["tito_model"] = self.effective_tito_model
         view["model_tool_call_type"] = self.effective_tool_call_type
@@ -339,7 +371,8 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def proxy_config_from_args(args: argparse.Namespace) -> ProxyConfig:
-    """Raises ConfigError for a setting that cannot be used (a CA file that does not load)."""
+    """Raises ConfigError for a setting that cannot be used (a CA file that does not load). The service flags
+    (``proxy/service_flags.py``) are added by ``proxy/cli.py:config_from_args``."""
     router = args.sglang_router_url.rstrip("/") if args.sglang_router_url else None
     sglang_ssl_context(args.sglang_ca_file)  # fail at start-up, with the flag's name, not at the first request
     return ProxyConfig(

@@ -55,6 +55,7 @@ class ErrorCode(enum.StrEnum):
     INVALID_REQUEST = "invalid_request"
     UNSUPPORTED_PARAMETER = "unsupported_parameter"
     CONTEXT_OVERFLOW = "context_overflow"
+    TOO_MANY_MESSAGES = "too_many_messages"
     # -- the session layer
     TRAJECTORY_VERSION_CHANGED = "trajectory_version_changed"
     MAX_STEPS_EXCEEDED = "max_steps_exceeded"
@@ -81,6 +82,12 @@ class ErrorCode(enum.StrEnum):
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     REQUEST_TOO_LARGE = "request_too_large"
+    HEADERS_TOO_LARGE = "headers_too_large"
+    REQUEST_TIMEOUT = "request_timeout"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    # -- access and the service's life
+    UNAUTHORIZED = "unauthorized"
+    SHUTTING_DOWN = "shutting_down"
     INTERNAL_ERROR = "internal_error"
 
 
@@ -120,6 +127,10 @@ ERROR_TABLE: Mapping[ErrorCode, ErrorSpec] = {
     ErrorCode.CONTEXT_OVERFLOW: ErrorSpec(
         400, INVALID_REQUEST_ERROR,
         "the prompt already fills `--context-window`; extra members `prompt_tokens`, `context_window`",
+    ),
+    ErrorCode.TOO_MANY_MESSAGES: ErrorSpec(
+        400, INVALID_REQUEST_ERROR,
+        "more messages (or input items) than `--max-messages` in one request; extra members `limit`, `got`",
     ),
     ErrorCode.TRAJECTORY_VERSION_CHANGED: ErrorSpec(
         400, INVALID_REQUEST_ERROR,
@@ -218,7 +229,31 @@ ERROR_TABLE: Mapping[ErrorCode, ErrorSpec] = {
         "unknown route; `/trajectory/read` or `/session/<id>` of an unknown id",
     ),
     ErrorCode.METHOD_NOT_ALLOWED: ErrorSpec(405, INVALID_REQUEST_ERROR, "known route, wrong HTTP method"),
-    ErrorCode.REQUEST_TOO_LARGE: ErrorSpec(413, INVALID_REQUEST_ERROR, "body over the server's limit (256 MiB)"),
+    ErrorCode.REQUEST_TOO_LARGE: ErrorSpec(
+        413, INVALID_REQUEST_ERROR, "body over `--max-body-bytes` (default 32 MiB); extra member `limit`",
+    ),
+    ErrorCode.HEADERS_TOO_LARGE: ErrorSpec(
+        431, INVALID_REQUEST_ERROR, "request line and headers over `--max-header-bytes` (default 64 KiB)",
+    ),
+    ErrorCode.REQUEST_TIMEOUT: ErrorSpec(
+        408, INVALID_REQUEST_ERROR,
+        "the client did not send the request's head within `--header-read-timeout` or its body within "
+        "`--body-read-timeout`; the connection is closed",
+    ),
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: ErrorSpec(
+        415, INVALID_REQUEST_ERROR,
+        "a POST body that is not `Content-Type: application/json` (a browser form or `text/plain` post)",
+    ),
+    ErrorCode.UNAUTHORIZED: ErrorSpec(
+        401, INVALID_REQUEST_ERROR,
+        "a missing or wrong `Authorization: Bearer` key: `--api-key` for the agent API, `--admin-key` for rollout "
+        "control, trajectories and metrics; `WWW-Authenticate` header",
+    ),
+    ErrorCode.SHUTTING_DOWN: ErrorSpec(
+        503, SERVER_ERROR,
+        "the proxy is stopping (SIGTERM/SIGINT): a request that arrives after the stop began, or a generation "
+        "still running when `--shutdown-grace` ran out (nothing of it is recorded); retry on another proxy",
+    ),
     ErrorCode.INTERNAL_ERROR: ErrorSpec(
         500, SERVER_ERROR,
         "a bug; the message never leaks internals (the log has the traceback under the request id)",

@@ -41,6 +41,12 @@ NAMED = {
     ErrorCode.INTERNAL_ERROR: lambda: ApiError.internal_error(),
     ErrorCode.INVALID_IDEMPOTENCY_KEY: lambda: ApiError.of(ErrorCode.INVALID_IDEMPOTENCY_KEY, "bad key"),
     ErrorCode.IDEMPOTENCY_KEY_REUSED: lambda: ApiError.of(ErrorCode.IDEMPOTENCY_KEY_REUSED, "reused"),
+    ErrorCode.TOO_MANY_MESSAGES: lambda: ApiError.of(ErrorCode.TOO_MANY_MESSAGES, "too many", "messages"),
+    ErrorCode.HEADERS_TOO_LARGE: lambda: ApiError.of(ErrorCode.HEADERS_TOO_LARGE, "headers too large"),
+    ErrorCode.REQUEST_TIMEOUT: lambda: ApiError.of(ErrorCode.REQUEST_TIMEOUT, "too slow"),
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: lambda: ApiError.of(ErrorCode.UNSUPPORTED_MEDIA_TYPE, "not json"),
+    ErrorCode.UNAUTHORIZED: lambda: ApiError.of(ErrorCode.UNAUTHORIZED, "no key"),
+    ErrorCode.SHUTTING_DOWN: lambda: ApiError.of(ErrorCode.SHUTTING_DOWN, "stopping"),
 }
 
 EXPECTED_STATUS = {
@@ -53,6 +59,8 @@ EXPECTED_STATUS = {
     ErrorCode.WEIGHT_VERSION_CHANGED: 502, ErrorCode.GENERATION_RESTARTED: 503, ErrorCode.RESUME_REFUSED: 409,
     ErrorCode.EXPORT_FAILED: 500, ErrorCode.UPSTREAM_OVERLOADED: 503, ErrorCode.UPSTREAM_REJECTED: 400,
     ErrorCode.UPSTREAM_PROTOCOL_ERROR: 502, ErrorCode.INVALID_IDEMPOTENCY_KEY: 400, ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
+    ErrorCode.TOO_MANY_MESSAGES: 400, ErrorCode.HEADERS_TOO_LARGE: 431, ErrorCode.REQUEST_TIMEOUT: 408,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415, ErrorCode.UNAUTHORIZED: 401, ErrorCode.SHUTTING_DOWN: 503,
 }
 
 
@@ -69,7 +77,7 @@ def test_each_error_code_has_its_documented_status_and_openai_shape(code: ErrorC
     assert list(body["error"])[:4] == ["message", "type", "param", "code"]
     assert body["error"]["code"] == code.value
     server_side = (ErrorCode.PAUSED_TIMEOUT, ErrorCode.INTERNAL_ERROR, ErrorCode.WEIGHT_VERSION_CHANGED,
-                   ErrorCode.GENERATION_RESTARTED, ErrorCode.EXPORT_FAILED)
+                   ErrorCode.GENERATION_RESTARTED, ErrorCode.EXPORT_FAILED, ErrorCode.SHUTTING_DOWN)
     assert body["error"]["type"] == ("server_error" if code in server_side
                                      else "upstream_error" if code.value.startswith("upstream")
                                      and code is not ErrorCode.UPSTREAM_REJECTED

@@ -1,0 +1,129 @@
+"""The operator's flags of a long-running service: limits, timeouts, memory budget, shutdown, access keys.
+
+Kept apart from ``proxy/config.py`` (the model, tokenization and trajectory flags) so that module stays one job;
+both fill the one frozen :class:`proxy.config.ProxyConfig`. docs/operations.md is the operator's view of these.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from typing import Any
+
+from proxy.config import add_env_argument, positive_float, positive_int
+
+#: 2**10 multiples; decimal suffixes too, since operators write both ("32MB" is not a typo for "32MiB" to them)
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1024, "kb": 1000, "kib": 1024,
+    "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
+    "g": 1024**3, "gb": 1000**3, "gib": 1024**3,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+#: the variables the keys are also read from (the names the issue and the SDK-style docs use), after the flag's own
+#: DRESSAGE_PROXY_* variable
+KEY_ENV_ALIASES = {"--api-key": "DRESSAGE_API_KEY", "--admin-key": "DRESSAGE_ADMIN_KEY"}
+
+
+def byte_size(text: str) -> int:
+    """``33554432``, ``32MiB``, ``64k``, ``1.5GB`` -> bytes (positive)."""
+    match = _SIZE.match(text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _SIZE_UNITS:
+        raise ValueError(f"{text!r} is not a size (bytes, or a number with K/KiB/KB/M/MiB/MB/G/GiB/GB)")
+    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if value < 1:
+        raise ValueError(f"{text!r} is not a positive size")
+    return value
+
+
+def optional_seconds(text: str) -> float | None:
+    """Seconds; 0 or empty: off."""
+    return positive_float(text) if text.strip() not in ("", "0") else None
+
+
+def optional_byte_size(text: str) -> int | None:
+    """A size; 0 or empty: no limit."""
+    return byte_size(text) if text.strip() not in ("", "0") else None
+
+
+def optional_secret(text: str) -> str | None:
+    """A key; empty: none."""
+    return text or None
+
+
+def origins(text: str) -> tuple[str, ...]:
+    """Comma- or space-separated origins such as ``https://ui.example.org`` (``*`` for any)."""
+    return tuple(text.replace(",", " ").split())
+
+
+def add_service_arguments(parser: argparse.ArgumentParser) -> None:
+    limits = parser.add_argument_group("limits and timeouts (docs/operations.md)")
+    add_env_argument(limits, "--max-body-bytes", convert=byte_size, default=32 * 1024**2, metavar="SIZE",
+                     help="largest request body; a larger one gets 413 request_too_large (default 32MiB)")
+    add_env_argument(limits, "--max-messages", convert=positive_int, default=10_000,
+                     help="most messages (or input items) in one request; more get 400 too_many_messages")
+    add_env_argument(limits, "--max-header-bytes", convert=byte_size, default=64 * 1024, metavar="SIZE",
+                     help="largest request head (request line and headers) (default 64KiB)")
+    add_env_argument(limits, "--header-read-timeout", convert=positive_float, default=30.0,
+                     help="seconds a client has to send a request's head; then 408 and the connection is closed")
+    add_env_argument(limits, "--body-read-timeout", convert=positive_float, default=120.0,
+                     help="seconds a client has to send a request's whole body; then 408 request_timeout")
+    add_env_argument(limits, "--keep-alive-timeout", convert=positive_float, default=120.0,
+                     help="seconds an idle keep-alive connection stays open (longer than usual client pools, so "
+                     "the client closes first)")
+    add_env_argument(limits, "--upstream-connect-timeout", convert=positive_float, default=10.0,
+                     help="seconds to connect to SGLang; then 502 upstream_unavailable")
+    add_env_argument(limits, "--upstream-read-timeout", convert=optional_seconds, default=None,
+                     help="seconds SGLang may stay silent between two reads of one request (0: unbounded, the "
+                     "default: a long prefill or a queue is not a fault)")
+
+    memory = parser.add_argument_group("memory budget")
+    add_env_argument(memory, "--session-idle-timeout", convert=optional_seconds, default=3600.0,
+                     help="seconds without a request after which a session is finalized automatically (reason "
+                     "idle_timeout; its segments wait in the store) (0: never; default 3600)")
+    add_env_argument(memory, "--tombstone-ttl", convert=positive_float, default=86400.0,
+                     help="seconds a finalized session's id is remembered (late steps rejected) and a drained "
+                     "record is kept (default 86400)")
+    add_env_argument(memory, "--memory-budget", convert=optional_byte_size, default=8 * 1024**3, metavar="SIZE",
+                     help="approximate bytes sessions and the store may hold before /health says degraded "
+                     "(0: no budget; default 8GiB)")
+
+    lifecycle = parser.add_argument_group("shutdown")
+    add_env_argument(lifecycle, "--shutdown-grace", convert=positive_float, default=30.0,
+                     help="on SIGTERM or SIGINT, seconds in-flight generations may take to finish before they are "
+                     "ended with an error (default 30)")
+
+    access = parser.add_argument_group("access control")
+    for flag, what in (("--api-key", "the agent API (chat completions, models)"),
+                       ("--admin-key", "rollout control and trajectory endpoints (pause, resume, finalize, read, "
+                        "drain, stats)")):
+        alias = KEY_ENV_ALIASES[flag]
+        add_env_argument(access, flag, convert=optional_secret, default=os.environ.get(alias) or None,
+                         metavar="KEY", help=f"bearer key that protects {what}; prefer the variable (or {alias}) "
+                         "over the flag, which other users can read in the process list")
+    add_env_argument(access, "--cors-origin", convert=origins, default=(), metavar="ORIGIN",
+                     help="origins browsers may call the proxy from (default: none, no CORS headers)")
+
+
+def service_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`proxy.config.ProxyConfig` fields these flags set."""
+    return {
+        "max_body_bytes": args.max_body_bytes,
+        "max_messages": args.max_messages,
+        "max_header_bytes": args.max_header_bytes,
+        "header_read_timeout": args.header_read_timeout,
+        "body_read_timeout": args.body_read_timeout,
+        "keep_alive_timeout": args.keep_alive_timeout,
+        "upstream_connect_timeout": args.upstream_connect_timeout,
+        "upstream_read_timeout": args.upstream_read_timeout,
+        "session_idle_timeout": args.session_idle_timeout,
+        "tombstone_ttl": args.tombstone_ttl,
+        "memory_budget": args.memory_budget,
+        "shutdown_grace": args.shutdown_grace,
+        "api_key": args.api_key,
+        "admin_key": args.admin_key,
+        "cors_origins": tuple(args.cors_origin),
+    }
