@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from functools import partial
 import sys
 from typing import Any
 
@@ -14,6 +15,7 @@ from engine import EngineConfig, EngineHandle, serve_engine
 from engine.cli import add_engine_arguments, engine_config_from_args
 from proxy.app import create_proxy_app
 from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args, sglang_ssl_context
+from proxy.http_limits import http_limits
 from proxy.service_flags import add_service_arguments, service_settings_from_args
 from proxy.services import ProxyServices
 from proxy.upstream.client import SGLangClient
@@ -74,14 +76,15 @@ async def run_proxy(
             router_url, worker_urls = config.sglang_router_url, config.sglang_worker_urls
         ssl_context = sglang_ssl_context(config.sglang_ca_file)
         async with SGLangClient(
-            router_url, worker_urls, max_connections=config.upstream_max_connections, ssl_context=ssl_context
+            router_url, worker_urls, max_connections=config.upstream_max_connections, ssl_context=ssl_context,
+            connect_timeout=config.upstream_connect_timeout, generation_read_timeout=config.upstream_read_timeout,
         ) as upstream:
             # Loading the tokenizer takes about a second; keep the event loop (and the engine) responsive.
             services = await trio.to_thread.run_sync(ProxyServices.build, config, upstream)
             app = create_proxy_app(services)
             # Known from the start when the upstream can say; otherwise asked again when a request needs it.
             await services.context_window.refresh()
-            url = await nursery.start(serve_app, app, config.host, config.port)
+            url = await nursery.start(partial(serve_app, limits=http_limits(config)), app, config.host, config.port)
             say(f"listening on {url} (upstream {router_url})")
             task_status.started(ProxyHandle(url=url, engine=engine_handle, services=services))
             await trio.sleep_forever()

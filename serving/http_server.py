@@ -9,6 +9,9 @@ Shared by the proxy and the embedded engine, so both get the same fixes (shared/
    can run for minutes; a paused request waits for a weight update). Both are switched off.
 7. ``hypercorn -w 1`` forks a child; we call ``hypercorn.trio.serve`` in this process instead, and report the bound
    address through ``task_status`` so ``port=0`` works in tests.
+
+And the limits a client meets (``serving/http_limits.py:HTTPLimits``, passed to :func:`serve_app`): the body's size
+and read time here, in the body read of pitfall 1; the head's size and read time in ``serving/limited_h11.py``.
 """
 
 from __future__ import annotations
@@ -18,32 +21,69 @@ from typing import Any
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
-from quart import request
+from quart import Response, current_app, request
 from quart_trio import QuartTrio
+from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
+
+from serving import limited_h11
+from serving.http_limits import TIMEOUT, TOO_LARGE, HTTPLimits
+
+#: where an app keeps the limits it is served with (app.config)
+LIMITS_KEY = "DRESSAGE_HTTP_LIMITS"
 
 
 def harden_app(app: QuartTrio) -> QuartTrio:
-    """Apply pitfalls 1 and 2 to ``app`` (idempotent enough to call once per app)."""
+    """Apply pitfalls 1 and 2 to ``app`` (idempotent enough to call once per app), with the default limits until
+    :func:`serve_app` applies its own."""
     app.config["RESPONSE_TIMEOUT"] = None
-    app.config["BODY_TIMEOUT"] = None
-    # Large prompts (hundreds of thousands of ids as JSON) must not hit Quart's 16 MiB default.
-    app.config["MAX_CONTENT_LENGTH"] = 256 * 1024 * 1024
+    apply_limits(app, HTTPLimits())
 
     @app.before_request
-    async def _read_body_first() -> None:
-        await request.get_data()
+    async def _read_body_first() -> Response | None:
+        try:
+            await request.get_data()
+        except (RequestEntityTooLarge, RequestTimeout) as exc:
+            return _body_refusal(exc, current_app.config[LIMITS_KEY])
+        return None
 
     return app
 
 
-def hypercorn_config(host: str, port: int) -> HypercornConfig:
-    config = HypercornConfig()
+def apply_limits(app: QuartTrio, limits: HTTPLimits) -> None:
+    """The body limits are Quart's own, read per request: ``MAX_CONTENT_LENGTH`` (checked against
+    ``Content-Length`` before the body is read, else as a chunked body arrives) and ``BODY_TIMEOUT`` (around the
+    body read; None: off, since pitfall 2's 60 s default would refuse a slow large upload)."""
+    app.config["MAX_CONTENT_LENGTH"] = limits.max_body_bytes
+    app.config["BODY_TIMEOUT"] = limits.body_read_timeout
+    app.config[LIMITS_KEY] = limits
+
+
+def _body_refusal(exc: Exception, limits: HTTPLimits) -> Response:
+    """413 or 408 in the limits' error shape. ``Connection: close``: the rest of the body may still be coming, and
+    it must not be read as the next request (nor make hypercorn wait for it, pitfall 1)."""
+    if isinstance(exc, RequestEntityTooLarge):
+        status, code = TOO_LARGE
+        body = limits.refusal(
+            status, code, f"the request body is over {limits.max_body_bytes} bytes", limit=limits.max_body_bytes
+        )
+    else:
+        status, code = TIMEOUT
+        body = limits.refusal(
+            status, code, f"the request body was not received within {limits.body_read_timeout:g} s; the connection "
+            "is closed",
+        )
+    return Response(body, status=status, content_type="application/json", headers={"Connection": "close"})
+
+
+def hypercorn_config(host: str, port: int, limits: HTTPLimits | None = None) -> HypercornConfig:
+    """hypercorn's config for ``limits`` (default: :class:`HTTPLimits`'s generous ones). The idle keep-alive
+    timeout is hypercorn's own; the head's size and read time are ``serving/limited_h11.py``'s. hypercorn's
+    ``read_timeout`` stays off: it bounds every receive, also while a long response streams to a silent client."""
+    limited_h11.install()
+    config = limited_h11.LimitedConfig(limits or HTTPLimits())
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = None
-    # Idle keep-alive connections are closed after this long. It is long on purpose: tests run servers on
-    # trio's autojump clock, where a short timeout would fire as soon as every task blocks.
-    config.keep_alive_timeout = 3600
     config.graceful_timeout = 1
     # The listen backlog: uvicorn's (SGLang's server) default instead of hypercorn's 100. Connections come in storms
     # (a pause's hundreds of rid aborts and continuations, many agents starting at once); past the backlog the
@@ -54,10 +94,18 @@ def hypercorn_config(host: str, port: int) -> HypercornConfig:
 
 
 async def serve_app(
-    app: QuartTrio, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    app: QuartTrio,
+    host: str,
+    port: int,
+    *,
+    limits: HTTPLimits | None = None,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` until cancelled; ``task_status.started(base_url)`` with the bound port."""
-    await serve(app, hypercorn_config(host, port), task_status=_BaseUrlStatus(task_status))
+    """Serve ``app`` until cancelled; ``task_status.started(base_url)`` with the bound port. ``limits``: what a
+    client may send (default: :class:`HTTPLimits`'s generous ones, for the engine and mock-clock tests)."""
+    limits = limits or HTTPLimits()
+    apply_limits(app, limits)
+    await serve(app, hypercorn_config(host, port, limits), task_status=_BaseUrlStatus(task_status))
 
 
 class _BaseUrlStatus:

@@ -194,14 +194,18 @@ class ChatCompletionRequest:
     @classmethod
     def from_http(
         cls, body: Any, headers: Mapping[str, str], session_ids: SessionIdSources = DEFAULT_SESSION_ID_SOURCES, *,
-        tool_call_type: str = DEFAULT_TOOL_CALL_TYPE,
+        tool_call_type: str = DEFAULT_TOOL_CALL_TYPE, max_messages: int | None = None,
     ) -> ChatCompletionRequest:
         """Validate a parsed JSON body and the request headers (the session id read from ``session_ids``); raises
-        ``ApiError`` (4xx) and nothing else.
+        ``ApiError`` (4xx) and nothing else. More than ``max_messages`` messages (``--max-messages``; None: any
+        number) is ``too_many_messages``, checked before anything else in the body.
 
         ``tool_call_type`` is the served model's tool-call format (``qwen25`` or ``qwen3_coder``): the
         constrained-decoding parameters depend on it, as in SGLang."""
         body = require_object(body)
+        if max_messages is not None and isinstance(messages := body.get("messages"), list) \
+                and len(messages) > max_messages:
+            raise ApiError.too_many_messages(len(messages), max_messages)
         header = header_map(headers)
         session_id, source = read_session_id(body, header, session_ids)
         for legacy in ("functions", "function_call"):

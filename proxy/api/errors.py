@@ -463,6 +463,13 @@ class ApiError(Exception):
         return cls.of(ErrorCode.METHOD_NOT_ALLOWED, message)
 
     @classmethod
+    def too_many_messages(cls, got: int, limit: int) -> ApiError:
+        return cls.of(
+            ErrorCode.TOO_MANY_MESSAGES, f"the request has {got} messages; at most {limit} are accepted", "messages",
+            details={"limit": limit, "got": got},
+        )
+
+    @classmethod
     def request_too_large(cls, message: str = "request body too large") -> ApiError:
         return cls.of(ErrorCode.REQUEST_TOO_LARGE, message)
 

@@ -52,7 +52,8 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     async def chat_completions() -> Response:
         body = parse_json_body(await request.get_data())
         chat = ChatCompletionRequest.from_http(
-            body, request.headers, session_ids, tool_call_type=config.effective_tool_call_type
+            body, request.headers, session_ids, tool_call_type=config.effective_tool_call_type,
+            max_messages=config.max_messages,
         )
         key = idempotency.key_from_headers(request.headers)
         keys = sessions.idempotency_keys(chat.session_id) if key is not None else None

@@ -214,19 +214,21 @@ class HTTPClient:
         *,
         headers: Mapping[str, str] | None = None,
         partial: Callable[[], Partial] | None = None,
+        read_timeout: float | None = None,
     ) -> StreamResponse:
         """Send the request and return once the response head has arrived; the body is read with
-        :meth:`StreamResponse.receive`. No read timeout. The caller must :meth:`StreamResponse.close` it (it holds
-        a pool slot). ``partial`` gives the tokens so far, for the errors raised while the body is read."""
+        :meth:`StreamResponse.receive`. ``read_timeout`` bounds each receive (head and body); None, the usual:
+        none. The caller must :meth:`StreamResponse.close` it (it holds a pool slot). ``partial`` gives the tokens
+        so far, for the errors raised while the body is read."""
         target = self._target(url)
         await trio.lowlevel.checkpoint_if_cancelled()
         await self._acquire(url)
         try:
-            conn, head = await self._start(target, method, body, headers, None, url)
+            conn, head = await self._start(target, method, body, headers, read_timeout, url)
         except BaseException:
             self._slots.release()
             raise
-        return StreamResponse(self, conn, head, url, partial)
+        return StreamResponse(self, conn, head, url, partial, read_timeout)
 
     # -- plumbing ------------------------------------------------------------------------------------------
 
@@ -414,7 +416,9 @@ class StreamResponse:
     aborts disconnected requests).
     """
 
-    __slots__ = ("status", "headers", "url", "_pool", "_conn", "_partial", "_done", "_closed", "_failure")
+    __slots__ = (
+        "status", "headers", "url", "_pool", "_conn", "_partial", "_read_timeout", "_done", "_closed", "_failure",
+    )
 
     def __init__(
         self,
@@ -423,6 +427,7 @@ class StreamResponse:
         head: h11.Response,
         url: str,
         partial: Callable[[], Partial] | None,
+        read_timeout: float | None = None,
     ) -> None:
         self.status: int = head.status_code
         self.headers: list[tuple[bytes, bytes]] = head.headers
@@ -430,6 +435,7 @@ class StreamResponse:
         self._pool = pool
         self._conn = conn
         self._partial = partial
+        self._read_timeout = read_timeout
         self._done = False  # EndOfMessage seen
         self._closed = False
         self._failure: BaseException | None = None  # an I/O error still to be raised (see receive)
@@ -442,8 +448,9 @@ class StreamResponse:
     async def receive(self) -> bytes | None:
         """The body bytes of the next receive (every h11 piece already parsed, joined), or None at the end.
 
-        Raises UpstreamStreamCut / UpstreamProtocolError (with ``partial``) and trio.Cancelled; after an error
-        the connection is closed. No read timeout: token gaps, long prefills and pauses can last minutes."""
+        Raises UpstreamStreamCut / UpstreamProtocolError / UpstreamTimeout (with ``partial``) and trio.Cancelled;
+        after an error the connection is closed. The read timeout (if any) bounds each receive; usually there is
+        none: token gaps, long prefills and pauses can last minutes."""
         if self._failure is not None:
             raise self._fail(self._failure)
         if self._done or self._closed:
@@ -460,7 +467,7 @@ class StreamResponse:
                 elif event is h11.NEED_DATA:
                     if pieces:
                         break
-                    await conn.receive(None)
+                    await conn.receive(self._read_timeout)
                 elif kind is h11.EndOfMessage:
                     self._done = True
                     break

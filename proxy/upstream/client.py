@@ -70,6 +70,7 @@ class SGLangClient:
         write_timeout: float | None = 60.0,
         pool_timeout: float | None = 60.0,
         control_timeout: float | None = 60.0,
+        generation_read_timeout: float | None = None,
         keepalive_expiry: float | None = 60.0,
         drain_timeout: float = 5.0,
         incremental_streaming: bool = False,
@@ -78,8 +79,11 @@ class SGLangClient:
         """
         ``max_connections``: pool size, i.e. the most concurrent requests (streams hold one each).
         ``connect_timeout`` / ``write_timeout`` / ``pool_timeout``: timeouts for every request (connecting,
-        sending, waiting for a pool slot); there is never a read timeout on generation (long prefills, token
-        gaps, requests held by a pause).
+        sending, waiting for a pool slot).
+        ``generation_read_timeout``: the longest SGLang may stay silent between two reads of one ``/generate``
+        (the response head, then each piece of a stream); past it the generation fails with an
+        ``UpstreamTimeout`` of phase ``read`` carrying its ``partial``. None (the default): unbounded, since long
+        prefills, token gaps and requests held by a pause are no fault; set it above the longest of those.
         ``keepalive_expiry``: how long an idle connection is kept for reuse.
         ``control_timeout``: read timeout of short calls (abort, model info, parsers); pause, continue and
         weight updates wait without one, since SGLang answers them only once in-flight requests have returned.
@@ -105,6 +109,7 @@ class SGLangClient:
             ssl_context=ssl_context,
         )
         self._control_timeout = control_timeout
+        self._generation_read_timeout = generation_read_timeout
         self._counters = ClientCounters()
 
     @classmethod
@@ -175,7 +180,8 @@ class SGLangClient:
             vocab_size=vocab_size,
         )
         return GenerateStream(
-            self._http, self._counters, self.drain_timeout, url, body, _routing_headers(routing_key), decoder
+            self._http, self._counters, self.drain_timeout, url, body, _routing_headers(routing_key), decoder,
+            read_timeout=self._generation_read_timeout,
         )
 
     async def generate(
@@ -203,7 +209,9 @@ class SGLangClient:
             return_routed_experts=return_routed_experts, routed_experts_start_len=routed_experts_start_len,
             extra_body=extra_body,
         )
-        reply = await self._call("POST", url, body, headers=_routing_headers(routing_key), timeout=None)
+        reply = await self._call(
+            "POST", url, body, headers=_routing_headers(routing_key), timeout=self._generation_read_timeout
+        )
         decoder = ChunkDecoder(
             rid=rid, routed_experts_start_len=routed_experts_start_len, url=url, vocab_size=vocab_size
         )

@@ -51,8 +51,8 @@ class UpstreamUnavailable(UpstreamError):
 
 
 class UpstreamTimeout(UpstreamError):
-    """An upstream timeout; ``phase`` says which one (pool, connect, write or read). Streams have no read
-    timeout, so it is rarely ``read``."""
+    """An upstream timeout; ``phase`` says which one (pool, connect, write or read). Streams have a read timeout
+    only when ``generation_read_timeout`` is set (off by default), so it is rarely ``read``."""
 
     def __init__(self, message: str, *, phase: TimeoutPhase, url: str | None = None, partial: Partial | None = None):
         super().__init__(message, url=url, partial=partial)

@@ -44,7 +44,8 @@ class GenerateStream:
     Yields :class:`~proxy.upstream.events.Token` events (one per new token, in order) and then one
     :class:`~proxy.upstream.events.Finished`; iteration ends when the server closes the stream. Raises
     ``UpstreamHTTPError`` on entering for an error status, and while iterating ``UpstreamErrorChunk``,
-    ``UpstreamStreamCut`` or ``UpstreamProtocolError`` (each carrying ``partial``).
+    ``UpstreamStreamCut``, ``UpstreamProtocolError`` or (with a read timeout) ``UpstreamTimeout`` (each carrying
+    ``partial``).
     """
 
     def __init__(
@@ -56,6 +57,8 @@ class GenerateStream:
         body: dict[str, Any],
         headers: dict[str, str] | None,
         decoder: ChunkDecoder,
+        *,
+        read_timeout: float | None = None,
     ) -> None:
         self._http = http
         self._counters = counters
@@ -64,6 +67,8 @@ class GenerateStream:
         self.body = body
         self._headers = headers
         self._decoder = decoder
+        #: the longest silence between two reads (head, then body pieces); None: unbounded
+        self._read_timeout = read_timeout
         self._sse = SSEParser()
         self._events: deque[Event] = deque()
         self._response: StreamResponse | None = None
@@ -92,7 +97,8 @@ class GenerateStream:
         counters = self._counters
         counters.requests_sent += 1
         response = await self._http.stream(
-            "POST", self.url, self.body, headers=self._headers, partial=self._decoder.partial
+            "POST", self.url, self.body, headers=self._headers, partial=self._decoder.partial,
+            read_timeout=self._read_timeout,
         )
         self._response = response
         counters.open_streams += 1

@@ -1,0 +1,171 @@
+"""hypercorn's HTTP/1.1 protocol with the two refusals it cannot write itself: a request head that outgrows
+``max_header_bytes`` (or is malformed), and a head that trickles in slower than ``header_read_timeout``.
+
+Why a subclass, and why installed by name. Both happen before the app sees a request, so only the protocol can
+answer:
+
+- hypercorn answers a head over ``h11_max_incomplete_size`` (h11's 431 hint) and a malformed one (400) with a
+  bodiless response (``H11Protocol._send_error_response``); a client's SDK then shows a bare status. Here the body is
+  the OpenAI-shaped error of :class:`~serving.http_limits.HTTPLimits`.
+- hypercorn has no timer for a head in progress. Its keep-alive timer runs from the connection's opening (or its
+  last response) until a head is complete, and closes silently; its ``read_timeout`` bounds every receive, also
+  while a long response streams to a client with nothing more to say, so it would cut generations. The timer here
+  starts at a head's first byte, stops when the head is complete, and answers 408 and closes when it fires.
+
+hypercorn builds its protocol by name (``hypercorn.protocol.ProtocolWrapper`` calls ``H11Protocol``), with no
+option to pass another class; :func:`install` rebinds that one name, short of copying ``worker_serve``. A server
+whose config is not a :class:`LimitedConfig` gets hypercorn's behaviour unchanged. HTTP/2 (TLS with ALPN, or prior
+knowledge) has hypercorn's own limits only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import h11
+import hypercorn.protocol
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.events import Closed, Event, RawData
+from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.trio.worker_context import TrioSingleTask
+
+from serving.http_limits import HEADERS_TOO_LARGE, MALFORMED, TIMEOUT, HTTPLimits
+
+
+class LimitedConfig(HypercornConfig):
+    """hypercorn's config and the :class:`HTTPLimits` its connections apply."""
+
+    def __init__(self, limits: HTTPLimits) -> None:
+        super().__init__()
+        self.http_limits = limits
+        self.keep_alive_timeout = limits.keep_alive_timeout
+        self.h11_max_incomplete_size = limits.max_header_bytes
+
+
+class LimitedH11Protocol(H11Protocol):
+    """One HTTP/1.1 connection: hypercorn's, plus the head timer and OpenAI-shaped refusals."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._limits: HTTPLimits | None = getattr(self.config, "http_limits", None)
+        self._head_timer = TrioSingleTask()
+        self._head_timer_running = False
+        if self._limits is not None:
+            self.send = _shield_connection_events(self.send)
+
+    async def handle(self, event: Event) -> None:
+        if isinstance(event, Closed):
+            await self._stop_head_timer()
+        await super().handle(event)
+        # Started only when a head is still incomplete after the data that came: a head that arrives whole (the
+        # usual case) costs no timer task.
+        if (
+            isinstance(event, RawData)
+            and event.data
+            and self.stream is None
+            and not self._head_timer_running
+            and self._limits is not None
+            and self._limits.header_read_timeout is not None
+            and self.connection.their_state is h11.IDLE
+        ):
+            self._head_timer_running = True
+            await self._head_timer.restart(self.task_group, self._head_deadline)
+
+    async def _create_stream(self, request: h11.Request) -> None:
+        await self._stop_head_timer()  # the head is complete
+        # h11 bounds only an incomplete head: one that arrives whole in a single receive (64 KiB) passes its
+        # buffer check, so a complete head is measured again here.
+        if self._limits is not None and _head_size(request) > self._limits.max_header_bytes:
+            await self._refuse_large_head()
+            await self.send(Closed())
+            return
+        await super()._create_stream(request)
+
+    async def _stop_head_timer(self) -> None:
+        if self._head_timer_running:
+            self._head_timer_running = False
+            await self._head_timer.stop()
+
+    async def _head_deadline(self) -> None:
+        assert self._limits is not None and self._limits.header_read_timeout is not None
+        await trio.sleep(self._limits.header_read_timeout)
+        self._head_timer_running = False
+        with trio.CancelScope(shield=True):  # the close below cancels this very timer
+            await self._send_refusal(
+                *TIMEOUT, f"the request head was not received within {self._limits.header_read_timeout:g} s; "
+                "the connection is closed",
+            )
+            await self.send(Closed())
+
+    async def _send_error_response(self, status_code: int) -> None:
+        """h11 refused the head: 431 (larger than its buffer) or 400 (malformed). hypercorn closes afterwards."""
+        if self._limits is None:
+            await super()._send_error_response(status_code)
+        elif status_code == HEADERS_TOO_LARGE[0]:
+            await self._refuse_large_head()
+        else:
+            await self._send_refusal(*MALFORMED, "malformed HTTP request")
+
+    async def _refuse_large_head(self) -> None:
+        assert self._limits is not None
+        limit = self._limits.max_header_bytes
+        await self._send_refusal(
+            *HEADERS_TOO_LARGE, f"the request line and headers are over {limit} bytes", limit=limit
+        )
+
+    async def _send_refusal(self, status: int, code: str, message: str, **details: Any) -> None:
+        """A whole error response, with ``Connection: close`` (the caller closes)."""
+        assert self._limits is not None
+        body = self._limits.refusal(status, code, message, **details)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(body)),
+            (b"connection", b"close"),
+            *self.config.response_headers("h11"),
+        ]
+        connection = self.connection
+        try:
+            data = connection.send(h11.Response(status_code=status, headers=headers))
+            data += connection.send(h11.Data(data=body)) + connection.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:  # a response already under way: nothing more can be said
+            return
+        await self.send(RawData(data=data))
+
+
+def install() -> None:
+    """Make hypercorn build :class:`LimitedH11Protocol` for HTTP/1.1 connections (idempotent)."""
+    hypercorn.protocol.H11Protocol = LimitedH11Protocol  # type: ignore[misc]
+
+
+def _head_size(request: h11.Request) -> int:
+    """The bytes of ``request``'s head as sent (request line, ``name: value`` lines, CRLFs), near enough: h11 has
+    stripped the whitespace around values."""
+    size = len(request.method) + len(request.target) + len(b" HTTP/1.1\r\n\r\n") + 1
+    for name, value in request.headers.raw_items():
+        size += len(name) + len(value) + 4
+    return size
+
+
+def _shield_connection_events(send: Callable[[Event], Awaitable[None]]) -> Callable[[Event], Awaitable[None]]:
+    """``send`` with the connection's own events (closing it, arming its keep-alive timer) shielded from
+    cancellation.
+
+    Both are sent from inside the app's task at the end of an exchange: hypercorn's ``_maybe_recycle`` first tells
+    the app the exchange is over (``http.disconnect``), on which quart-trio cancels the app's nursery, and then,
+    from that same, now cancelled, task, closes the socket (a response with ``Connection: close``, as every
+    refusal here has) or restarts the keep-alive timer (``Updated(idle=True)``). Cut at its first checkpoint, the
+    close leaves the socket open, and a client waiting for the end of the answer waits forever; the timer task
+    is cancelled as it starts, and an idle keep-alive connection is never closed. Shielded, both run to their
+    end; neither can block (a socket shutdown and close; starting a task). hypercorn shields its data sends
+    itself."""
+
+    async def send_shielded(event: Event) -> None:
+        if isinstance(event, RawData):
+            await send(event)
+        else:
+            with trio.CancelScope(shield=True):
+                await send(event)
+
+    return send_shielded
