@@ -190,8 +190,9 @@ ERROR_TABLE: Mapping[ErrorCode, ErrorSpec] = {
     ),
     ErrorCode.UPSTREAM_UNAVAILABLE: ErrorSpec(
         502, UPSTREAM_ERROR_TYPE,
-        "SGLang cannot be reached or dropped the request: connection refused or reset, DNS failure, a connect, "
-        "write or pool timeout, a stream cut before its end",
+        "SGLang cannot be reached or dropped the request: connection refused or reset, DNS failure, a connect "
+        "(`--upstream-connect-timeout`), write or pool timeout, silence past `--upstream-read-timeout`, a stream cut "
+        "before its end",
     ),
     ErrorCode.UPSTREAM_OVERLOADED: ErrorSpec(
         503, UPSTREAM_ERROR_TYPE,
@@ -230,10 +231,13 @@ ERROR_TABLE: Mapping[ErrorCode, ErrorSpec] = {
     ),
     ErrorCode.METHOD_NOT_ALLOWED: ErrorSpec(405, INVALID_REQUEST_ERROR, "known route, wrong HTTP method"),
     ErrorCode.REQUEST_TOO_LARGE: ErrorSpec(
-        413, INVALID_REQUEST_ERROR, "body over `--max-body-bytes` (default 32 MiB); extra member `limit`",
+        413, INVALID_REQUEST_ERROR,
+        "body over `--max-body-bytes` (default 32 MiB); extra member `limit`; the connection is closed",
     ),
     ErrorCode.HEADERS_TOO_LARGE: ErrorSpec(
-        431, INVALID_REQUEST_ERROR, "request line and headers over `--max-header-bytes` (default 64 KiB)",
+        431, INVALID_REQUEST_ERROR,
+        "request line and headers over `--max-header-bytes` (default 64 KiB); extra member `limit`; the connection "
+        "is closed",
     ),
     ErrorCode.REQUEST_TIMEOUT: ErrorSpec(
         408, INVALID_REQUEST_ERROR,

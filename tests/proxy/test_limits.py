@@ -155,6 +155,17 @@ async def test_headers_over_max_header_bytes_are_431_headers_too_large(start_pro
     assert info.value.response.headers["connection"] == "close"
 
 
+async def test_an_unfinished_head_over_max_header_bytes_is_431_without_waiting_for_its_end(start_proxy) -> None:
+    """A head still growing past the limit is refused at once (h11's buffer bound), not when it ends."""
+    proxy = await start_proxy(max_header_bytes=4096)
+    with trio.fail_after(BOUND):
+        stream = await connect(proxy)
+        async with stream:
+            await stream.send_all(CHAT_HEAD.encode() + b"X-Padding: " + b"p" * 8000)  # no blank line: not ended
+            raw = await read_until_closed(stream)
+    assert assert_refused(raw, 431, "headers_too_large")["limit"] == 4096
+
+
 # -- slowloris: head, body, idle ---------------------------------------------------------------------------------
 
 
