@@ -101,6 +101,7 @@ async def test_a_body_over_max_body_bytes_is_413_request_too_large(start_proxy) 
     assert info.value.status_code == 413
     error = info.value.body
     assert error["code"] == "request_too_large" and error["limit"] == 64 * 1024, error
+    assert error["request_id"] == info.value.response.headers["x-request-id"]  # the proxy's own error, its id
     assert small.choices[0].message.content is not None
 
 
