@@ -46,7 +46,8 @@ class HTTPLimits:
     trio's autojump clock (where a short timeout fires as soon as every task blocks); the proxy passes its flags
     (``proxy/http_limits.py``)."""
 
-    #: largest request body in bytes (413 beyond)
+    #: largest request body in bytes (413 beyond); 256 MiB: prompts of hundreds of thousands of ids as JSON must
+    #: reach the engine (Quart's own default is 16 MiB)
     max_body_bytes: int = 256 * 1024**2
     #: largest request head (request line and headers) in bytes (431 beyond)
     max_header_bytes: int = 64 * 1024

@@ -12,6 +12,10 @@ answer:
   while a long response streams to a client with nothing more to say, so it would cut generations. The timer here
   starts at a head's first byte, stops when the head is complete, and answers 408 and closes when it fires.
 
+And one fix the refusals need: a connection's own events (closing it, arming its keep-alive timer) are sent
+shielded from the app task's cancellation (:func:`_shield_connection_events`), else a ``Connection: close`` answer
+leaves the socket open and a used keep-alive connection never times out.
+
 hypercorn builds its protocol by name (``hypercorn.protocol.ProtocolWrapper`` calls ``H11Protocol``), with no
 option to pass another class; :func:`install` rebinds that one name, short of copying ``worker_serve``. A server
 whose config is not a :class:`LimitedConfig` gets hypercorn's behaviour unchanged. HTTP/2 (TLS with ALPN, or prior
