@@ -40,6 +40,7 @@ from __future__ import annotations
 import enum
 import hmac
 import ipaddress
+import logging
 import re
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
@@ -50,6 +51,8 @@ from werkzeug.http import parse_options_header
 
 from proxy.api.errors import ApiError, ErrorCode
 from proxy.config import ProxyConfig
+
+log = logging.getLogger("dressage_proxy.access")
 
 
 class RouteClass(enum.Enum):
@@ -84,7 +87,8 @@ def route_class(path: str) -> RouteClass:
     path = re.sub("/{2,}", "/", path)
     if path in OPEN_PATHS:
         return RouteClass.OPEN
-    if path.startswith(AGENT_PREFIX) and not path.startswith(ADMIN_PREFIXES):
+    # "/v1/rollout" itself is the admin prefix too (the trailing "/" makes the test whole segments).
+    if path.startswith(AGENT_PREFIX) and not (path + "/").startswith(ADMIN_PREFIXES):
         return RouteClass.AGENT
     return RouteClass.ADMIN
 
@@ -258,8 +262,7 @@ def bind_warning(config: ProxyConfig) -> str | None:
 
 
 def _header_map(scope: MutableMapping[str, Any]) -> dict[str, str]:
-    """The request headers by lower-case name (a repeated header: its last value, except that the checks above
-    only read headers a client sends once)."""
+    """The request headers by lower-case name (a repeated header: its last value)."""
     return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers") or ()}
 
 
@@ -299,6 +302,8 @@ class AccessMiddleware:
             await self.app(scope, receive, send)
             return
         await _drain(receive)
+        # Never the key: the code says which rule refused (the path may name a session, which is no secret here).
+        log.info("refused %s %s: %s", method, scope.get("path"), refusal.code)
         await _send_error(send, refusal)
 
     @staticmethod

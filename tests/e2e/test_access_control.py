@@ -132,6 +132,7 @@ async def test_every_route_has_a_class_and_unknown_paths_need_the_admin_key(star
     assert route_class("/v1/responses") is route_class("/v1/messages") is RouteClass.AGENT
     assert route_class("/metrics") is route_class("/ui/") is route_class("/anything") is RouteClass.ADMIN
     assert route_class("//v1//rollout/pause") is RouteClass.ADMIN
+    assert route_class("/v1/rollout") is RouteClass.ADMIN
 
 
 # -- JSON-only bodies ------------------------------------------------------------------------------------------------
