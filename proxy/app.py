@@ -15,6 +15,7 @@ from quart import Response
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from proxy.access import AccessMiddleware, AccessPolicy
 from proxy.api import ApiError
 from proxy.api.error_mapping import api_error_for
 from proxy.request_end import RequestEndHooks
@@ -46,7 +47,10 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
 
     for module in ROUTE_MODULES:
         module.register(app, services)
-    # Every exchange's end is seen, also one cut before a streaming body started (proxy/request_end.py); outermost,
-    # every exchange gets its request id (the context of everything it runs, the X-Request-Id header).
-    app.asgi_app = RequestIdMiddleware(RequestEndHooks(app.asgi_app))  # type: ignore[method-assign]
+    # Keys, origins, Host and media type are checked first (proxy/access.py): a refused request never reaches a
+    # route. Every exchange's end is seen, also one cut before a streaming body started (proxy/request_end.py);
+    # outermost, every exchange gets its request id (the context of everything it runs, the X-Request-Id header),
+    # refusals included.
+    access = AccessMiddleware(app.asgi_app, AccessPolicy.from_config(services.config))
+    app.asgi_app = RequestIdMiddleware(RequestEndHooks(access))  # type: ignore[method-assign]
     return app

@@ -13,6 +13,7 @@ import trio
 
 from engine import EngineConfig, EngineHandle, serve_engine
 from engine.cli import add_engine_arguments, engine_config_from_args
+from proxy.access import bind_warning
 from proxy.app import create_proxy_app
 from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args, sglang_ssl_context
 from proxy.http_limits import http_limits
@@ -84,6 +85,8 @@ async def run_proxy(
             app = create_proxy_app(services)
             # Known from the start when the upstream can say; otherwise asked again when a request needs it.
             await services.context_window.refresh()
+            if warning := bind_warning(config):
+                say(warning)
             url = await nursery.start(partial(serve_app, limits=http_limits(config)), app, config.host, config.port)
             say(f"listening on {url} (upstream {router_url})")
             task_status.started(ProxyHandle(url=url, engine=engine_handle, services=services))

@@ -32,6 +32,12 @@ failures (connection refused, reset, a timeout) are translated here, in one plac
 :class:`ProxyConnectionError` (a ``ProxyError`` with ``status`` 0 and code ``proxy_unreachable``), chained to the
 httpx exception.
 
+Keys: a proxy run with ``--admin-key`` wants it on rollout control and trajectory endpoints; give it as
+``ProxyClient(url, admin_key=...)`` or in the ``DRESSAGE_ADMIN_KEY`` variable (read when the client is made). It is
+sent as ``Authorization: Bearer <key>`` on every request (the admin key also opens the agent API); an
+``Authorization`` in ``headers`` wins. A missing or wrong key is a :class:`ProxyError` with status 401 and code
+``unauthorized``.
+
 Timeouts: by default only connecting is bounded (30 s). Reads are not, on purpose: a generation can run for minutes,
 a request waits while the rollout gate is paused, and ``pause()`` returns only once nothing generates. Pass
 ``timeout=`` (anything httpx accepts) to bound them.
@@ -40,6 +46,7 @@ a request waits while the rollout gate is paused, and ``pause()`` returns only o
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
@@ -57,6 +64,8 @@ DEFAULT_TIMEOUT = httpx.Timeout(None, connect=30.0)
 SESSION_HEADER = "X-Session-Id"
 INSTANCE_HEADER = "X-Instance-Id"
 TURN_HEADER = "X-Turn-Id"
+#: where the admin key comes from when none is given
+ADMIN_KEY_ENV = "DRESSAGE_ADMIN_KEY"
 
 
 class ProxyError(Exception):
@@ -203,6 +212,8 @@ class ProxyClient:
     headers: Mapping[str, str] = attrs.field(factory=dict)
     #: an httpx transport (``httpx.MockTransport`` in tests), else httpx's default
     transport: httpx.AsyncBaseTransport | None = None
+    #: the proxy's ``--admin-key`` (default: the ``DRESSAGE_ADMIN_KEY`` variable; none when unset or empty)
+    admin_key: str | None = attrs.field(factory=lambda: os.environ.get(ADMIN_KEY_ENV) or None, repr=False)
     _http: httpx.AsyncClient | None = attrs.field(default=None, init=False)
 
     async def __aenter__(self) -> ProxyClient:
@@ -222,8 +233,10 @@ class ProxyClient:
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
+            auth = {"Authorization": f"Bearer {self.admin_key}"} if self.admin_key else {}
             self._http = httpx.AsyncClient(
-                base_url=self.base_url, timeout=self.timeout, headers=dict(self.headers), transport=self.transport
+                base_url=self.base_url, timeout=self.timeout, headers={**auth, **self.headers},
+                transport=self.transport,
             )
         return self._http
 

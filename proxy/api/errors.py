@@ -87,6 +87,7 @@ class ErrorCode(enum.StrEnum):
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     # -- access and the service's life
     UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
     SHUTTING_DOWN = "shutting_down"
     INTERNAL_ERROR = "internal_error"
 
@@ -250,8 +251,14 @@ ERROR_TABLE: Mapping[ErrorCode, ErrorSpec] = {
     ),
     ErrorCode.UNAUTHORIZED: ErrorSpec(
         401, INVALID_REQUEST_ERROR,
-        "a missing or wrong `Authorization: Bearer` key: `--api-key` for the agent API, `--admin-key` for rollout "
-        "control, trajectories and metrics; `WWW-Authenticate` header",
+        "a missing or wrong key (`Authorization: Bearer <key>` or `x-api-key`): `--api-key` for the agent API, "
+        "`--admin-key` for rollout control, trajectories and metrics (it opens the agent API too); "
+        "`WWW-Authenticate` header",
+    ),
+    ErrorCode.FORBIDDEN: ErrorSpec(
+        403, INVALID_REQUEST_ERROR,
+        "a browser `Origin` that is neither the proxy's own nor listed in `--cors-origin`; a `Host` that is not a "
+        "loopback name while the proxy listens on a loopback address (DNS rebinding)",
     ),
     ErrorCode.SHUTTING_DOWN: ErrorSpec(
         503, SERVER_ERROR,

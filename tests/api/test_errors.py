@@ -46,6 +46,7 @@ NAMED = {
     ErrorCode.REQUEST_TIMEOUT: lambda: ApiError.of(ErrorCode.REQUEST_TIMEOUT, "too slow"),
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: lambda: ApiError.of(ErrorCode.UNSUPPORTED_MEDIA_TYPE, "not json"),
     ErrorCode.UNAUTHORIZED: lambda: ApiError.of(ErrorCode.UNAUTHORIZED, "no key"),
+    ErrorCode.FORBIDDEN: lambda: ApiError.of(ErrorCode.FORBIDDEN, "foreign origin"),
     ErrorCode.SHUTTING_DOWN: lambda: ApiError.of(ErrorCode.SHUTTING_DOWN, "stopping"),
 }
 
@@ -60,7 +61,8 @@ EXPECTED_STATUS = {
     ErrorCode.EXPORT_FAILED: 500, ErrorCode.UPSTREAM_OVERLOADED: 503, ErrorCode.UPSTREAM_REJECTED: 400,
     ErrorCode.UPSTREAM_PROTOCOL_ERROR: 502, ErrorCode.INVALID_IDEMPOTENCY_KEY: 400, ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
     ErrorCode.TOO_MANY_MESSAGES: 400, ErrorCode.HEADERS_TOO_LARGE: 431, ErrorCode.REQUEST_TIMEOUT: 408,
-    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415, ErrorCode.UNAUTHORIZED: 401, ErrorCode.SHUTTING_DOWN: 503,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415, ErrorCode.UNAUTHORIZED: 401, ErrorCode.FORBIDDEN: 403,
+    ErrorCode.SHUTTING_DOWN: 503,
 }
 
 

@@ -40,7 +40,7 @@ async def read_response(stream: trio.SocketStream, buffer: bytearray) -> tuple[i
 
 
 def request_head(body: bytes, headers: dict[str, str]) -> bytes:
-    lines = ["POST /v1/chat/completions HTTP/1.1", "Host: proxy", "Content-Type: application/json",
+    lines = ["POST /v1/chat/completions HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
              f"Content-Length: {len(body)}"] + [f"{k}: {v}" for k, v in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
