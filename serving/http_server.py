@@ -13,6 +13,7 @@ Shared by the proxy and the embedded engine, so both get the same fixes (shared/
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -54,10 +55,18 @@ def hypercorn_config(host: str, port: int) -> HypercornConfig:
 
 
 async def serve_app(
-    app: QuartTrio, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    app: QuartTrio, host: str, port: int, *,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None, graceful_timeout: float | None = None,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` until cancelled; ``task_status.started(base_url)`` with the bound port."""
-    await serve(app, hypercorn_config(host, port), task_status=_BaseUrlStatus(task_status))
+    """Serve ``app`` until cancelled, or until ``shutdown_trigger()`` returns: then hypercorn's graceful stop (the
+    listener closes, idle keep-alive connections close, busy ones close after their answer) and return once every
+    connection is closed, cancelling those still open ``graceful_timeout`` seconds after the trigger (default 1 s).
+    ``task_status.started(base_url)`` with the bound port."""
+    config = hypercorn_config(host, port)
+    if graceful_timeout is not None:
+        config.graceful_timeout = graceful_timeout
+    await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=_BaseUrlStatus(task_status))
 
 
 class _BaseUrlStatus:
