@@ -29,9 +29,11 @@ COMMITTING). One choice of an ``n > 1`` answer (``proxy/controllers/choices.py``
 ``ChoiceSlot``. Without partial rollout every from-scratch request is first checked against the session's version
 stamp (``trajectory_version_changed``, fed as ``UpstreamFailed`` with status 400: the path that releases the gate
 slot and the session's reservation), the commit carries the step's (epoch, version) stamp, and a stream that showed
-tokens of a try a restart discards ends with a ``generation_restarted`` SSE error (nothing is committed).
+tokens of a try a restart discards ends with a ``generation_restarted`` SSE error (nothing is committed). The
+proxy's shutdown (:meth:`Generation.shut_down`, once ``--shutdown-grace`` ran out) ends a generation on the
+client-left path too, answering ``shutting_down`` instead of nobody.
 
-At about 530 lines this module is a little over the house's ~500: every effect lands here, and the effects' session
+At about 560 lines this module is a little over the house's ~500: every effect lands here, and the effects' session
 side (prepare, commit) stays with their dispatch rather than in a fourth class of a few dozen lines.
 """
 
@@ -197,12 +199,9 @@ class Generation:
             self._parse_scope.cancel()
 
     def shut_down(self) -> None:
-        """The proxy stops and ``--shutdown-grace`` ran out (``proxy/controllers/lifecycle.py``): end the way a
-        generation whose client left ends (``ClientDisconnected``: the gate slot, the upstream request and the
-        session's reservation are released, nothing is committed; a commit already requested still lands and is
-        answered), except that the client is answered ``shutting_down`` (an SSE error event and ``[DONE]`` on an
-        open stream, else 503) instead of nobody. Sync and idempotent; while still preparing (no driver yet), the
-        driver does it first thing."""
+        """``--shutdown-grace`` ran out (``proxy/controllers/lifecycle.py``): ``ClientDisconnected`` releases
+        everything and commits nothing (a commit already requested lands and is answered), and the client, still
+        there, is answered ``shutting_down``. Sync and idempotent; before the driver runs, the driver does it."""
         if self._shutting_down:
             return
         self._shutting_down = True
