@@ -134,6 +134,8 @@ async def _shut_down_with_generations_in_flight(
                 process.send_signal(signum)
                 # A request that arrives after the stop began is not started (or cannot even connect).
                 with trio.fail_after(EXIT_BOUND):
+                    while "stopping" not in stderr.read_text():
+                        await trio.sleep(0.05)
                     try:
                         async with httpx.AsyncClient(timeout=httpx.Timeout(EXIT_BOUND)) as fresh:
                             refused = await fresh.post(url + "/v1/chat/completions", json={
@@ -151,9 +153,10 @@ async def _shut_down_with_generations_in_flight(
 
 
 async def test_sigterm_lets_generations_in_flight_finish_within_the_grace(tmp_path: Path, qwen3_path: Path) -> None:
-    # A long grace: every generation finishes (40 tokens at 20 per second), then the process exits 0.
+    # A long grace: every generation finishes (300 tokens at 20 per second: long enough that all eight are in
+    # flight together even on a loaded machine), then the process exits 0.
     outcomes, code, stderr, late = await _shut_down_with_generations_in_flight(
-        tmp_path, qwen3_path, grace=600, max_tokens=40)
+        tmp_path, qwen3_path, grace=600, max_tokens=300)
     assert len(outcomes) == GENERATIONS
     assert all(o.finished for o in outcomes), outcomes
     assert code == 0, stderr
