@@ -16,8 +16,8 @@ import trio
 from engine import EngineConfig, EngineHandle, serve_engine
 from engine.cli import add_engine_arguments, engine_config_from_args
 from proxy.app import create_proxy_app
-from proxy.controllers.lifecycle import LifecycleController
 from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args, sglang_ssl_context
+from proxy.controllers.lifecycle import LifecycleController
 from proxy.service_flags import add_service_arguments, service_settings_from_args
 from proxy.services import ProxyServices
 from proxy.upstream.client import SGLangClient
@@ -123,6 +123,7 @@ async def _until_stopped(
 
 async def _forward_stop_requests(stop_requests: AsyncIterable[object], lifecycle: LifecycleController,
                                  grace: float) -> None:
+    """Each stop request (a signal number) asks the lifecycle to stop, and says so on stderr."""
     received = 0
     async for signum in stop_requests:
         received += 1
