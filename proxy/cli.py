@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-from functools import partial
+import signal
 import sys
+from collections.abc import AsyncIterable
 from typing import Any
 
 import attrs
@@ -16,12 +18,19 @@ from engine.cli import add_engine_arguments, engine_config_from_args
 from proxy.access import bind_warning
 from proxy.app import create_proxy_app
 from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args, sglang_ssl_context
+from proxy.controllers.lifecycle import LifecycleController
 from proxy.http_limits import http_limits
 from proxy.service_flags import add_service_arguments, service_settings_from_args
 from proxy.services import ProxyServices
 from proxy.upstream.client import SGLangClient
 from serving.http_server import serve_app
 from serving.tokenizer_files import TokenizerFilesError, model_tokenizer_path
+
+#: the signals that stop the proxy gracefully (docs/operations.md, "Shutdown and signals")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: past the shutdown grace, how long the cut generations' answers may take to be written before hypercorn cancels
+#: the connections still open (a client that stopped reading)
+CUT_ANSWER_BOUND = 10.0
 
 
 @attrs.frozen
@@ -57,10 +66,16 @@ def say(message: str) -> None:
 
 
 async def run_proxy(
-    config: ProxyConfig, engine_config: EngineConfig | None = None, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    config: ProxyConfig, engine_config: EngineConfig | None = None, *,
+    stop_requests: AsyncIterable[object] | None = None, task_status: Any = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run until cancelled. Without a router URL the embedded engine serves on an ephemeral loopback port first,
-    and the proxy talks to it over HTTP exactly as it would to SGLang (one code path for both)."""
+    """Run until stopped, or cancelled (which ends everything at once). Without a router URL the embedded engine
+    serves on an ephemeral loopback port first, and the proxy talks to it over HTTP exactly as it would to SGLang
+    (one code path for both).
+
+    Stopping is graceful (``proxy/controllers/lifecycle.py``): each item of ``stop_requests`` (``main``'s SIGTERM and
+    SIGINT), or a call of the handle's ``services.lifecycle.request_stop()``, asks for it; this returns once every
+    generation ended, the store was flushed and the server closed its last connection."""
     async with trio.open_nursery() as nursery:
         engine_handle: EngineHandle | None = None
         if config.uses_embedded_engine:
@@ -85,12 +100,52 @@ async def run_proxy(
             app = create_proxy_app(services)
             # Known from the start when the upstream can say; otherwise asked again when a request needs it.
             await services.context_window.refresh()
+            lifecycle = services.lifecycle
             if warning := bind_warning(config):
                 say(warning)
-            url = await nursery.start(partial(serve_app, limits=http_limits(config)), app, config.host, config.port)
-            say(f"listening on {url} (upstream {router_url})")
-            task_status.started(ProxyHandle(url=url, engine=engine_handle, services=services))
-            await trio.sleep_forever()
+            async with trio.open_nursery() as serving:
+                url = await serving.start(functools.partial(
+                    serve_app, app, config.host, config.port, limits=http_limits(config),
+                    shutdown_trigger=lifecycle.wait_stop_accepting,
+                    graceful_timeout=config.shutdown_grace + CUT_ANSWER_BOUND,
+                ))
+                say(f"listening on {url} (upstream {router_url})")
+                task_status.started(ProxyHandle(url=url, engine=engine_handle, services=services))
+                await _until_stopped(lifecycle, stop_requests, config.shutdown_grace)
+        # Every connection is closed: the embedded engine goes too.
+        nursery.cancel_scope.cancel()
+
+
+async def _until_stopped(
+    lifecycle: LifecycleController, stop_requests: AsyncIterable[object] | None, grace: float
+) -> None:
+    """Forward the stop requests to the lifecycle until it stopped (the store is flushed)."""
+    async with trio.open_nursery() as nursery:
+        if stop_requests is not None:
+            nursery.start_soon(_forward_stop_requests, stop_requests, lifecycle, grace)
+        await lifecycle.run()
+        nursery.cancel_scope.cancel()
+
+
+async def _forward_stop_requests(stop_requests: AsyncIterable[object], lifecycle: LifecycleController,
+                                 grace: float) -> None:
+    """Each stop request (a signal number) asks the lifecycle to stop, and says so on stderr."""
+    received = 0
+    async for signum in stop_requests:
+        received += 1
+        name = signal.Signals(signum).name if isinstance(signum, int) else str(signum)
+        if received == 1:
+            say(f"{name}: stopping; new requests get 503 shutting_down, generations in flight have {grace:g} s "
+                "to finish (--shutdown-grace; a second signal cuts them at once)")
+        else:
+            say(f"{name} again: cutting the generations still in flight")
+        lifecycle.request_stop()
+
+
+async def serve_until_signalled(config: ProxyConfig, engine_config: EngineConfig | None = None) -> None:
+    """``main``'s: :func:`run_proxy`, stopped gracefully by SIGTERM or SIGINT (both alike)."""
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        await run_proxy(config, engine_config, stop_requests=signals)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,9 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, TokenizerFilesError) as exc:
         parser.error(str(exc))
     try:
-        trio.run(run_proxy, config, engine_config)
+        trio.run(serve_until_signalled, config, engine_config)
     except KeyboardInterrupt:
-        say("stopped")
+        pass  # a Ctrl-C before the signal handlers were installed: nothing was served yet
+    say("stopped")
     return 0
 
 

@@ -14,6 +14,7 @@ from proxy.config import ProxyConfig
 from proxy.controllers.context_window import ContextWindow
 from proxy.controllers.gate import GateController
 from proxy.controllers.generation import GenerationController
+from proxy.controllers.lifecycle import LifecycleController
 from proxy.controllers.session_registry import SessionRegistry
 from proxy.parsing import MessageParser, ParserConfig
 from proxy.tokenization import TitoTokenizer, load_tito_tokenizer
@@ -36,6 +37,8 @@ class ProxyServices:
     gate: GateController
     #: the model's context window (--context-window, else the upstream's, else the tokenizer's)
     context_window: ContextWindow
+    #: the process's life: serving, draining and stopping on SIGTERM/SIGINT (``proxy/controllers/lifecycle.py``)
+    lifecycle: LifecycleController
 
     @classmethod
     def build(cls, config: ProxyConfig, upstream: SGLangClient, store: TrajectoryStore | None = None) -> ProxyServices:
@@ -66,10 +69,12 @@ class ProxyServices:
             config=config, upstream=upstream, tokenizer=tokenizer, sessions=sessions, parser=parser,
             gate=GateController.new(abort_timeout=config.pause_abort_timeout),
             context_window=ContextWindow(upstream, config.context_window, config.tokenizer_path),
+            lifecycle=LifecycleController(config.shutdown_grace, sessions.store),
         )
 
     def generation_controller(self) -> GenerationController:
         """A generation controller over these services (the chat route's; tests build their own)."""
         return GenerationController(
             self.config, self.sessions, self.upstream, self.parser, self.tokenizer, self.gate, self.context_window,
+            self.lifecycle,
         )

@@ -16,6 +16,7 @@ and read time here, in the body read of pitfall 1; the head's size and read time
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -94,18 +95,22 @@ def hypercorn_config(host: str, port: int, limits: HTTPLimits | None = None) -> 
 
 
 async def serve_app(
-    app: QuartTrio,
-    host: str,
-    port: int,
-    *,
+    app: QuartTrio, host: str, port: int, *,
     limits: HTTPLimits | None = None,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None, graceful_timeout: float | None = None,
     task_status: Any = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` until cancelled; ``task_status.started(base_url)`` with the bound port. ``limits``: what a
-    client may send (default: :class:`HTTPLimits`'s generous ones, for the engine and mock-clock tests)."""
+    """Serve ``app`` until cancelled, or until ``shutdown_trigger()`` returns: then hypercorn's graceful stop (the
+    listener closes, idle keep-alive connections close, busy ones close after their answer) and return once every
+    connection is closed, cancelling those still open ``graceful_timeout`` seconds after the trigger (default 1 s).
+    ``limits``: what a client may send (default: :class:`HTTPLimits`'s generous ones, for the engine and mock-clock
+    tests). ``task_status.started(base_url)`` with the bound port."""
     limits = limits or HTTPLimits()
     apply_limits(app, limits)
-    await serve(app, hypercorn_config(host, port, limits), task_status=_BaseUrlStatus(task_status))
+    config = hypercorn_config(host, port, limits)
+    if graceful_timeout is not None:
+        config.graceful_timeout = graceful_timeout
+    await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=_BaseUrlStatus(task_status))
 
 
 class _BaseUrlStatus:

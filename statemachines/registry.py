@@ -10,6 +10,7 @@ from statemachines.chain import ChainMachine
 from statemachines.core import Machine
 from statemachines.generation_machine import GenerationMachine
 from statemachines.rollout_gate import RolloutGate
+from statemachines.service_lifecycle import ServiceLifecycle
 from statemachines.session import SessionMachine
 
 # One entry per machine class; the diagram files are named after ``cls.table.machine``.
@@ -18,4 +19,5 @@ MACHINES: tuple[type[Machine], ...] = (
     SessionMachine,
     ChainMachine,
     GenerationMachine,
+    ServiceLifecycle,
 )

@@ -29,11 +29,12 @@ import uuid
 import attrs
 import trio
 
-from proxy.api import ChatCompletionRequest, CompletionMeta
+from proxy.api import ApiError, ChatCompletionRequest, CompletionMeta
 from proxy.config import ProxyConfig
 from proxy.controllers.context_window import ContextWindow
 from proxy.controllers.gate import GateController
 from proxy.controllers.generation_driver import Generation
+from proxy.controllers.lifecycle import LifecycleController
 from proxy.controllers.response_render import ResponseRenderer
 from proxy.controllers.session_registry import SessionRegistry
 from proxy.controllers.step_output import ChoiceSlot, StepOutput
@@ -76,6 +77,9 @@ class GenerationController:
     gate: GateController
     #: the model's context window (the services'; tests that build a controller by hand get one over ``upstream``)
     context_window: ContextWindow | None = None
+    #: the process's lifecycle (the services'; tests that build a controller by hand get one of their own): it
+    #: admits every generation and cuts those left when the shutdown's grace runs out
+    lifecycle: LifecycleController | None = None
     #: the end-of-generation token ids (not text)
     end_ids: frozenset[int] = attrs.field(init=False)
     #: the request path's counters, kept by the generations
@@ -93,6 +97,8 @@ class GenerationController:
         self.end_ids = frozenset(ids)
         if self.context_window is None:
             self.context_window = ContextWindow(self.upstream, self.config.context_window, self.config.tokenizer_path)
+        if self.lifecycle is None:
+            self.lifecycle = LifecycleController(self.config.shutdown_grace, self.sessions.store)
 
     async def start(
         self, request: ChatCompletionRequest, nursery: trio.Nursery, *, choice: ChoiceSlot | None = None
@@ -100,13 +106,24 @@ class GenerationController:
         """Prepare the step, decide its budget, ask the gate, start its driver in ``nursery``; ``choice``: the
         generation is one choice of an ``n > 1`` answer (``proxy.controllers.choices``).
 
-        Raises ``ApiError`` (nothing recorded, nothing sent upstream) when the session layer or context safety
-        refuses the request. A cancellation (the client left) propagates after the machine was told.
+        Raises ``ApiError`` (nothing recorded, nothing sent upstream) when the proxy is shutting down, or the
+        session layer or context safety refuses the request. A cancellation (the client left) propagates after the
+        machine was told.
         """
         model = request.model or await self._served_model_name()
         generation = self._new_generation(request, model, nursery, choice)
+        assert self.lifecycle is not None
+        try:
+            self.lifecycle.admit(generation)
+        except ApiError:
+            self.counts["refused"] += 1
+            raise
         self.counts["started"] += 1
-        await generation.prepare()
+        try:
+            await generation.prepare()
+        except BaseException:
+            self.lifecycle.ended(generation)
+            raise
         self._active.add(generation)
         nursery.start_soon(generation.drive, name=f"generation {generation.completion_id}")
         return generation
@@ -138,6 +155,8 @@ class GenerationController:
     def ended(self, generation: Generation) -> None:
         """A generation's driver ended."""
         self._active.discard(generation)
+        assert self.lifecycle is not None
+        self.lifecycle.ended(generation)
 
     def statistics(self) -> GenerationControllerStatistics:
         counts = self.counts

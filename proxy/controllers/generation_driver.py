@@ -29,9 +29,11 @@ COMMITTING). One choice of an ``n > 1`` answer (``proxy/controllers/choices.py``
 ``ChoiceSlot``. Without partial rollout every from-scratch request is first checked against the session's version
 stamp (``trajectory_version_changed``, fed as ``UpstreamFailed`` with status 400: the path that releases the gate
 slot and the session's reservation), the commit carries the step's (epoch, version) stamp, and a stream that showed
-tokens of a try a restart discards ends with a ``generation_restarted`` SSE error (nothing is committed).
+tokens of a try a restart discards ends with a ``generation_restarted`` SSE error (nothing is committed). The
+proxy's shutdown (:meth:`Generation.shut_down`, once ``--shutdown-grace`` ran out) ends a generation on the
+client-left path too, answering ``shutting_down`` instead of nobody.
 
-At about 530 lines this module is a little over the house's ~500: every effect lands here, and the effects' session
+At about 560 lines this module is a little over the house's ~500: every effect lands here, and the effects' session
 side (prepare, commit) stays with their dispatch rather than in a fourth class of a few dozen lines.
 """
 
@@ -53,6 +55,7 @@ from proxy.config import ProxyConfig
 from proxy.controllers.context_budget import StepBudget, plan_step_budget
 from proxy.controllers.context_window import ContextWindow
 from proxy.controllers.gate import GateController
+from proxy.controllers.lifecycle import shutting_down_error
 from proxy.controllers.session_registry import PreparedStep, SessionRegistry
 from proxy.controllers.step_output import ChoiceSlot, StepOutput
 from proxy.controllers.upstream_request import UpstreamRequest, failure_event
@@ -95,6 +98,13 @@ class _Stop:
 _STOP = _Stop()
 
 
+class _ShuttingDown:
+    """The driver's last work item after a shutdown cut (``Generation.shut_down``): answer ``shutting_down``."""
+
+
+_SHUTTING_DOWN = _ShuttingDown()
+
+
 @attrs.define(eq=False)
 class Generation:
     """One request's generation: its machine, its driver task, its upstream requests and its output.
@@ -131,6 +141,9 @@ class Generation:
     _delivered: bool = attrs.field(default=False, init=False)
     # When the gate wait (GateWait, or an acknowledged abort) began: the pause-wait timeout's start.
     _wait_began: float | None = attrs.field(default=None, init=False)
+    # The shutdown's grace ran out (shut_down); _driving: the driver task has begun (it cuts a cut that came first).
+    _shutting_down: bool = attrs.field(default=False, init=False)
+    _driving: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.machine = GenerationMachine.new(partial_rollout=self.host.config.partial_rollout)
@@ -184,6 +197,21 @@ class Generation:
         self._feed(gen.ClientDisconnected())
         if self._parse_scope is not None:
             self._parse_scope.cancel()
+
+    def shut_down(self) -> None:
+        """``--shutdown-grace`` ran out (``proxy/controllers/lifecycle.py``): ``ClientDisconnected`` releases
+        everything and commits nothing (a commit already requested lands and is answered), and the client, still
+        there, is answered ``shutting_down``. Sync and idempotent; before the driver runs, the driver does it."""
+        if self._shutting_down:
+            return
+        self._shutting_down = True
+        if self._driving:
+            self._cut_for_shutdown()
+
+    def _cut_for_shutdown(self) -> None:
+        # As client_gone, but the output channel stays: the client is still there and gets its answer.
+        self.upstream.cancel()
+        self._feed(gen.ClientDisconnected())
 
     def statistics(self) -> gen.GenerationStatistics:
         return self.machine.statistics()
@@ -296,8 +324,13 @@ class Generation:
                 self.output.discard()
             elif isinstance(effect, gen.AnswerNobody):
                 self._answered = True
-                self.host.counts["cancelled"] += 1
-                self._queue(_STOP)
+                if self._shutting_down:
+                    # Nobody left: the shutdown cut it (shut_down), and its client is still waiting for an answer.
+                    self.host.counts["failed"] += 1
+                    self._queue(_SHUTTING_DOWN)
+                else:
+                    self.host.counts["cancelled"] += 1
+                    self._queue(_STOP)
             elif isinstance(effect, gen.ReportFault):
                 log.error(
                     "request %s: generation %s: controller fault: %s", current_request_id(), self.completion_id,
@@ -323,6 +356,9 @@ class Generation:
     async def drive(self) -> None:
         """Carry out queued effects until the response is delivered (or the machine answered nobody). Runs in the
         app's nursery and never raises into it: a bug becomes ``InternalError`` (fail closed, 500)."""
+        self._driving = True
+        if self._shutting_down:
+            self._cut_for_shutdown()
         try:
             while not self._delivered:
                 item = await self._next_work()
@@ -398,6 +434,9 @@ class Generation:
             self._delivered = True
             self.host.counts["failed"] += 1
             await self.output.respond_error(self.output.error_for(item))
+        elif item is _SHUTTING_DOWN:
+            self._delivered = True
+            await self.output.respond_error(shutting_down_error())
         else:
             raise AssertionError(f"unknown work item {item!r}")
 

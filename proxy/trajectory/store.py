@@ -77,6 +77,9 @@ class TrajectoryStore(Protocol):
     async def statistics(self) -> StoreStatistics:
         """Sizes and counters."""
 
+    async def flush(self) -> None:
+        """Make every write so far durable (the graceful shutdown's last step, ``proxy/controllers/lifecycle.py``)."""
+
 
 @attrs.define(eq=False)
 class _Stored:
@@ -156,6 +159,9 @@ class InMemoryTrajectoryStore:
             removed += self._remove_session(sid)
         self._cleaned += removed
         return removed
+
+    async def flush(self) -> None:
+        """Nothing to do: memory is all this store has (it is lost on exit whatever happens)."""
 
     async def statistics(self) -> StoreStatistics:
         stored = self._sessions.values()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from statemachines.checking.explorer import Composition
 from statemachines.checking.full_world import BOUND, SMALL_BOUND, gate_session_generations
 from statemachines.checking.gate_world import gate_with_generations
+from statemachines.service_lifecycle import ServiceLifecycle
 from statemachines.checking.generation_world import DEFAULT_BOUNDS, gate_with_generation_machines
 from statemachines.checking.session_world import session_with_generations
 
@@ -27,7 +28,9 @@ def _systems(args) -> list[tuple[Composition, str]]:
     """The systems the command line asks for, each with the extras its line names."""
     if args.world == "gate":
         counts = range(1, (args.generations or 3) + 1)
-        return [(gate_with_generations(n, pauses=args.pauses, max_tokens=args.budget or 2), "") for n in counts]
+        lifecycle = ServiceLifecycle if args.lifecycle else None
+        return [(gate_with_generations(n, pauses=args.pauses, max_tokens=args.budget or 2, lifecycle=lifecycle), "")
+                for n in counts]
     if args.world == "session":
         counts = range(1, (args.generations or 3) + 1)
         return [(session_with_generations(n, max_steps=args.max_steps), "") for n in counts]
@@ -69,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=None, help="session: the session's step limit")
     parser.add_argument("--same-weights-resumes", action="store_true", help="full: resumes may also keep the weights")
     parser.add_argument("--timeouts", action="store_true", help="full: pause waits may time out")
+    parser.add_argument("--lifecycle", action="store_true",
+                        help="gate: with the process's lifecycle (graceful shutdown: stop signals, grace, flush)")
     args = parser.parse_args(argv)
     failed = False
     for system, extras in _systems(args):

@@ -23,6 +23,20 @@ Invariants checked in every reachable state (the first two are architecture.md's
    does not fit the generations) on the way.
 
 Final states (for the deadlock check): every generation finished or cancelled, the trainer not pausing.
+
+With ``lifecycle=ServiceLifecycle`` the process's lifecycle joins (graceful shutdown, issue 15): a generation asks
+the lifecycle before the gate (refused once a stop was requested: REFUSED) and tells it when it ends; the process
+sends up to two stop signals, the grace timer fires, the store's flush returns. ``CutGenerations`` cuts every
+admitted generation the way the controller does (``Generation.shut_down``: its gate slot is released at once, as a
+finish or a cancelled wait), and each then answers ``shutting_down`` (its own later move) and ends. Invariants:
+
+6. ``after_stopped_no_generation_is_streaming_or_waiting``: lifecycle STOPPED -> no generation admitted and not
+   ended (STREAMING, ABORTING, WAITING, CUT).
+7. ``no_admission_after_draining_began``: no generation was admitted after the first stop signal.
+8. ``lifecycle_counts_match_generations``: the lifecycle's in_flight = the generations admitted and not ended.
+9. ``every_stop_reaches_stopped_without_the_trainer_or_clients`` (progress): from every state after a stop signal,
+   STOPPED is reachable by the process's, the upstream's and the generations' own moves, never the trainer's resume
+   nor a client leaving: a generation parked by a pause waits out the grace, then is cut.
 """
 
 from __future__ import annotations
@@ -31,9 +45,11 @@ import enum
 
 import attrs
 
-from statemachines.checking.explorer import Composition, Invariant
+from statemachines import service_lifecycle as life
+from statemachines.checking.explorer import Composition, Invariant, Progress
 from statemachines.checking.invariants import (
-    ACCEPTS, GATE_COUNTS, NOT_WHILE_PAUSING, PAUSE_RETURNS, PAUSED, not_broken,
+    ACCEPTS, GATE_COUNTS, LIFECYCLE_COUNTS, NO_ADMISSION_AFTER_STOP, NOT_WHILE_PAUSING, PAUSE_RETURNS, PAUSED,
+    STOP_COMPLETES, STOPPED_HOLDS_NOTHING, not_broken,
 )
 from statemachines.checking.records import Trainer
 from statemachines.checking.step import Broken, Move, Step, WorldConfig, take
@@ -63,12 +79,18 @@ class Phase(enum.Enum):
     ABORTING = "its upstream stream is being cut; no token is recorded any more"
     DONE = "finished: stop, length, upstream failure or client gone while in flight"
     CANCELLED = "gave up while waiting: client gone or pause-wait timeout"
+    CUT = "cut by the shutdown (its gate slot released); its shutting_down answer is on its way"
+    REFUSED = "refused at admission: the proxy was stopping (503 shutting_down)"
 
 
 # Phases in which a generation holds an upstream stream (the gate counts them in flight).
 _IN_FLIGHT = (Phase.STREAMING, Phase.ABORTING)
 # Phases a generation never leaves.
-_ENDED = (Phase.DONE, Phase.CANCELLED)
+_ENDED = (Phase.DONE, Phase.CANCELLED, Phase.REFUSED)
+# Phases of a generation the lifecycle admitted and has not seen end.
+_ADMITTED = (Phase.STREAMING, Phase.ABORTING, Phase.WAITING, Phase.CUT)
+# The stop signals the process may send (the second cuts at once).
+_STOP_SIGNALS = 2
 
 
 @attrs.frozen
@@ -78,6 +100,8 @@ class GateGeneration:
 
     phase: Phase
     tokens: int = 0
+    #: admitted by the lifecycle after a stop signal (invariant 7 says never)
+    late: bool = False
 
 
 @attrs.frozen(cache_hash=True)
@@ -91,6 +115,12 @@ class GateWorld:
     # (invariant name, what happened) when the gate refused an event or an effect did not match the generations;
     # the world stops there.
     broken: tuple[str, str] | None = None
+    # With the lifecycle: its snapshot, the stop signals sent, whether its grace timer and the store's flush are
+    # pending (None, 0, False, False without it).
+    lifecycle: Snapshot | None = None
+    stops: int = 0
+    timer: bool = False
+    flushing: bool = False
 
     def describe(self) -> str:
         """One line: gate state and counters, trainer, each generation's phase and tokens."""
@@ -100,6 +130,9 @@ class GateWorld:
             f"gate={self.gate.state.name}(epoch={gate.epoch}, in_flight={gate.in_flight}, waiting={gate.waiting}) "
             f"trainer={self.trainer.name} pauses_left={self.pauses_left} {gens}"
         )
+        if self.lifecycle is not None:
+            text += (f" lifecycle={self.lifecycle.state.name}(in_flight={self.lifecycle.data.in_flight}) "
+                     f"stops={self.stops} timer={self.timer} flushing={self.flushing}")
         return text + (f" BROKEN {self.broken[0]}: {self.broken[1]}" if self.broken else "")
 
 
@@ -111,6 +144,7 @@ class GateConfig(WorldConfig):
     max_tokens: int
     clients_may_leave: bool
     gate: type[RolloutGate]
+    lifecycle: type[life.ServiceLifecycle] | None = None
 
 
 class GateStep(Step):
@@ -124,9 +158,48 @@ class GateStep(Step):
         self.generations = list(world.generations)
         self.trainer = world.trainer
         self.pauses_left = world.pauses_left
+        self.lifecycle, self.stops, self.timer, self.flushing = world.lifecycle, world.stops, world.timer, world.flushing
 
     def world(self, broken: tuple[str, str] | None = None, *, symmetry: bool = True) -> GateWorld:
-        return GateWorld(self.gate, tuple(self.generations), self.trainer, self.pauses_left, broken)
+        return GateWorld(self.gate, tuple(self.generations), self.trainer, self.pauses_left, broken,
+                         self.lifecycle, self.stops, self.timer, self.flushing)
+
+    def lifecycle_send(self, event: object, actor: int | None = None) -> None:
+        """Feed ``event`` to the lifecycle and carry out its effects as ``proxy/controllers/lifecycle.py`` does."""
+        assert self.config.lifecycle is not None and self.lifecycle is not None
+        self.lifecycle, effects = self.config.send(self.config.lifecycle, self.lifecycle, event, "lifecycle")
+        gens = self.generations
+        for effect in effects:
+            if isinstance(effect, (life.AdmitGeneration, life.RefuseGeneration)):
+                if actor is None or not isinstance(event, life.GenerationWantsToStart):
+                    raise Broken(ACCEPTS, f"{effect!r} answers no start")
+                if isinstance(effect, life.RefuseGeneration):
+                    gens[actor] = GateGeneration(Phase.REFUSED)
+                    continue
+                # Admitted: now the gate decides (stream or park).
+                self.gate_send(GenerationWantsToStart(), actor)
+                gens[actor] = attrs.evolve(gens[actor], late=self.stops > 0)
+            elif isinstance(effect, life.StartGraceTimer):
+                self.timer = True
+            elif isinstance(effect, life.FlushStore):
+                self.flushing = True
+            elif isinstance(effect, life.CutGenerations):
+                self._cut(effect)
+            # StopAccepting (the listener closes) and Stopped (the process exits) change nothing modelled here.
+
+    def _cut(self, effect: life.CutGenerations) -> None:
+        """Every admitted generation is cut at once, releasing its gate slot (``Generation.shut_down``)."""
+        gens = self.generations
+        members = [i for i, g in enumerate(gens) if g.phase in _ADMITTED]
+        if effect.count != len(members):
+            raise Broken(ACCEPTS, f"{effect!r} but {len(members)} generation(s) admitted")
+        for i in members:
+            phase = gens[i].phase
+            gens[i] = attrs.evolve(gens[i], phase=Phase.CUT)
+            if phase in _IN_FLIGHT:
+                self.gate_send(GenerationFinished(), i)
+            elif phase is Phase.WAITING:
+                self.gate_send(WaiterCancelled(), i)
 
     def gate_send(self, event: object, actor: int | None = None) -> None:
         """Feed ``event`` to the gate (after the actor's own move) and carry out its effects."""
@@ -171,17 +244,21 @@ def gate_with_generations(
     max_tokens: int = 2,
     clients_may_leave: bool = True,
     gate: type[RolloutGate] = RolloutGate,
+    lifecycle: type[life.ServiceLifecycle] | None = None,
 ) -> Composition:
-    """The gate, a trainer with ``pauses`` pause/resume rounds, and ``n`` generations of ``max_tokens`` tokens."""
-    config = GateConfig(pauses=pauses, max_tokens=max_tokens, clients_may_leave=clients_may_leave, gate=gate)
-    initial = GateWorld(gate.new("v0").snapshot(), (GateGeneration(Phase.IDLE),) * n, Trainer.TRAINING, pauses)
+    """The gate, a trainer with ``pauses`` pause/resume rounds, and ``n`` generations of ``max_tokens`` tokens; with
+    ``lifecycle``, the process's lifecycle and its stop signals too (module docstring)."""
+    config = GateConfig(pauses=pauses, max_tokens=max_tokens, clients_may_leave=clients_may_leave, gate=gate,
+                        lifecycle=lifecycle)
+    initial = GateWorld(gate.new("v0").snapshot(), (GateGeneration(Phase.IDLE),) * n, Trainer.TRAINING, pauses,
+                        lifecycle=None if lifecycle is None else lifecycle.new().snapshot())
 
     def successors(world: GateWorld) -> list[tuple[str, GateWorld]]:
         """Every event enabled in ``world``, labelled for traces."""
         if world.broken is not None:
             return []
-        return take(world, _trainer_moves(world, config) + _generation_moves(world, config),
-                    lambda w: GateStep(w, config), symmetry=False)
+        moves = _trainer_moves(world, config) + _generation_moves(world, config) + _process_moves(world)
+        return take(world, moves, lambda w: GateStep(w, config), symmetry=False)
 
     invariants = (
         Invariant(PAUSED, lambda w: w.gate.state is not State.PAUSED or not _holding(w)),
@@ -191,13 +268,31 @@ def gate_with_generations(
         Invariant(GATE_COUNTS, _counts_match),
         not_broken(ACCEPTS),
     )
+    progress: tuple[Progress, ...] = ()
+    if lifecycle is not None:
+        invariants += (
+            Invariant(STOPPED_HOLDS_NOTHING, lambda w: w.lifecycle.state is not life.State.STOPPED or all(
+                g.phase not in _ADMITTED for g in w.generations)),
+            Invariant(NO_ADMISSION_AFTER_STOP, lambda w: not any(g.late for g in w.generations)),
+            Invariant(LIFECYCLE_COUNTS, lambda w: w.lifecycle.data.in_flight == sum(
+                g.phase in _ADMITTED for g in w.generations)),
+        )
+        progress = (Progress(
+            STOP_COMPLETES, pending=lambda w: w.stops > 0, done=lambda w: w.lifecycle.state is life.State.STOPPED,
+            relies_on=lambda label: not label.startswith("trainer") and "client gone" not in label,
+        ),)
 
     def is_final(world: GateWorld) -> bool:
-        """Everyone is done and no pause call is left hanging."""
-        return world.trainer is Trainer.TRAINING and all(g.phase in _ENDED for g in world.generations)
+        """Everyone is done and no pause call is left hanging (and the process serves, or it stopped)."""
+        serving_or_stopped = world.lifecycle is None or world.lifecycle.state in (life.State.SERVING,
+                                                                                   life.State.STOPPED)
+        return (world.trainer is Trainer.TRAINING and all(g.phase in _ENDED for g in world.generations)
+                and serving_or_stopped)
 
     name = f"RolloutGate x {n} generation(s), {pauses} pause(s), {max_tokens} token(s)"
-    return Composition(name, initial, successors, invariants, is_final, GateWorld.describe)
+    if lifecycle is not None:
+        name += " + ServiceLifecycle"
+    return Composition(name, initial, successors, invariants, is_final, GateWorld.describe, progress)
 
 
 def _trainer_moves(world: GateWorld, config: GateConfig) -> list[tuple[str, Move]]:
@@ -218,6 +313,35 @@ def _trainer_moves(world: GateWorld, config: GateConfig) -> list[tuple[str, Move
     return moves
 
 
+def _process_moves(world: GateWorld) -> list[tuple[str, Move]]:
+    """The process's own moves with the lifecycle: stop signals (at most two), the grace timer, the flush."""
+    if world.lifecycle is None:
+        return []
+    moves: list[tuple[str, Move]] = []
+    if world.stops < _STOP_SIGNALS:
+        moves.append((f"process: stop signal {world.stops + 1}", _stop_signal))
+    if world.timer:
+        moves.append(("process: grace expired", _grace_expired))
+    if world.flushing:
+        moves.append(("process: store flushed", _store_flushed))
+    return moves
+
+
+def _stop_signal(run: GateStep) -> None:
+    run.stops += 1
+    run.lifecycle_send(life.StopRequested())
+
+
+def _grace_expired(run: GateStep) -> None:
+    run.timer = False
+    run.lifecycle_send(life.GraceExpired())
+
+
+def _store_flushed(run: GateStep) -> None:
+    run.flushing = False
+    run.lifecycle_send(life.StoreFlushed())
+
+
 def _pause(run: GateStep) -> None:
     """The trainer pauses (one of its rounds)."""
     run.trainer = Trainer.PAUSE_PENDING
@@ -236,7 +360,10 @@ def _generation_moves(world: GateWorld, config: GateConfig) -> list[tuple[str, M
 def _moves_of(i: int, gen: GateGeneration, config: GateConfig) -> list[tuple[str, Move]]:
     """Generation ``i``'s moves: start, a token, finish, abort acknowledged, give up while waiting."""
     moves: list[tuple[str, Move]] = []
-    if gen.phase is Phase.IDLE:
+    with_lifecycle = config.lifecycle is not None
+    if gen.phase is Phase.IDLE and with_lifecycle:
+        moves.append(("start", lambda run: run.lifecycle_send(life.GenerationWantsToStart(), i)))
+    elif gen.phase is Phase.IDLE:
         moves.append(("start", lambda run: run.gate_send(GenerationWantsToStart(), i)))
     if gen.phase is Phase.STREAMING and gen.tokens < config.max_tokens:
         # A token arrives: local to the generation, the gate does not see it.
@@ -244,14 +371,19 @@ def _moves_of(i: int, gen: GateGeneration, config: GateConfig) -> list[tuple[str
                                                                                          gen.tokens + 1))))
     if gen.phase in _IN_FLIGHT:
         # Stop, length, upstream failure or client gone: the stream ends (also racing an abort).
-        moves.append(("finish", lambda run: _answer(run, i, GateGeneration(Phase.DONE), GenerationFinished())))
+        moves.append(("finish", lambda run: _answer(run, i, GateGeneration(Phase.DONE), GenerationFinished(),
+                                                    with_lifecycle)))
     if gen.phase is Phase.ABORTING:
         # Cut at a token boundary: it keeps its tokens and waits for resume.
         parked = GateGeneration(Phase.WAITING, gen.tokens)
         moves.append(("abort acknowledged", lambda run: _answer(run, i, parked, GenerationAbortAcknowledged())))
     if gen.phase is Phase.WAITING and config.clients_may_leave:
         gone = GateGeneration(Phase.CANCELLED)
-        moves.append(("client gone while waiting", lambda run: _answer(run, i, gone, WaiterCancelled())))
+        moves.append(("client gone while waiting", lambda run: _answer(run, i, gone, WaiterCancelled(),
+                                                                       with_lifecycle)))
+    if gen.phase is Phase.CUT:
+        # Its driver writes the shutting_down answer and ends.
+        moves.append(("answered shutting_down", lambda run: _ended(run, i, GateGeneration(Phase.DONE))))
     return moves
 
 
@@ -260,10 +392,18 @@ def _set(run: GateStep, i: int, gen: GateGeneration) -> None:
     run.generations[i] = gen
 
 
-def _answer(run: GateStep, i: int, gen: GateGeneration, event: object) -> None:
-    """Generation ``i`` moves on, then tells the gate."""
+def _answer(run: GateStep, i: int, gen: GateGeneration, event: object, ends_with_lifecycle: bool = False) -> None:
+    """Generation ``i`` moves on, then tells the gate (and, when it ended, the lifecycle)."""
     run.generations[i] = gen
     run.gate_send(event, i)
+    if ends_with_lifecycle:
+        run.lifecycle_send(life.GenerationEnded())
+
+
+def _ended(run: GateStep, i: int, gen: GateGeneration) -> None:
+    """Generation ``i`` ended after its cut: only the lifecycle hears of it (the gate slot was released)."""
+    run.generations[i] = gen
+    run.lifecycle_send(life.GenerationEnded())
 
 
 def _holding(world: GateWorld) -> bool:

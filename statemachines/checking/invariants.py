@@ -46,6 +46,12 @@ OWNED_ONCE = "every_committed_step_owned_by_exactly_one_chain"  # [6]
 PATHS = "chains_are_token_paths"  # [6]
 EXPORTED_ONCE = "every_committed_step_in_exactly_one_exported_segment"  # [6]
 SESSION_COUNTS = "session_counts_match_generations"
+# The process lifecycle's (the gate world with ServiceLifecycle): graceful shutdown, issue 15.
+STOPPED_HOLDS_NOTHING = "after_stopped_no_generation_is_streaming_or_waiting"
+NO_ADMISSION_AFTER_STOP = "no_admission_after_draining_began"
+LIFECYCLE_COUNTS = "lifecycle_counts_match_generations"
+# A liveness property (explorer.Progress): a stop completes without the trainer's or the clients' help.
+STOP_COMPLETES = "every_stop_reaches_stopped_without_the_trainer_or_clients"
 
 G = gen_sm.State
 # Machine states that hold an upstream request (the gate counts them in flight), and those the gate counts waiting.

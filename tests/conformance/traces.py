@@ -27,6 +27,7 @@ from statemachines import rollout_gate as gate_sm
 from statemachines import session as session_sm
 from statemachines.core import Machine, Sent, Snapshot
 from statemachines.generation_machine import GenerationMachine
+from statemachines.service_lifecycle import ServiceLifecycle
 
 #: The machine kinds, as the world names its roles (``gate``, ``session``, ``c<k>``, ``g<i>``).
 GATE, SESSION, CHAIN, GENERATION = "gate", "session", "chain", "generation"
@@ -153,6 +154,8 @@ class Recorder:
         for machine, steps in by_machine.items():
             if not steps:
                 continue  # only stutters: nothing to compare
+            if isinstance(machine, ServiceLifecycle):
+                continue  # the process's lifecycle is not in the full world (the gate world checks it)
             kind = kind_of(type(machine))
             counts[kind] = counts.get(kind, 0) + 1
             traces.append(MachineTrace(kind, f"{kind}#{counts[kind]}", tuple(s for _, s in steps),
