@@ -44,6 +44,7 @@ import attrs
 import trio
 
 from proxy.controllers.idempotency import IdempotencyKeys
+from proxy.controllers.off_loop import run_off_loop, run_sized
 from proxy.tokenization.results import TitoFailure
 from proxy.tokenization.tito import TitoTokenizer
 from proxy.trajectory.boundaries import BoundaryReason
@@ -222,11 +223,10 @@ class SessionRegistry:
             ids = await self._cpu(plan.messages, tokenize_plan, self.tokenizer, plan)
         return ids, plan
 
-    async def _cpu(self, messages: Sequence[Any], function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a tokenizer call inline, or in a worker thread when its messages are long."""
-        if _text_size(messages) <= self.config.thread_encode_chars:
-            return function(*args, **kwargs)
-        return await trio.to_thread.run_sync(lambda: function(*args, **kwargs))
+    async def _cpu(self, messages: Sequence[Any], function: Callable[..., T], *args: Any) -> T:
+        """Run a tokenizer call inline, or off the loop (``proxy/controllers/off_loop.py``) when its messages are
+        long."""
+        return await run_sized(_text_size(messages), self.config.thread_encode_chars, function, *args)
 
     async def commit(
         self,
@@ -348,9 +348,7 @@ class SessionRegistry:
         try:
             tokens = sum(tip.length for tip in job.export.tips)
             if tokens > self.config.thread_export_tokens:
-                segments = await trio.to_thread.run_sync(
-                    export_segments, job.export, self.config.export, self.tokenizer
-                )
+                segments = await run_off_loop(export_segments, job.export, self.config.export, self.tokenizer)
             else:
                 segments = export_segments(job.export, self.config.export, self.tokenizer)
             await self.store.write(session.session_id, segments)
