@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import attrs
@@ -133,15 +134,19 @@ class LockedSession:
             self.idempotency = None
 
 
-def _text_size(messages: Sequence[Any]) -> int:
-    """Characters of string content, to decide whether an encode is worth a worker thread."""
+def _text_size(messages: Any) -> int:
+    """Characters of string content, to decide whether an encode is worth a worker thread. Total: it runs before
+    the messages are validated (anything that is not text counts 0)."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        return 0
     size = 0
     for message in messages:
         content = message.get("content") if isinstance(message, Mapping) else None
         if isinstance(content, str):
             size += len(content)
         elif isinstance(content, Sequence):
-            size += sum(len(part.get("text", "")) for part in content if isinstance(part, Mapping))
+            size += sum(len(text) for part in content if isinstance(part, Mapping)
+                        and isinstance(text := part.get("text"), str))
     return size
 
 
@@ -187,7 +192,9 @@ class SessionRegistry:
         """
         # The keys are pure and O(request text): computed before taking the lock (and before a malformed request
         # could create a session).
-        keys = request_keys(messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
+        keys = await self._cpu(
+            messages, partial(request_keys, messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
+        )
         locked = self._locked(session_id)
         async with locked.lock:
             handle, plan = locked.session.prepare(

@@ -102,9 +102,10 @@ async def test_a_large_body_is_parsed_validated_rendered_and_encoded_off_the_eve
     tito = proxy.handle.services.sessions.tokenizer
     real_render = tito._render
 
-    def render(*args: Any, **kwargs: Any) -> str:
-        seen["render"].append(threading.current_thread())
-        return real_render(*args, **kwargs)
+    def render(messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> str:
+        if any(len(str(message.get("content"))) >= LARGE_TEXT_CHARS for message in messages):
+            seen["render"].append(threading.current_thread())
+        return real_render(messages, *args, **kwargs)
 
     monkeypatch.setattr(json, "loads", loads)
     monkeypatch.setattr(ChatCompletionRequest, "from_http", classmethod(from_http))
