@@ -5,21 +5,23 @@ stream); a step that holds it for long holds all of them (issue 15: a 10 MB prom
 The O(request size) steps of the request path therefore run here when their input is large:
 
 - parsing and validating a request body (``json.loads``, the Unicode walk, ``ChatCompletionRequest.from_http``),
-  and the idempotency fingerprint of a chat body (``proxy/routes/body_reader.py``);
+  and the idempotency fingerprint of a chat body (``proxy/routes/json_body.py``);
 - rendering the chat template and encoding a step's context (``SessionRegistry`` in
   ``proxy/controllers/session_registry.py``), and exporting a long session's segments.
 
 Why threads and not a process pool: the HF tokenizer releases the GIL while it encodes (through ``encode_batch``,
 see ``proxy/tokenization/tito.py:TitoTokenizer.encode_text``), and that is where nearly all the time of a large
-request goes (about 2.5 s per MB of text here, against 6 ms per MB for ``json.loads``). The pure-Python steps
-(``json.loads``, the template render) hold the GIL, but a running thread hands it back to the loop every
-``sys.getswitchinterval()`` (5 ms), so the loop keeps answering. A process pool would have to pickle the parsed
-body or the ids back, which costs the loop about as much as the work it moved (docs/benchmarks.md).
+request goes (about 2.5 s per MB of text here, against ~6 ms per MB for ``json.loads``). Python code in a thread
+(the template render, the id conversion in slices) hands the GIL back to the loop every ``sys.getswitchinterval()``
+(5 ms); a single C call holds it until it returns wherever it runs (``json.loads`` of 10 MB: ~45 ms; freeing the
+tokenizer's result for 2.5M tokens: ~0.9 s). A process pool would move those last ones out of the process, but a
+parsed body would have to be unpickled on the loop (about the cost of parsing it), and each worker would hold a
+second tokenizer: measured, threads meet the target (docs/benchmarks.md).
 
 **One limiter** (:func:`limiter`, ``OFF_LOOP_THREADS`` threads) bounds the threads every such step may use
 together, so a burst of large requests queues instead of starting one thread each (the work would not finish
 sooner on a 2-core host, and each would hold its body and ids meanwhile). Small inputs stay inline: a thread hop
-costs ~0.1 ms, more than the work it would move (thresholds measured in docs/benchmarks.md).
+costs ~0.3 ms here, more than the work it would move (thresholds measured in docs/benchmarks.md).
 
 Cancellation: a step in a thread runs to its end (trio cannot interrupt a thread); the caller then sees its
 cancellation at its next checkpoint, as it would have after the inline call.
