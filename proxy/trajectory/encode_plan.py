@@ -19,7 +19,7 @@ from proxy.trajectory.session_errors import InvalidMessagesError
 from proxy.trajectory.tokens import Step
 
 
-#: ids converted per C call by id_array (about 5 ms of GIL each)
+#: ids converted per C call by id_array (about 7 ms of GIL each, measured on 2.5M ids)
 _ID_SLICE = 65_536
 
 
