@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import attrs
 import trio
 
 from proxy.controllers.idempotency import IdempotencyKeys
+from proxy.controllers.off_loop import run_off_loop, run_sized
 from proxy.tokenization.results import TitoFailure
 from proxy.tokenization.tito import TitoTokenizer
 from proxy.trajectory.boundaries import BoundaryReason
@@ -132,15 +134,19 @@ class LockedSession:
             self.idempotency = None
 
 
-def _text_size(messages: Sequence[Any]) -> int:
-    """Characters of string content, to decide whether an encode is worth a worker thread."""
+def _text_size(messages: Any) -> int:
+    """Characters of string content, to decide whether an encode is worth a worker thread. Total: it runs before
+    the messages are validated (anything that is not text counts 0)."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        return 0
     size = 0
     for message in messages:
         content = message.get("content") if isinstance(message, Mapping) else None
         if isinstance(content, str):
             size += len(content)
         elif isinstance(content, Sequence):
-            size += sum(len(part.get("text", "")) for part in content if isinstance(part, Mapping))
+            size += sum(len(text) for part in content if isinstance(part, Mapping)
+                        and isinstance(text := part.get("text"), str))
     return size
 
 
@@ -186,7 +192,9 @@ class SessionRegistry:
         """
         # The keys are pure and O(request text): computed before taking the lock (and before a malformed request
         # could create a session).
-        keys = request_keys(messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
+        keys = await self._cpu(
+            messages, partial(request_keys, messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
+        )
         locked = self._locked(session_id)
         async with locked.lock:
             handle, plan = locked.session.prepare(
@@ -222,11 +230,10 @@ class SessionRegistry:
             ids = await self._cpu(plan.messages, tokenize_plan, self.tokenizer, plan)
         return ids, plan
 
-    async def _cpu(self, messages: Sequence[Any], function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a tokenizer call inline, or in a worker thread when its messages are long."""
-        if _text_size(messages) <= self.config.thread_encode_chars:
-            return function(*args, **kwargs)
-        return await trio.to_thread.run_sync(lambda: function(*args, **kwargs))
+    async def _cpu(self, messages: Sequence[Any], function: Callable[..., T], *args: Any) -> T:
+        """Run a tokenizer call inline, or off the loop (``proxy/controllers/off_loop.py``) when its messages are
+        long."""
+        return await run_sized(_text_size(messages), self.config.thread_encode_chars, function, *args)
 
     async def commit(
         self,
@@ -348,9 +355,7 @@ class SessionRegistry:
         try:
             tokens = sum(tip.length for tip in job.export.tips)
             if tokens > self.config.thread_export_tokens:
-                segments = await trio.to_thread.run_sync(
-                    export_segments, job.export, self.config.export, self.tokenizer
-                )
+                segments = await run_off_loop(export_segments, job.export, self.config.export, self.tokenizer)
             else:
                 segments = export_segments(job.export, self.config.export, self.tokenizer)
             await self.store.write(session.session_id, segments)

@@ -2,7 +2,8 @@
 
 Thin on purpose (``docs/request-path.md`` describes the whole path). The body is read before anything is answered
 (``serving.http_server``'s hook, stack-notes pitfall 1); ``ChatCompletionRequest.from_http`` validates it (a 4xx
-``ApiError`` for anything wrong); the controller prepares the step and raises ``ApiError`` for refusals; then:
+``ApiError`` for anything wrong; a large body is parsed and validated in a worker thread,
+``proxy/routes/json_body.py``); the controller prepares the step and raises ``ApiError`` for refusals; then:
 
 - non-streaming: wait for the ``chat.completion`` object (or the ``ApiError`` to answer);
 - streaming: wait for the first SSE bytes (or the ``ApiError`` to answer with its status, nothing sent yet), then
@@ -24,15 +25,20 @@ idempotency key, its answer is recorded once every choice committed.
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Any
+
 from quart import Response, request
 from quart_trio import QuartTrio
+from werkzeug.datastructures import Headers
 
-from proxy.api import ChatCompletionRequest, dumps, parse_json_body
+from proxy.api import ChatCompletionRequest, dumps
 from proxy.api.session_identity import SessionIdSources
 from proxy.controllers import idempotency
 from proxy.controllers.choices import ChoiceSet
 from proxy.controllers.generation_driver import Generation
 from proxy.request_end import on_request_end
+from proxy.routes.json_body import read_json_body
 from proxy.services import ProxyServices
 
 #: response headers of a stream: no caching, no proxy buffering (nginx honours X-Accel-Buffering)
@@ -50,21 +56,26 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
 
     @app.post("/v1/chat/completions")
     async def chat_completions() -> Response:
-        body = parse_json_body(await request.get_data())
-        chat = ChatCompletionRequest.from_http(
-            body, request.headers, session_ids, tool_call_type=config.effective_tool_call_type,
-            max_messages=config.max_messages,
-        )
-        key = idempotency.key_from_headers(request.headers)
+        chat, key, fingerprint = await read_json_body(partial(read_chat, request.headers))
         keys = sessions.idempotency_keys(chat.session_id) if key is not None else None
         if keys is None:
             return await answer(chat, None)
-        claim = await keys.claim(key, idempotency.fingerprint(body))
+        claim = await keys.claim(key, fingerprint)
         if isinstance(claim, idempotency.RecordedResponse):
             response = Response(claim.body, status=200, content_type=claim.content_type)
             response.headers.update(idempotency.replay_headers(claim, SSE_HEADERS))
             return response
         return await answer(chat, claim)
+
+    def read_chat(headers: Headers, body: Any) -> tuple[ChatCompletionRequest, str | None, str | None]:
+        """The request, its Idempotency-Key and (with a key) the body's fingerprint: every O(body) step of the
+        request's reading, run together (off the loop for a large body, ``proxy/routes/json_body.py``)."""
+        chat = ChatCompletionRequest.from_http(
+            body, headers, session_ids, tool_call_type=config.effective_tool_call_type,
+            max_messages=config.max_messages,
+        )
+        key = idempotency.key_from_headers(headers)
+        return chat, key, idempotency.fingerprint(body) if key is not None else None
 
     async def answer(chat: ChatCompletionRequest, claim: idempotency.Claim | None) -> Response:
         """Generate and answer; with a claim, record a committed answer under its key (or free the key)."""

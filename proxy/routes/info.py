@@ -54,8 +54,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
             # i15-memory adds SessionRegistry.approximate_bytes(): the lead wires services.sessions' here at merge.
             bytes_held=None,
             memory_budget=config.memory_budget,
-            # i15-shutdown adds the lifecycle controller: the lead wires services.lifecycle.draining here at merge.
-            draining=False,
+            draining=services.lifecycle.draining,
         )
 
     @app.get("/health")

@@ -32,11 +32,12 @@ session error the app translates), rendered by ``proxy.app`` in the OpenAI error
 from __future__ import annotations
 
 
-from quart import jsonify, request
+from quart import jsonify
 from quart_trio import QuartTrio
 
-from proxy.api import ApiError, FinalizeRequest, TrajectoryReadRequest, parse_json_body, report_json
+from proxy.api import ApiError, FinalizeRequest, TrajectoryReadRequest, report_json
 from proxy.api.fields import identifier
+from proxy.routes.json_body import read_json_body
 from proxy.services import ProxyServices
 
 
@@ -45,7 +46,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
 
     @app.post("/session/finalize")
     async def finalize_session():
-        body = FinalizeRequest.from_json(parse_json_body(await request.get_data()))
+        body = await read_json_body(FinalizeRequest.from_json)
         result = await sessions.finalize(
             body.session_id, body.reward_info, body.instance_id, rollout_id=body.rollout_id
         )
@@ -60,7 +61,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
 
     @app.post("/trajectory/read")
     async def read_trajectory():
-        body = TrajectoryReadRequest.from_json(parse_json_body(await request.get_data()))
+        body = await read_json_body(TrajectoryReadRequest.from_json)
         segments = await sessions.read(session_id=body.session_id, trajectory_id=body.trajectory_id, drain=body.drain)
         if not segments:
             if body.trajectory_id is not None:

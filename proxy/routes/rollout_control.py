@@ -31,13 +31,14 @@ Everything is the :class:`~proxy.controllers.gate.GateController`'s (``services.
 from __future__ import annotations
 
 import trio
-from quart import jsonify, request
+from quart import jsonify
 from quart_trio import QuartTrio
 
-from proxy.api import ApiError, parse_json_body
+from proxy.api import ApiError
 from proxy.api.errors import ErrorCode
 from proxy.api.rollout_requests import ResumeRequest
 from proxy.controllers.gate import GateController, ResumeRefusedError
+from proxy.routes.json_body import read_json_body
 from proxy.services import ProxyServices
 
 
@@ -65,7 +66,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
 
     @app.post("/v1/rollout/resume")
     async def resume():
-        body = ResumeRequest.from_json(parse_json_body(await request.get_data()))
+        body = await read_json_body(ResumeRequest.from_json)
         try:
             result = await gate.resume(body.weight_version)
         except ResumeRefusedError as exc:

@@ -41,8 +41,9 @@ class SessionConfig:
     ignore_cch_for_prefix_hash: bool = False
     # Chat-template kwargs applied under every request's own (they are part of the context key).
     default_template_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
-    # Full encodes of requests whose text exceeds this many characters run in a worker thread.
-    thread_encode_chars: int = 16_384
+    # Encodes of requests whose text exceeds this many characters run off the event loop
+    # (proxy/controllers/off_loop.py): from about 4k characters a worker thread is faster than inline too.
+    thread_encode_chars: int = 4_096
     # Exports of sessions holding more tokens than this run in a worker thread.
     thread_export_tokens: int = 65_536
 
