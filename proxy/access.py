@@ -47,6 +47,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
+import trio
 from werkzeug.http import parse_options_header
 
 from proxy.api.errors import ApiError, ErrorCode
@@ -269,9 +270,16 @@ def _header_map(scope: MutableMapping[str, Any]) -> dict[str, str]:
 class AccessMiddleware:
     """ASGI middleware applying :class:`AccessPolicy` (see the module docstring for the rules and their order)."""
 
-    def __init__(self, app: Callable[..., Any], policy: AccessPolicy) -> None:
+    def __init__(
+        self, app: Callable[..., Any], policy: AccessPolicy, *, drain_bytes: int = 32 * 1024**2,
+        drain_seconds: float = 120.0,
+    ) -> None:
         self.app = app
         self.policy = policy
+        #: a refused request's body is read (and dropped) up to these bounds, the body limits of
+        #: proxy/service_flags.py, so a refusal is no way around --max-body-bytes and --body-read-timeout
+        self.drain_bytes = drain_bytes
+        self.drain_seconds = drain_seconds
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") != "http":
@@ -288,7 +296,7 @@ class AccessMiddleware:
         if refusal is None and origin is not None:
             refusal = origin_refusal(self.policy, origin, host, str(scope.get("scheme", "http")))
         if refusal is None and cors and method == "OPTIONS" and "access-control-request-method" in headers:
-            await _drain(receive)
+            await self._drain(receive)
             await self._preflight(send, headers)
             return
         if refusal is None:
@@ -301,10 +309,22 @@ class AccessMiddleware:
         if refusal is None:
             await self.app(scope, receive, send)
             return
-        await _drain(receive)
+        whole_body_read = await self._drain(receive)
         # Never the key: the code says which rule refused (the path may name a session, which is no secret here).
         log.info("refused %s %s: %s", method, scope.get("path"), refusal.code)
-        await _send_error(send, refusal)
+        await _send_error(send, refusal, close=not whole_body_read)
+
+    async def _drain(self, receive: Any) -> bool:
+        """Read the request body to its end, keeping nothing (see the module docstring); False when it did not end
+        within the body limits (the answer then closes the connection instead of leaving unread bytes on it)."""
+        received = 0
+        with trio.move_on_after(self.drain_seconds):
+            while received <= self.drain_bytes:
+                message = await receive()
+                if message.get("type") != "http.request" or not message.get("more_body"):
+                    return True
+                received += len(message.get("body") or b"")
+        return False
 
     @staticmethod
     def _with_cors(send: Any, origin: str) -> Any:
@@ -332,17 +352,11 @@ class AccessMiddleware:
         await send({"type": "http.response.body", "body": b""})
 
 
-async def _drain(receive: Any) -> None:
-    """Read the request body to its end, keeping nothing (see the module docstring)."""
-    while True:
-        message = await receive()
-        if message.get("type") != "http.request" or not message.get("more_body"):
-            return
-
-
-async def _send_error(send: Any, error: ApiError) -> None:
+async def _send_error(send: Any, error: ApiError, *, close: bool = False) -> None:
     body = error.to_body()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
     headers += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in error.headers.items()]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -51,6 +51,10 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
     # route. Every exchange's end is seen, also one cut before a streaming body started (proxy/request_end.py);
     # outermost, every exchange gets its request id (the context of everything it runs, the X-Request-Id header),
     # refusals included.
-    access = AccessMiddleware(app.asgi_app, AccessPolicy.from_config(services.config))
+    config = services.config
+    access = AccessMiddleware(
+        app.asgi_app, AccessPolicy.from_config(config), drain_bytes=config.max_body_bytes,
+        drain_seconds=config.body_read_timeout,
+    )
     app.asgi_app = RequestIdMiddleware(RequestEndHooks(access))  # type: ignore[method-assign]
     return app

@@ -22,7 +22,7 @@ from tests.e2e.harness import Proxy
 BOUND = 30  # seconds: a generous bound; the refusals come after a fraction of a second
 SHORT = 0.5  # seconds: the timeouts under test
 USER = [{"role": "user", "content": "hello"}]
-CHAT_HEAD = "POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\n"
+CHAT_HEAD = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
 
 
 async def connect(proxy: Proxy) -> trio.SocketStream:
@@ -122,6 +122,24 @@ async def test_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(start_pr
     assert error["limit"] == 16 * 1024
 
 
+async def test_a_refused_request_is_no_way_around_the_body_limit(start_proxy) -> None:
+    """A request the access rules refuse (here a text/plain post, 415) has its body read and dropped before the
+    answer, but only up to --max-body-bytes: an endless chunked body still gets its answer, and the connection is
+    closed instead of being read forever."""
+    proxy = await start_proxy(max_body_bytes=16 * 1024)
+    chunk = b"x" * 4096
+    with trio.fail_after(BOUND):
+        stream = await connect(proxy)
+        async with stream:
+            await stream.send_all(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
+                b"X-Session-Id: refused\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + b"%x\r\n%s\r\n" % (len(chunk), chunk) * 6  # 24 KiB, and no final 0-chunk
+            )
+            raw = await read_until_closed(stream)
+    assert_refused(raw, 415, "unsupported_media_type")
+
+
 # -- messages per request ----------------------------------------------------------------------------------------
 
 
@@ -195,7 +213,7 @@ async def test_an_idle_keep_alive_connection_is_closed_after_keep_alive_timeout(
     with trio.fail_after(BOUND):
         used, silent = await connect(proxy), await connect(proxy)
         async with used, silent:
-            await used.send_all(b"GET /health HTTP/1.1\r\nHost: proxy\r\n\r\n")
+            await used.send_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             status, headers, body = parse_response(await read_until_closed(used))
             assert await read_until_closed(silent) == b""  # never sent a byte: closed without an answer
     assert status == 200 and "connection" not in headers  # a keep-alive answer, then closed when idle
