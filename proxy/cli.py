@@ -14,6 +14,7 @@ from engine import EngineConfig, EngineHandle, serve_engine
 from engine.cli import add_engine_arguments, engine_config_from_args
 from proxy.app import create_proxy_app
 from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args, sglang_ssl_context
+from proxy.controllers.session_reaper import expiry_policy, run_reaper
 from proxy.service_flags import add_service_arguments, service_settings_from_args
 from proxy.services import ProxyServices
 from proxy.upstream.client import SGLangClient
@@ -79,6 +80,7 @@ async def run_proxy(
             # Loading the tokenizer takes about a second; keep the event loop (and the engine) responsive.
             services = await trio.to_thread.run_sync(ProxyServices.build, config, upstream)
             app = create_proxy_app(services)
+            nursery.start_soon(run_reaper, services.sessions, expiry_policy(config))
             # Known from the start when the upstream can say; otherwise asked again when a request needs it.
             await services.context_window.refresh()
             url = await nursery.start(serve_app, app, config.host, config.port)
