@@ -20,7 +20,7 @@ Flat means: the settled counts and bytes return to the baseline every cycle (exa
 keep nothing), and the settled RSS stops growing after the first cycles (the allocator keeps pages it has used,
 so it grows during the first cycles and then reuses them).
 
-Bounded: ``--seconds`` (default 60) of cycles, each with ``--sessions`` sessions (default 100); 127.0.0.1 only.
+Bounded: ``--seconds`` (default 60) of cycles, each with ``--sessions`` sessions (default 40); 127.0.0.1 only.
 
     .venv/bin/python bench/soak.py [--seconds 60] [--sessions 200] [--steps 3] [--abandon 5]
 
@@ -45,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 #: how long past a timeout a cycle waits for the reaper (in sweep intervals: the reaper sweeps 4 times per timeout)
 SETTLE_FACTOR = 1.6
 NO_THINKING = {"enable_thinking": False}
+#: finished requests the embedded engine remembers (see main_async)
+ENGINE_REQUEST_LOG = 16
 #: a user turn of about 1 KB, so that a session's messages weigh something next to its tokens
 FILLER = " ".join(f"item{i} holds the value {i * 7}" for i in range(40))
 
@@ -75,7 +77,7 @@ class Cycle:
 class SoakSettings:
     """One soak's shape; ``idle_timeout`` and ``tombstone_ttl`` are the proxy's."""
 
-    sessions: int = 100
+    sessions: int = 40
     steps: int = 3
     abandon: int = 5
     concurrency: int = 16
@@ -92,7 +94,8 @@ async def _session(client: httpx.AsyncClient, session_id: str, steps: int) -> No
             "/v1/chat/completions", headers={"X-Session-Id": session_id},
             json={"model": "m", "messages": messages, "max_tokens": 16, "chat_template_kwargs": NO_THINKING},
         )
-        response.raise_for_status()
+        if response.status_code != 200:
+            raise AssertionError(f"{session_id} step {step}: {response.status_code} {response.text}")
         messages.append({"role": "assistant", "content": response.json()["choices"][0]["message"]["content"]})
 
 
@@ -167,6 +170,7 @@ def print_cycle(record: Cycle) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> None:
+    from engine import EngineConfig
     from proxy.cli import run_proxy
     from proxy.config import ProxyConfig
     from serving.tokenizer_files import model_tokenizer_path
@@ -178,8 +182,11 @@ async def main_async(args: argparse.Namespace) -> None:
         tombstone_ttl=settings.tombstone_ttl, tool_call_parse_backend="local", reasoning_parse_backend="local",
     )
     async with trio.open_nursery() as nursery:
-        handle = await nursery.start(run_proxy, config)
-        start = time.monotonic()
+        # The engine's request log (1000 finished requests by default, each with its token ids) would fill during
+        # the first cycles and look like the proxy's growth: keep it short.
+        engine = EngineConfig(tokenizer_path=path, request_log_size=ENGINE_REQUEST_LOG)
+        handle = await nursery.start(run_proxy, config, engine)
+        start, baseline = time.monotonic(), rss_bytes()
         print(f"soak: {args.sessions} sessions x {args.steps} steps per cycle, every {args.abandon}th left idle, "
               f"idle timeout = tombstone TTL = {args.timeout} s, for {args.seconds} s; RSS = this process")
         print("| cycle | sessions | idle-finalized | peak RSS MiB | settled RSS MiB | peak registry sessions | "
@@ -189,15 +196,20 @@ async def main_async(args: argparse.Namespace) -> None:
         nursery.cancel_scope.cancel()
     settled = [c.settled_rss for c in cycles]
     peak_approx = max(c.peak["approximate_bytes"] for c in cycles)
-    print(f"\nsettled RSS: first {_mib(settled[0])} MiB, last {_mib(settled[-1])} MiB; growth after cycle 2: "
-          f"{_mib(settled[-1] - settled[min(2, len(settled) - 1)])} MiB over {max(0, len(settled) - 3)} cycles; "
-          f"one cycle's approximate bytes at its peak: {_mib(peak_approx)} MiB")
+    warm = min(2, len(settled) - 1)
+    later = len(settled) - 1 - warm
+    growth = settled[-1] - settled[warm]
+    print(f"\nRSS before the first cycle {_mib(baseline)} MiB; settled after cycle 0 {_mib(settled[0])} MiB, after "
+          f"cycle {warm} {_mib(settled[warm])} MiB, after the last {_mib(settled[-1])} MiB")
+    print(f"one cycle's working set (approximate bytes at its peak): {_mib(peak_approx)} MiB; settled RSS growth "
+          f"after cycle {warm}: {_mib(growth)} MiB over {later} cycle(s) = "
+          f"{growth / max(1, later) / peak_approx:.3f} working set per cycle")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument("--sessions", type=int, default=40)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--abandon", type=int, default=5, help="every Nth session is left to the idle timeout")
     parser.add_argument("--concurrency", type=int, default=16)

@@ -45,7 +45,8 @@ async def test_soak_memory_returns_to_baseline_every_cycle(start_proxy, mock_clo
     # Virtual timeouts long enough that autojumps while requests run never idle a session mid-conversation.
     settings = soak.SoakSettings(sessions=20, steps=2, abandon=4, concurrency=8, idle_timeout=600.0,
                                  tombstone_ttl=600.0)
-    proxy = await start_proxy(session_idle_timeout=settings.idle_timeout, tombstone_ttl=settings.tombstone_ttl)
+    proxy = await start_proxy(session_idle_timeout=settings.idle_timeout, tombstone_ttl=settings.tombstone_ttl,
+                              engine={"request_log_size": soak.ENGINE_REQUEST_LOG})
     cycles = await soak.soak(proxy.url, settings, lambda done: done < CYCLES, lambda cycle: None)
     assert len(cycles) == CYCLES
     keys = ("registry_sessions", "registry_tombstones", "registry_bytes", "sessions", "segments", "bytes",
