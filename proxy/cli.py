@@ -20,6 +20,7 @@ from proxy.app import create_proxy_app
 from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args, sglang_ssl_context
 from proxy.controllers.lifecycle import LifecycleController
 from proxy.http_limits import http_limits
+from proxy.controllers.session_reaper import expiry_policy, run_reaper
 from proxy.service_flags import add_service_arguments, service_settings_from_args
 from proxy.services import ProxyServices
 from proxy.upstream.client import SGLangClient
@@ -98,6 +99,7 @@ async def run_proxy(
             # Loading the tokenizer takes about a second; keep the event loop (and the engine) responsive.
             services = await trio.to_thread.run_sync(ProxyServices.build, config, upstream)
             app = create_proxy_app(services)
+            nursery.start_soon(run_reaper, services.sessions, expiry_policy(config))
             # Known from the start when the upstream can say; otherwise asked again when a request needs it.
             await services.context_window.refresh()
             lifecycle = services.lifecycle

@@ -23,6 +23,11 @@ them (``in_flight``: admitted, not yet committed or dropped) and the steps they 
   a drop or a TITO failure has no effect. ``in_flight`` keeps counting so the controller can report stragglers.
 - ``SegmentsDrained`` (the store handed out and removed every segment): FINALIZED -> DRAINED.
 - ``AbortRequested`` discards an active session without export (ABORTED).
+- ``IdleTimeout`` (the session saw no request for ``--session-idle-timeout``; the controller's clock decides that):
+  an ACTIVE session with no generation in flight is finalized exactly as by ``FinalizeRequested`` (FINALIZING,
+  ``ExportSession``); with generations in flight it stays ACTIVE (``StillGenerating``: an idle finalize never cuts
+  a generation, and its commit would be rejected). In any other state it changes nothing: the session was already
+  closed by the time the timer fired.
 
 Idempotent events: finalize while FINALIZING (``AlreadyFinalizing``: wait for the export in progress) or once
 FINALIZED or DRAINED (``AlreadyFinalized``); abort once ABORTED (``AlreadyAborted``); drained again. Refused, as
@@ -113,6 +118,11 @@ class AbortRequested:
     """The session is to be discarded without export."""
 
 
+@attrs.frozen
+class IdleTimeout:
+    """The session saw no request for the idle timeout: finalize it unless a generation is in flight."""
+
+
 EVENTS = (
     GenerationRequested,
     TitoFailed,
@@ -123,6 +133,7 @@ EVENTS = (
     ExportFailed,
     SegmentsDrained,
     AbortRequested,
+    IdleTimeout,
 )
 
 
@@ -229,6 +240,13 @@ class RetryExport:
     """Run the kept export again and write its segments to the store, then report the outcome."""
 
     steps: int
+    in_flight: int
+
+
+@attrs.frozen
+class StillGenerating:
+    """An idle timeout while generations are in flight: the session stays active."""
+
     in_flight: int
 
 
@@ -384,6 +402,18 @@ def _abort(state: State, session: SessionData, event: AbortRequested) -> Goto:
     return Goto(State.ABORTED, session, [DiscardSession("the session was aborted")])
 
 
+def _idle(state: State, session: SessionData, event: IdleTimeout) -> Goto:
+    """Idle: finalize like FinalizeRequested, unless a generation is still in flight."""
+    if session.in_flight:
+        return Goto(state, session, [StillGenerating(session.in_flight)])
+    return _finalize(state, session, FinalizeRequested())
+
+
+def _idle_closed(state: State, session: SessionData, event: IdleTimeout) -> Goto:
+    """An idle timer that fires after the session left ACTIVE: nothing to do."""
+    return Goto(state, session)
+
+
 def _already_aborted(state: State, session: SessionData, event: AbortRequested) -> Goto:
     """A second abort."""
     return Goto(state, session, [AlreadyAborted()])
@@ -417,6 +447,11 @@ TABLE = TransitionTable.build(
         on(State.ACTIVE, GenerationDropped, _drop, Branch(State.ACTIVE, [ReleaseBranch], when="in_flight > 0")),
         on(State.ACTIVE, FinalizeRequested, _finalize, Branch(State.FINALIZING, [ExportSession])),
         on(State.ACTIVE, AbortRequested, _abort, Branch(State.ABORTED, [DiscardSession])),
+        on(
+            State.ACTIVE, IdleTimeout, _idle,
+            Branch(State.FINALIZING, [ExportSession], when="in_flight == 0"),
+            Branch(State.ACTIVE, [StillGenerating], when="in_flight > 0"),
+        ),
         # FINALIZING: the export runs; everything else is refused or rejected.
         on(State.FINALIZING, FinalizeRequested, _already_finalizing, Branch(State.FINALIZING, [AlreadyFinalizing])),
         on(State.FINALIZING, ExportCompleted, _export_completed, Branch(State.FINALIZED, [Finalized])),
@@ -441,7 +476,8 @@ TABLE = TransitionTable.build(
     + [on(state, TitoFailed, _late_restart, Branch(state, when="in_flight > 0")) for state in _LEFT_ACTIVE]
     + [on(state, CommitRequested, _reject, Branch(state, [RejectCommit], when="in_flight > 0"))
        for state in _LEFT_ACTIVE]
-    + [on(state, GenerationDropped, _drop, Branch(state, when="in_flight > 0")) for state in _LEFT_ACTIVE],
+    + [on(state, GenerationDropped, _drop, Branch(state, when="in_flight > 0")) for state in _LEFT_ACTIVE]
+    + [on(state, IdleTimeout, _idle_closed, Branch(state)) for state in _LEFT_ACTIVE],
 )
 
 
@@ -465,9 +501,9 @@ class SessionMachine(Machine):
 
 __all__ = [
     "State", "GenerationRequested", "TitoFailed", "CommitRequested", "GenerationDropped", "FinalizeRequested",
-    "ExportCompleted", "ExportFailed", "SegmentsDrained", "AbortRequested", "EVENTS", "AdmitGeneration",
-    "MaxStepsReached", "SessionClosed", "RestartSegment", "AcceptCommit", "RejectCommit", "ReleaseBranch",
-    "ExportSession", "AlreadyFinalizing", "AlreadyFinalized", "FinalizeRefused", "Finalized", "DiscardSession",
-    "KeepForRetry", "RetryExport", "AlreadyAborted", "AbortRefused", "SessionData", "SessionStatistics", "TABLE",
-    "SessionMachine",
+    "ExportCompleted", "ExportFailed", "SegmentsDrained", "AbortRequested", "IdleTimeout", "EVENTS",
+    "AdmitGeneration", "MaxStepsReached", "SessionClosed", "RestartSegment", "AcceptCommit", "RejectCommit",
+    "ReleaseBranch", "ExportSession", "AlreadyFinalizing", "AlreadyFinalized", "FinalizeRefused", "Finalized",
+    "DiscardSession", "KeepForRetry", "RetryExport", "StillGenerating", "AlreadyAborted", "AbortRefused",
+    "SessionData", "SessionStatistics", "TABLE", "SessionMachine",
 ]

@@ -32,6 +32,13 @@ ids of the sessions still waiting for a retry, in :meth:`SessionRegistry.store_s
 ``GET /trajectory/stats``), and every finalize call waiting for that export gets
 :class:`~proxy.trajectory.session_errors.ExportFailedError` (500 ``export_failed``). The session keeps every committed step
 (state EXPORT_FAILED) and the next finalize retries the same export.
+
+**Memory has a budget** (``docs/operations.md``). Every session records its last activity (a request arriving, a
+generation committing or dropping) and, once it holds nothing any more (finalized with no segment, its last segment
+drained, aborted), when it released its data. The reaper (``session_reaper.py``) calls :meth:`finalize_idle`
+(the idle session is finalized under its lock exactly as by ``finalize``, reason ``idle_timeout``, unless a
+generation is in flight) and :meth:`expire_tombstones`; :meth:`approximate_bytes` is what sessions and the store
+hold (``session_memory.py`` says how it is estimated).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ import trio
 
 from proxy.controllers.idempotency import IdempotencyKeys
 from proxy.controllers.off_loop import run_off_loop, run_sized
+from proxy.controllers.session_expiry import ExpiryPolicy
 from proxy.tokenization.results import TitoFailure
 from proxy.tokenization.tito import TitoTokenizer
 from proxy.trajectory.boundaries import BoundaryReason
@@ -54,6 +62,7 @@ from proxy.trajectory.export import export_segments
 from proxy.trajectory.message_keys import MessageKeyError, message_key, reasoning_variant
 from proxy.trajectory.session import BranchHandle, Session
 from proxy.trajectory.session_config import SessionConfig
+from proxy.trajectory.session_memory import TOMBSTONE_BYTES
 from proxy.trajectory.session_errors import (
     ExportFailedError,
     ResponseMaskMismatchError,
@@ -116,6 +125,14 @@ class RegistryStatistics:
     states: Mapping[str, int]
     in_flight: int
     steps: int
+    # Sessions that freed their data and keep only a tombstone (finalized, drained, aborted).
+    tombstones: int = 0
+    # Approximate bytes the sessions hold (their committed steps, and the tombstones), without the store.
+    approximate_bytes: int = 0
+    # Lifetime counters: sessions finalized for idleness (--session-idle-timeout), tombstones expired
+    # (--tombstone-ttl).
+    idle_finalized: int = 0
+    expired_tombstones: int = 0
 
 
 @attrs.define(eq=False)
@@ -127,6 +144,11 @@ class LockedSession:
     lock: trio.Lock = attrs.field(factory=trio.Lock)
     export_done: trio.Event = attrs.field(factory=trio.Event)
     idempotency: IdempotencyKeys | None = None
+    # The registry's clock when a request of the session last arrived or a generation of it last ended.
+    last_activity: float = 0.0
+    # When the session released its data for good (nothing in the store either): its tombstone's age counts
+    # from here. None while it holds steps or segments.
+    released_at: float | None = None
 
     def drop_idempotency_if_freed(self) -> None:
         """Drop the Idempotency-Key records once the session freed its data (finalized, aborted)."""
@@ -162,14 +184,23 @@ class SessionRegistry:
     # Failed export attempts since start; the sessions whose last export failed, oldest first (bounded).
     _export_failures: int = attrs.field(default=0, init=False)
     _failed_exports: dict[str, None] = attrs.field(factory=dict, init=False)
+    # Seconds, for idleness and tombstone ages (trio's clock: tests run it on a MockClock).
+    clock: Callable[[], float] = attrs.field(default=trio.current_time, kw_only=True)
+    _idle_finalized: int = attrs.field(default=0, init=False)
+    _expired_tombstones: int = attrs.field(default=0, init=False)
 
     def _locked(self, session_id: str) -> LockedSession:
         """The session with its lock, created on first use."""
         locked = self._sessions.get(session_id)
         if locked is None:
             locked = LockedSession(Session(session_id, self.config, self.tokenizer.end_of_turn_id))
+            locked.last_activity = self.clock()
             self._sessions[session_id] = locked
         return locked
+
+    def _active(self, locked: LockedSession) -> None:
+        """A request arrived or a generation ended: the session's idle time starts again."""
+        locked.last_activity = self.clock()
 
     # -- one step ----------------------------------------------------------------------------------------------------
 
@@ -196,6 +227,8 @@ class SessionRegistry:
             messages, partial(request_keys, messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
         )
         locked = self._locked(session_id)
+        # Before waiting for the lock: an idle finalize that takes it first sees this request and keeps the session.
+        self._active(locked)
         async with locked.lock:
             handle, plan = locked.session.prepare(
                 messages, tools=tools, chat_template_kwargs=chat_template_kwargs, instance_id=instance_id,
@@ -273,6 +306,7 @@ class SessionRegistry:
             raise ValueError(f"assistant_message: {exc}") from None
         chunks = [RoutedChunk.of(chunk) for chunk in routed_experts or ()]
         span = Session.build_span(handle, generated_ids, logprobs if aligned else None, versions, chunks)
+        self._active(locked)
         async with locked.lock:
             return locked.session.commit(
                 handle, span, finish_reason=finish_reason, assistant_message=assistant_message, key=key,
@@ -309,6 +343,7 @@ class SessionRegistry:
         locked = self._sessions.get(handle.session_id)
         if locked is None:
             return
+        self._active(locked)
         with trio.CancelScope(shield=True):
             async with locked.lock:
                 locked.session.drop(handle)
@@ -369,12 +404,15 @@ class SessionRegistry:
                 session.export_failed(type(exc).__name__)
         else:
             result = FinalizeResult(
-                session.session_id, len(segments), job.steps, tuple(s["trajectory_id"] for s in segments)
+                session.session_id, len(segments), job.steps, tuple(s["trajectory_id"] for s in segments),
+                job.export.reason.value,
             )
             self._failed_exports.pop(session.session_id, None)
             async with locked.lock:
                 session.export_completed(result)
                 locked.drop_idempotency_if_freed()
+                if not segments:
+                    locked.released_at = self.clock()
         finally:
             locked.export_done.set()
 
@@ -406,14 +444,21 @@ class SessionRegistry:
             if locked is not None:
                 async with locked.lock:
                     locked.session.drained()
+                    locked.released_at = self.clock()
         return list(result.segments)
 
     async def store_statistics(self) -> StoreStatistics:
-        """The store's sizes, for ``GET /trajectory/stats``, with the registry's export failures: how many export
-        attempts failed since start, and the sessions whose export failed and still waits for a retry."""
+        """The store's sizes, for ``GET /trajectory/stats``, with the registry's export failures (how many export
+        attempts failed since start, and the sessions whose export failed and still waits for a retry) and its
+        memory (sessions, tombstones, approximate bytes, idle finalizes, expired tombstones)."""
         stats = await self.store.statistics()
+        registry = self.statistics()
         return attrs.evolve(
-            stats, export_failures=self._export_failures, export_failed_sessions=tuple(self._failed_exports)
+            stats, export_failures=self._export_failures, export_failed_sessions=tuple(self._failed_exports),
+            registry_sessions=registry.sessions, registry_tombstones=registry.tombstones,
+            registry_bytes=registry.approximate_bytes, approximate_bytes=registry.approximate_bytes + stats.bytes,
+            idle_finalized_sessions=registry.idle_finalized,
+            expired_tombstones=registry.expired_tombstones,
         )
 
     async def abort(self, session_id: str) -> bool:
@@ -424,6 +469,8 @@ class SessionRegistry:
         async with locked.lock:
             aborted = locked.session.abort()
             locked.drop_idempotency_if_freed()
+            if aborted:
+                locked.released_at = self.clock()
             return aborted
 
     def forget(self, session_id: str) -> bool:
@@ -433,6 +480,64 @@ class SessionRegistry:
             return False
         del self._sessions[session_id]
         return True
+
+    # -- the memory budget: idle sessions and tombstones (session_reaper.py calls these) --------------------------
+
+    async def finalize_idle(self, policy: ExpiryPolicy) -> list[str]:
+        """Finalize every session idle for ``policy.idle_timeout`` (reason ``idle_timeout``, no reward), as
+        ``finalize`` would: its segments wait in the store. A session with a generation in flight is left alone
+        (its machine says so); one a request reached since the sweep looked keeps going. Returns the finalized ids
+        (an export that fails is counted as finalize counts it, and the session waits for a finalize to retry)."""
+        now = self.clock()
+        # Sessions still holding their data (ACTIVE, or an export in progress or failed: the machine ignores the
+        # idle timer in those), listed first: the loop below awaits, and sessions come and go meanwhile.
+        idle = [sid for sid, locked in self._sessions.items()
+                if locked.session.trie is not None and policy.is_idle(locked.last_activity, now)]
+        return [sid for sid in idle if await self._finalize_if_idle(sid, policy)]
+
+    async def _finalize_if_idle(self, session_id: str, policy: ExpiryPolicy) -> bool:
+        """Finalize one session if it is still idle once its lock is held (no step can arrive in between)."""
+        locked = self._sessions.get(session_id)
+        if locked is None:
+            return False
+        async with locked.lock:
+            if not policy.is_idle(locked.last_activity, self.clock()):
+                return False
+            job = locked.session.begin_idle_finalize()
+            if job is None:
+                return False
+            locked.export_done = trio.Event()
+        # As in finalize: the export runs to its end (a POST /session/finalize meanwhile waits for it).
+        with trio.CancelScope(shield=True):
+            await self._export(locked, job)
+        if locked.session.result is None:
+            return False
+        self._idle_finalized += 1
+        log.info("session %r finalized after %.0f s without a request (idle_timeout)", session_id,
+                 self.clock() - locked.last_activity)
+        return True
+
+    def expire_tombstones(self, policy: ExpiryPolicy) -> int:
+        """Forget the tombstones released ``policy.tombstone_ttl`` ago: a late step of such a session id then starts
+        a new session. Sync (no await): nothing can interleave. Returns how many were forgotten."""
+        now = self.clock()
+        expired = [sid for sid, locked in self._sessions.items()
+                   if locked.released_at is not None and policy.is_expired(locked.released_at, now)]
+        for sid in expired:
+            del self._sessions[sid]
+        self._expired_tombstones += len(expired)
+        return len(expired)
+
+    def held_bytes(self) -> int:
+        """Approximate bytes the sessions hold: their committed steps, and ``TOMBSTONE_BYTES`` per tombstone."""
+        return sum(
+            locked.session.held_bytes if locked.session.trie is not None else TOMBSTONE_BYTES
+            for locked in self._sessions.values()
+        )
+
+    async def approximate_bytes(self) -> int:
+        """Approximate bytes held by sessions and the store's segments: what ``--memory-budget`` bounds."""
+        return self.held_bytes() + (await self.store.statistics()).bytes
 
     # -- reporting ---------------------------------------------------------------------------------------------------
 
@@ -444,13 +549,17 @@ class SessionRegistry:
     def statistics(self) -> RegistryStatistics:
         """Sessions by state, generations in flight, steps committed."""
         states: dict[str, int] = {}
-        in_flight = steps = 0
+        in_flight = steps = tombstones = 0
         for locked in self._sessions.values():
             stats = locked.session.machine.statistics()
             states[stats.state] = states.get(stats.state, 0) + 1
             in_flight += stats.in_flight
             steps += stats.steps
-        return RegistryStatistics(len(self._sessions), states, in_flight, steps)
+            tombstones += locked.session.trie is None
+        return RegistryStatistics(
+            len(self._sessions), states, in_flight, steps, tombstones, self.held_bytes(), self._idle_finalized,
+            self._expired_tombstones,
+        )
 
 
 __all__ = ["LockedSession", "PreparedStep", "RegistryStatistics", "SessionRegistry"]

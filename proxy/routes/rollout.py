@@ -5,7 +5,7 @@ and a per-session debug view.
 |---|---|---|
 | ``POST /session/finalize`` | ``{"session_id", "instance_id"?, "rollout_id"?, "reward_info"?}`` | ``{"session_id", "segments", "steps", "trajectory_ids"}`` |
 | ``POST /trajectory/read`` | ``{"session_id"?, "trajectory_id"?, "drain"?}`` (at least one id) | ``{"data": [segment, ...]}`` |
-| ``GET /trajectory/stats`` | | ``{"sessions", "segments", "tokens", "bytes", "written_sessions", "drained_segments", "cleaned_sessions", "export_failures", "export_failed_sessions"}`` |
+| ``GET /trajectory/stats`` | | ``{"sessions", "segments", "tokens", "bytes", "written_sessions", "drained_segments", "cleaned_sessions", "export_failures", "export_failed_sessions", "registry_sessions", "registry_tombstones", "registry_bytes", "approximate_bytes", "idle_finalized_sessions", "expired_tombstones"}`` |
 | ``GET /session/<session_id>`` | | the session's debug view (state, head, branches, in flight, trie size) |
 
 Decisions:
@@ -16,7 +16,11 @@ Decisions:
   answers 409 ``session_aborted``. An export that fails (a bug, or a store fault) answers 500 ``export_failed``
   and loses nothing: the session keeps its steps and the next finalize retries (``docs/sessions.md``).
 - **Stats** include the registry's export failures: ``export_failures`` (since start) and
-  ``export_failed_sessions`` (still waiting for a retry, bounded).
+  ``export_failed_sessions`` (still waiting for a retry, bounded); and its memory: the sessions it knows
+  (``registry_sessions``, of which ``registry_tombstones`` keep only a tombstone), their approximate bytes
+  (``registry_bytes``), ``approximate_bytes`` (those plus the store's ``bytes``: what ``--memory-budget`` bounds),
+  and the lifetime counts of idle finalizes (``idle_finalized_sessions``) and expired tombstones
+  (``expired_tombstones``); docs/operations.md, "Memory budget".
 - **Read of an unknown id is 404** ``not_found`` (a typo must not look like "not finalized yet" forever): a
   ``trajectory_id`` that is not stored (never, or drained already), or a ``session_id`` that is neither in the
   store nor known to the proxy. A session the proxy knows with no segment stored (still active, finalized with

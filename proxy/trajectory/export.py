@@ -40,6 +40,9 @@ Segment dict (JSON-ready; ``/trajectory/read`` answers ``{"data": [segment, ...]
                             ``boundary_detail`` (the TITO failure, for ``tito_failed``)
 ``forked_from_step``        the last step owned by another chain (trained there), or None
 ``reward_info``             the finalize call's, the same for every segment of the session
+``finalize_reason``         why the session was finalized (:class:`FinalizeReason`): ``requested`` (POST
+                            /session/finalize) or ``idle_timeout`` (no request for ``--session-idle-timeout``: the
+                            proxy finalized it, with no ``reward_info``)
 ``messages``, ``tools``,    the conversation of the last step (its request plus its answer) and its context
 ``chat_template_kwargs``
 ``steps``                   concat mode: one record per step with spec 5.6's ``concat_token_ids``,
@@ -106,6 +109,15 @@ class ExportOptions:
     mask_nonlast_version_tokens: bool = False
 
 
+class FinalizeReason(enum.Enum):
+    """Why a session was finalized: the segment's ``finalize_reason``."""
+
+    # POST /session/finalize (the rollout's own finalize).
+    REQUESTED = "requested"
+    # The session saw no request for --session-idle-timeout and the proxy finalized it (session_reaper.py).
+    IDLE_TIMEOUT = "idle_timeout"
+
+
 @attrs.frozen
 class SessionExport:
     """What finalize hands the exporter: the tips of the session's exported chains and the finalize arguments."""
@@ -116,6 +128,7 @@ class SessionExport:
     reward_info: Mapping[str, Any] | None
     # The tip of every exported chain (any order).
     tips: tuple[Step, ...]
+    reason: FinalizeReason = FinalizeReason.REQUESTED
 
 
 def trajectory_id(session_id: str, segment_index: int) -> str:
@@ -183,6 +196,7 @@ def _header(export: SessionExport, index: int, count: int, end: Step, steps: lis
         "boundary_detail": root.boundary_detail,
         "forked_from_step": shared[-1].step_id if shared else None,
         "reward_info": dict(export.reward_info) if export.reward_info is not None else None,
+        "finalize_reason": export.reason.value,
         "messages": PrefixTrie.messages(end.node),
         "tools": list(context.tools) if context.tools is not None else None,
         "chat_template_kwargs": dict(context.template_kwargs),
@@ -355,4 +369,4 @@ def _last_step_body(
     return body
 
 
-__all__ = ["BuildMode", "ExportOptions", "SessionExport", "export_segments", "segment_tips", "trajectory_id"]
+__all__ = ["BuildMode", "ExportOptions", "FinalizeReason", "SessionExport", "export_segments", "segment_tips", "trajectory_id"]

@@ -44,11 +44,12 @@ import attrs
 
 from proxy.trajectory.boundaries import BoundaryReason
 from proxy.trajectory.encode_plan import EncodeKind, EncodePlan, request_keys
-from proxy.trajectory.export import SessionExport
+from proxy.trajectory.export import FinalizeReason, SessionExport
 from proxy.trajectory.message_keys import MessageKey, context_key, effective_template_kwargs
 from proxy.trajectory.prefix_trie import PrefixTrie, TrieNode
 from proxy.trajectory.session_chains import SessionChain, SessionChains
 from proxy.trajectory.session_config import SessionConfig
+from proxy.trajectory.session_memory import step_bytes
 from proxy.trajectory.session_errors import (
     GenerationFinishedError,
     MaxStepsExceededError,
@@ -140,6 +141,8 @@ class Session:
     _next_generation: int = attrs.field(default=0, init=False)
     # The epoch and version of the session's stamped steps (the first stamped commit sets it; spec 7).
     version_stamp: VersionStamp | None = attrs.field(default=None, init=False)
+    # Approximate bytes of the committed steps (session_memory.py); 0 once the session freed its data.
+    held_bytes: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.machine = session_sm.SessionMachine.new(self.config.max_steps_per_session)
@@ -347,6 +350,7 @@ class Session:
         if version_stamp is not None and self.version_stamp is None:
             self.version_stamp = version_stamp
         self._head = step
+        self.held_bytes += step_bytes(span, assistant_message)
         pending.step_id = step.step_id
         return CommitResult(step.step_id, chain.chain_id, refreshed, placement.forked, extendable,
                             replaced.step_id if replaced is not None else None,
@@ -401,17 +405,7 @@ class Session:
         """Finalize: an export job (first call), a wait (export running), or the stored result (idempotent)."""
         for effect in self.machine.send(session_sm.FinalizeRequested()):
             if isinstance(effect, session_sm.ExportSession):
-                exported = branching.export(self._chains, self._chains)
-                tips = [segment.chain.tip for segment in exported.segments]
-                export = SessionExport(
-                    session_id=self.session_id,
-                    rollout_id=rollout_id if rollout_id is not None else self.session_id,
-                    instance_id=instance_id if instance_id is not None else self.instance_id,
-                    reward_info=reward_info,
-                    tips=tuple(tips),
-                )
-                self._export_job = ExportJob(export, effect.steps)
-                return self._export_job
+                return self._start_export(effect, reward_info, instance_id, rollout_id, FinalizeReason.REQUESTED)
             if isinstance(effect, session_sm.RetryExport):
                 assert self._export_job is not None, "a failed export keeps its job"
                 return self._export_job
@@ -422,6 +416,36 @@ class Session:
             if isinstance(effect, session_sm.FinalizeRefused):
                 raise SessionAbortedError(self.discarded or effect.reason)
         raise AssertionError("FinalizeRequested always has an effect")  # pragma: no cover
+
+    def begin_idle_finalize(self) -> ExportJob | None:
+        """The session was idle for the idle timeout: the export job of a finalize with no reward (reason
+        ``idle_timeout``), or None when the session keeps going (a generation is in flight) or already left ACTIVE."""
+        for effect in self.machine.send(session_sm.IdleTimeout()):
+            if isinstance(effect, session_sm.ExportSession):
+                return self._start_export(effect, None, None, None, FinalizeReason.IDLE_TIMEOUT)
+        return None
+
+    def _start_export(
+        self,
+        effect: session_sm.ExportSession,
+        reward_info: Mapping[str, Any] | None,
+        instance_id: str | None,
+        rollout_id: str | None,
+        reason: FinalizeReason,
+    ) -> ExportJob:
+        """ExportSession: close every chain and keep the export job (a failed export retries exactly it)."""
+        exported = branching.export(self._chains, self._chains)
+        tips = [segment.chain.tip for segment in exported.segments]
+        export = SessionExport(
+            session_id=self.session_id,
+            rollout_id=rollout_id if rollout_id is not None else self.session_id,
+            instance_id=instance_id if instance_id is not None else self.instance_id,
+            reward_info=reward_info,
+            tips=tuple(tips),
+            reason=reason,
+        )
+        self._export_job = ExportJob(export, effect.steps)
+        return self._export_job
 
     def export_completed(self, result: FinalizeResult) -> None:
         """The segments are stored: remember the answer and free the trie."""
@@ -458,6 +482,7 @@ class Session:
         self.trie = None
         self._chains.clear()
         self._head = None
+        self.held_bytes = 0
 
     # -- reporting ---------------------------------------------------------------------------------------------------
 
@@ -483,6 +508,8 @@ class Session:
             open_branches=sum(chain.state in ("OPEN", "EXTENDING") for chain in chains),
             trie=self.trie.statistics() if self.trie is not None else None,
             segments=self.result.segments if self.result is not None else None,
+            finalize_reason=self.result.reason if self.result is not None else None,
+            held_bytes=self.held_bytes,
         )
 
 

@@ -36,6 +36,8 @@ class FinalizeResult:
     segments: int
     steps: int
     trajectory_ids: tuple[str, ...]
+    # Why the session was finalized (``FinalizeReason``'s value: ``requested`` or ``idle_timeout``).
+    reason: str = "requested"
 
 
 @attrs.frozen
@@ -83,6 +85,10 @@ class SessionDebugView:
     # None once the trie was freed (finalized, aborted).
     trie: TrieStatistics | None
     segments: int | None
+    # Why it was finalized (``requested``, ``idle_timeout``), once its segments are stored.
+    finalize_reason: str | None = None
+    # Approximate bytes its committed steps hold (proxy/trajectory/session_memory.py); 0 once freed.
+    held_bytes: int = 0
 
 
 __all__ = ["CommitResult", "ExportJob", "FinalizeResult", "HeadView", "SessionDebugView", "WaitForExport"]

@@ -18,6 +18,12 @@ that fails is a bug (the registry logs it and keeps the session for a retry, it 
 API refuses strings UTF-8 cannot encode (lone surrogates) at the edge, and the in-memory store's only
 serialization (the JSON size) is total anyway: :func:`json_size` counts such a string rather than failing on it.
 ``write`` is atomic: it changes nothing unless it stores every segment.
+
+**A drain frees at once.** A drained segment leaves the store in the read that drains it (its session's record
+too once it is empty): a drained record holds no memory here, and ``bytes`` returns to what it was before the
+session's write. Only the registry keeps something after a drain (the session's tombstone, until
+``--tombstone-ttl``). Undrained segments are never evicted behind the trainer's back: they are the training data;
+``/health`` reports them against ``--memory-budget`` instead.
 """
 
 from __future__ import annotations
@@ -46,6 +52,16 @@ class StoreStatistics:
     # sessions whose export failed and waits for a finalize to retry it (most recent last, bounded).
     export_failures: int = 0
     export_failed_sessions: tuple[str, ...] = ()
+    # The registry's memory (a store reports none itself; docs/operations.md "Memory budget"): sessions it knows
+    # (tombstones included), how many of them are tombstones, their approximate bytes, and approximate_bytes: those
+    # plus the store's ``bytes``, what --memory-budget bounds. Lifetime counters: sessions finalized for idleness,
+    # tombstones expired.
+    registry_sessions: int = 0
+    registry_tombstones: int = 0
+    registry_bytes: int = 0
+    approximate_bytes: int = 0
+    idle_finalized_sessions: int = 0
+    expired_tombstones: int = 0
 
     def as_json(self) -> dict[str, Any]:
         """The report as a JSON object."""

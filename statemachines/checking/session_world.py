@@ -327,8 +327,10 @@ def session_with_generations(
         return world
 
     @guarded
-    def finalize(world: SessionWorld) -> SessionWorld:
-        snapshot, effects = feed(session_cls, world.session, session_sm.FinalizeRequested())
+    def finalize(world: SessionWorld, event: object = session_sm.FinalizeRequested()) -> SessionWorld:
+        # The trainer's FinalizeRequested, or the reaper's IdleTimeout (the same export, or nothing while a
+        # generation is in flight or once the session left ACTIVE).
+        snapshot, effects = feed(session_cls, world.session, event)
         world = attrs.evolve(world, session=snapshot)
         for effect in effects:
             if isinstance(effect, session_sm.RetryExport):
@@ -405,6 +407,7 @@ def session_with_generations(
             moves.append(("trainer: export stored", complete))
             moves.append(("trainer: export fails", export_fails))
         moves.append(("trainer: abort", abort))
+        moves.append(("reaper: idle timeout", lambda run: finalize(run, session_sm.IdleTimeout())))
         if world.finalizer in (Finalizer.FINALIZED, Finalizer.DRAINED):
             moves.append(("trainer: drain", drain))
         # With the lock a commit is one move; without it, it reads in one and writes in a later one.

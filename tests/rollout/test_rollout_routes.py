@@ -198,7 +198,9 @@ async def test_stats_follow_finalize_and_drain(stack: Stack, http) -> None:
     empty = (await http.get("/trajectory/stats")).json()
     assert empty == {"sessions": 0, "segments": 0, "tokens": 0, "bytes": 0, "written_sessions": 0,
                      "drained_segments": 0, "cleaned_sessions": 0, "export_failures": 0,
-                     "export_failed_sessions": []}
+                     "export_failed_sessions": [], "registry_sessions": 0, "registry_tombstones": 0,
+                     "registry_bytes": 0, "approximate_bytes": 0, "idle_finalized_sessions": 0,
+                     "expired_tombstones": 0}
     await record_calculator_session(stack.services, "s1")
     await record_calculator_session(stack.services, "s2")
     for session_id in ("s1", "s2"):

@@ -29,6 +29,7 @@ from statemachines.session import (
     FinalizeRequested,
     GenerationDropped,
     GenerationRequested,
+    IdleTimeout,
     KeepForRetry,
     MaxStepsReached,
     RejectCommit,
@@ -41,6 +42,7 @@ from statemachines.session import (
     SessionMachine,
     SessionStatistics,
     State,
+    StillGenerating,
     TitoFailed,
 )
 
@@ -57,6 +59,7 @@ SAMPLE = {
     ExportFailed: ExportFailed("disk full"),
     SegmentsDrained: SegmentsDrained(),
     AbortRequested: AbortRequested(),
+    IdleTimeout: IdleTimeout(),
 }
 
 
@@ -89,6 +92,8 @@ EXPECTED = {
     (ACTIVE, GenerationDropped): (ACTIVE, data(in_flight=1), [ReleaseBranch()]),
     (ACTIVE, FinalizeRequested): (FINALIZING, data(in_flight=2), [ExportSession(2, 2)]),
     (ACTIVE, AbortRequested): (ABORTED, data(in_flight=2), [DiscardSession("the session was aborted")]),
+    # Idle with generations in flight (BUSY): the session stays active; the idle case is tested below.
+    (ACTIVE, IdleTimeout): (ACTIVE, data(in_flight=2), [StillGenerating(2)]),
     (FINALIZING, FinalizeRequested): (FINALIZING, LATE, [AlreadyFinalizing()]),
     (FINALIZING, ExportCompleted): (FINALIZED, LATE, [Finalized(2)]),
     (FINALIZING, ExportFailed): (EXPORT_FAILED, LATE, [KeepForRetry("export failed: disk full")]),
@@ -110,6 +115,7 @@ for _state in (FINALIZING, EXPORT_FAILED, FINALIZED, DRAINED, ABORTED):
     EXPECTED[(_state, TitoFailed)] = (_state, LATE, [])
     EXPECTED[(_state, CommitRequested)] = (_state, data(rejected=2), [RejectCommit(WHY[_state])])
     EXPECTED[(_state, GenerationDropped)] = (_state, data(rejected=1), [])
+    EXPECTED[(_state, IdleTimeout)] = (_state, LATE, [])
 
 
 def session_in(state: State, session: SessionData) -> SessionMachine:
@@ -179,6 +185,20 @@ def test_session_machine_commit_after_finalize_is_rejected_and_changes_no_step()
     assert session.send(CommitRequested()) == [RejectCommit("the session is being finalized")]
     assert session.send(ExportCompleted()) == [Finalized(1)]
     assert session.statistics() == SessionStatistics("FINALIZED", steps=1, in_flight=0, rejected=1, max_steps=None)
+
+
+def test_session_machine_idle_timeout_finalizes_only_a_session_with_nothing_in_flight():
+    session = SessionMachine.new(max_steps=None)
+    session.send(GenerationRequested())
+    # A generation in flight: the idle finalize waits (its commit would be rejected otherwise).
+    assert session.send(IdleTimeout()) == [StillGenerating(1)]
+    assert session.send(CommitRequested()) == [AcceptCommit(1)]
+    # Idle: exactly what finalize does, so the export and everything after it is the same.
+    assert session.send(IdleTimeout()) == [ExportSession(steps=1, in_flight=0)]
+    assert session.send(FinalizeRequested()) == [AlreadyFinalizing()]
+    assert session.send(IdleTimeout()) == []
+    session.send(ExportCompleted())
+    assert session.send(GenerationRequested()) == [SessionClosed("the session was finalized")]
 
 
 def test_session_machine_finalize_is_idempotent_at_every_stage():

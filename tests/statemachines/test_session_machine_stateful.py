@@ -31,6 +31,7 @@ from statemachines.session import (
     FinalizeRequested,
     GenerationDropped,
     GenerationRequested,
+    IdleTimeout,
     KeepForRetry,
     MaxStepsReached,
     RejectCommit,
@@ -40,6 +41,7 @@ from statemachines.session import (
     SegmentsDrained,
     SessionClosed,
     SessionMachine,
+    StillGenerating,
     TitoFailed,
 )
 
@@ -115,6 +117,16 @@ class SessionVersusModel(RuleBasedStateMachine):
             self.send(FinalizeRequested(), [FinalizeRefused("the session was aborted")])
         else:
             self.send(FinalizeRequested(), [AlreadyFinalized(self.steps)])
+
+    @rule()
+    def idle_timeout(self):
+        if self.state == "ACTIVE" and self.in_flight:
+            self.send(IdleTimeout(), [StillGenerating(self.in_flight)])
+        elif self.state == "ACTIVE":
+            self.state, self.steps_when_closed = "FINALIZING", self.steps
+            self.send(IdleTimeout(), [ExportSession(self.steps, 0)])
+        else:
+            self.send(IdleTimeout(), [])
 
     @precondition(lambda self: self.state == "FINALIZING")
     @rule()
