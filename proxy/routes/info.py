@@ -45,14 +45,13 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                 upstream_state.update(reachable=True, weight_version=info.weight_version)
         return upstream_state
 
-    def snapshot(upstream_reachable: bool) -> ServiceSnapshot:
+    async def snapshot(upstream_reachable: bool) -> ServiceSnapshot:
         return ServiceSnapshot(
             upstream_reachable=upstream_reachable,
             gate_state=services.gate.statistics().state,
             pausing_seconds=services.gate.pausing_for(),
             pause_abort_timeout=config.pause_abort_timeout,
-            # i15-memory adds SessionRegistry.approximate_bytes(): the lead wires services.sessions' here at merge.
-            bytes_held=None,
+            bytes_held=await services.sessions.approximate_bytes(),
             memory_budget=config.memory_budget,
             draining=services.lifecycle.draining,
         )
@@ -60,7 +59,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     @app.get("/health")
     async def health():
         upstream_state = await probe_upstream(HEALTH_PROBE_SECONDS)
-        state = snapshot(upstream_state["reachable"])
+        state = await snapshot(upstream_state["reachable"])
         verdict = health_verdict(state)
         status = {"status": "ok" if verdict.ok else "degraded", "reasons": list(verdict.reasons)}
         if not policy.is_admin(presented_keys(request.headers.get("authorization"), request.headers.get("x-api-key"))):
@@ -82,7 +81,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     @app.get("/ready")
     async def ready():
         upstream_state = await probe_upstream(READY_PROBE_SECONDS)
-        verdict = readiness_verdict(snapshot(upstream_state["reachable"]))
+        verdict = readiness_verdict(await snapshot(upstream_state["reachable"]))
         return jsonify({"ready": verdict.ok, "reasons": list(verdict.reasons)}), (200 if verdict.ok else 503)
 
     @app.get("/v1/models")

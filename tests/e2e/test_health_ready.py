@@ -46,9 +46,19 @@ async def test_a_paused_gate_makes_the_proxy_not_ready_but_still_healthy(start_p
     assert (after.status_code, after.json()["ready"]) == (200, True)
 
 
-async def test_health_reports_the_memory_budget_it_checks(start_proxy) -> None:
-    proxy = await start_proxy(memory_budget=1024**3)
-    async with ProxyClient(proxy.url) as trainer:
-        health = await trainer.health()
-    # bytes_held: None until the registry counts them (SessionRegistry.approximate_bytes(), another part)
-    assert health["memory"]["budget"] == 1024**3 and "bytes_held" in health["memory"]
+async def test_sessions_over_the_memory_budget_make_health_degraded_but_the_proxy_still_ready(start_proxy) -> None:
+    """The budget is checked against what the registry and the store really hold: one recorded step of a
+    conversation is more than a 1 KiB budget, none is less."""
+    proxy = await start_proxy(memory_budget=1024)
+    async with ProxyClient(proxy.url) as trainer, httpx.AsyncClient(base_url=proxy.url) as http:
+        empty = await trainer.health()
+        chat = {"model": "m", "messages": [{"role": "user", "content": "hello " * 200}], "max_tokens": 8,
+                "session_id": "heavy"}
+        assert (await http.post("/v1/chat/completions", json=chat)).status_code == 200
+        full = await trainer.health()
+        ready = await http.get("/ready")
+    assert (empty["status"], empty["memory"]["budget"]) == ("ok", 1024)
+    assert empty["memory"]["bytes_held"] < 1024
+    assert (full["status"], full["reasons"]) == ("degraded", ["memory_budget_exceeded"])
+    assert full["memory"]["bytes_held"] > 1024
+    assert (ready.status_code, ready.json()["ready"]) == (200, True)

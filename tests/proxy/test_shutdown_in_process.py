@@ -93,6 +93,9 @@ async def test_a_request_that_reaches_the_app_after_the_stop_gets_503_and_starts
                 response = await test_app.test_client().post("/v1/chat/completions", json=_chat("late", stream))
                 assert response.status_code == 503
                 assert (await response.get_json())["error"]["code"] == "shutting_down"
+            # An orchestrator asking on such a connection hears the proxy is going (/ready, issue 15 item 6).
+            ready = await test_app.test_client().get("/ready")
+            assert ready.status_code == 503 and "draining" in (await ready.get_json())["reasons"]
         assert services.gate.statistics().in_flight == 1  # only the slow one: the late requests started nothing
         services.lifecycle.request_stop()  # a second stop cuts the slow one at once
     assert services.sessions.statistics().sessions == 1 and services.sessions.statistics().steps == 0
