@@ -39,6 +39,10 @@ drained, aborted), when it released its data. The reaper (``session_reaper.py``)
 (the idle session is finalized under its lock exactly as by ``finalize``, reason ``idle_timeout``, unless a
 generation is in flight) and :meth:`expire_tombstones`; :meth:`approximate_bytes` is what sessions and the store
 hold (``session_memory.py`` says how it is estimated).
+
+At about 560 lines this module is over the house's ~500: the idle finalize and the tombstone expiry need the
+session's lock, its export and the registry's table, so they stay methods here; the decisions they take are pure and
+live in ``session_expiry.py``.
 """
 
 from __future__ import annotations

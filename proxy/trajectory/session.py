@@ -32,6 +32,9 @@ Finalize: :meth:`Session.begin_finalize` (``FinalizeRequested``) collects every 
 :meth:`Session.export_completed` reports the stored export and frees the trie. :meth:`Session.export_failed` keeps
 the export job (and the trie) instead: a failed export is a bug or a store fault, never a reason to lose committed
 steps, and the next :meth:`Session.begin_finalize` hands the same job out again (``RetryExport``).
+:meth:`Session.begin_idle_finalize` is the reaper's finalize (``IdleTimeout``, reason ``idle_timeout``).
+
+A little over the house's ~500 lines: one class, each method one critical section of the machine's events.
 """
 
 from __future__ import annotations

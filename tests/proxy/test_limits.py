@@ -73,6 +73,19 @@ async def slowloris_answer(stream: trio.SocketStream, first: bytes, rest: bytes)
     return raw
 
 
+async def send_an_endless_chunked_body(proxy: Proxy, head: str) -> bytes:
+    """Send ``head`` and 24 KiB of a chunked body that never ends (no final 0-chunk); what came back until the
+    proxy closed the connection."""
+    chunk = b"x" * 4096
+    with trio.fail_after(BOUND):
+        stream = await connect(proxy)
+        async with stream:
+            await stream.send_all(
+                (head + "Transfer-Encoding: chunked\r\n\r\n").encode() + b"%x\r\n%s\r\n" % (len(chunk), chunk) * 6
+            )
+            return await read_until_closed(stream)
+
+
 def assert_refused(raw: bytes, status: int, code: str) -> dict[str, Any]:
     got, headers, body = parse_response(raw)
     assert got == status, raw
@@ -109,15 +122,7 @@ async def test_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(start_pr
     """No Content-Length: the body is counted as it arrives. The client never ends its body, so an answer at all
     shows the proxy answered at the limit instead of buffering to the end."""
     proxy = await start_proxy(max_body_bytes=16 * 1024)
-    chunk = b"x" * 4096
-    with trio.fail_after(BOUND):
-        stream = await connect(proxy)
-        async with stream:
-            await stream.send_all(
-                (CHAT_HEAD + "X-Session-Id: chunked\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
-                + b"%x\r\n%s\r\n" % (len(chunk), chunk) * 6  # 24 KiB, and no final 0-chunk
-            )
-            raw = await read_until_closed(stream)
+    raw = await send_an_endless_chunked_body(proxy, CHAT_HEAD + "X-Session-Id: chunked\r\n")
     error = assert_refused(raw, 413, "request_too_large")
     assert error["limit"] == 16 * 1024
 
@@ -127,16 +132,10 @@ async def test_a_refused_request_is_no_way_around_the_body_limit(start_proxy) ->
     answer, but only up to --max-body-bytes: an endless chunked body still gets its answer, and the connection is
     closed instead of being read forever."""
     proxy = await start_proxy(max_body_bytes=16 * 1024)
-    chunk = b"x" * 4096
-    with trio.fail_after(BOUND):
-        stream = await connect(proxy)
-        async with stream:
-            await stream.send_all(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
-                b"X-Session-Id: refused\r\nTransfer-Encoding: chunked\r\n\r\n"
-                + b"%x\r\n%s\r\n" % (len(chunk), chunk) * 6  # 24 KiB, and no final 0-chunk
-            )
-            raw = await read_until_closed(stream)
+    raw = await send_an_endless_chunked_body(
+        proxy, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
+        "X-Session-Id: refused\r\n"
+    )
     assert_refused(raw, 415, "unsupported_media_type")
 
 
