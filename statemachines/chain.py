@@ -38,8 +38,9 @@ the same chain), asks
   chain's reason). Generations that were extending the old tip still extend that position in place (their tokens
   continue the old step, which their segment then holds);
 - below the tip, ending at a turn boundary: ``StepShadowed``; the chain already continued past that position, so
-  its segment keeps the step it was continued from and the new step is exported nowhere (it only becomes the node's
-  newest checkpoint, which later generations fork from);
+  its segment keeps the step it was continued from and the new step is exported nowhere: it only becomes the node's
+  newest checkpoint, which later generations fork from (if a retry built on it then replaces the tip, the chain's
+  path runs through it instead: both steps hold one position);
 - otherwise (it ends differently: at the length limit or without the end-of-turn token where the step did not, or
   the reverse): ``RefreshDeclined``; the generation commits as a step of its own (in place, a fork or a new segment).
 

@@ -329,10 +329,12 @@ class Session:
         placement = branching.commit(self._chains, claim, close, refresh)
         chain = placement.chain
         replaced = old if placement.placed is branching.Placed.TIP_REFRESHED else None
-        if replaced is not None and claim.base is None:
-            # The segment still begins for the reason the replaced step began it: a retry of a first turn is the
-            # same sample again, not a resample beside it.
-            boundary_reason, boundary_detail = replaced.boundary_reason, replaced.boundary_detail
+        if placement.placed in (branching.Placed.TIP_REFRESHED, branching.Placed.SHADOWED) and claim.base is None:
+            # The step takes the refreshed step's position, so a segment that begins with it begins for the reason
+            # that position began it: a retry of a first turn is the same sample again, not a resample beside it.
+            # A shadowed one too: a continuation built on it that replaces its chain's tip puts it on the segment's
+            # path in the refreshed step's place.
+            boundary_reason, boundary_detail = old.boundary_reason, old.boundary_detail
         node, refreshed = self.trie.upsert_assistant(pending.attach, assistant_message, key, variant)
         self._committed += 1
         step = Step(

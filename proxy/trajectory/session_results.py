@@ -24,7 +24,8 @@ class CommitResult:
     # A refresh that replaced its chain's tip: the step it replaced (exported no more; this step is, in its place).
     replaced_step: int | None = None
     # A refresh of a checkpoint its chain had continued past: this step is the node's newest checkpoint (later
-    # continuations fork from it) but no segment holds it; the chain keeps the step it was continued from.
+    # continuations fork from it) but no segment holds it; the chain keeps the step it was continued from, until a
+    # retry of the next turn built on this step replaces the chain's tip (the path then runs through this step).
     shadowed: bool = False
 
 

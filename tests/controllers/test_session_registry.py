@@ -391,6 +391,28 @@ async def test_registry_a_continuation_of_a_shadowed_checkpoint_forks_from_it():
     assert trained_spans(segment_by_tip(segments, 4)) == {4: list(other.generated)}
 
 
+async def test_registry_a_replayed_conversation_exports_each_answer_once_through_the_replay():
+    # tests/controllers/test_session_concurrency.py's hypothesis example, in order: the agent re-sends its first
+    # request (shadowed: the chain had continued), then its second, built on that retry, with the same answer.
+    reg = registry()
+    t1 = await turn(reg, "s", [SYS, U1], A1)
+    t2 = await turn(reg, "s", [SYS, U1, A1, T1], A2)
+    again = await turn(reg, "s", [SYS, U1], A1, salt=3)
+    assert again.result.shadowed and again.prepared.boundary_reason == "resample"
+    replay = await turn(reg, "s", [SYS, U1, A1, T1], A2, salt=4)
+    assert replay.prepared.tokens.base.step_id == again.result.step_id
+    # The replay answers what step 2 answered over the same position (step 3 holds step 1's): it replaces c1's tip.
+    assert replay.result.replaced_step == t2.result.step_id and replay.result.chain_id == t1.result.chain_id
+    await reg.finalize("s")
+    (segment,) = await reg.read(session_id="s")
+    # The chain's path now runs through the retry it was built on: steps 1 and 2 are in no segment, but each
+    # answer is trained once, by the step at its position (architecture invariant 6).
+    assert segment["step_ids"] == [3, 4] and segment["token_ids"] == list(replay.checkpoint)
+    assert trained_spans(segment) == {3: list(again.generated), 4: list(replay.generated)}
+    # The retry took step 1's position, so the segment still begins as the session did, not as a resample.
+    assert segment["boundary_reason"] == "session_start"
+
+
 async def test_registry_a_generation_extending_a_replaced_tip_still_extends_its_position():
     reg = registry()
     t1 = await turn(reg, "s", [SYS, U1], A1)
