@@ -156,6 +156,15 @@ class TrajectoryStats:
     export_failures: int = 0
     #: sessions whose export failed and waits for a finalize to retry it (most recent last, bounded)
     export_failed_sessions: tuple[str, ...] = ()
+    #: the session registry beside the store (docs/operations.md, "Memory budget"): sessions it holds, of which
+    #: tombstones, their approximate bytes, and with the store's bytes what --memory-budget bounds
+    registry_sessions: int = 0
+    registry_tombstones: int = 0
+    registry_bytes: int = 0
+    approximate_bytes: int = 0
+    #: lifetime counters: sessions finalized for idleness (reason idle_timeout), tombstones forgotten
+    idle_finalized_sessions: int = 0
+    expired_tombstones: int = 0
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> TrajectoryStats:

@@ -36,6 +36,9 @@ async def test_client_finalize_read_drain_and_debug_of_a_recorded_session(nurser
     async with ProxyClient(stack.url + "/") as proxy:
         debug = await proxy.session_debug("s/1")
         assert (debug["session_id"], debug["steps"], debug["state"]) == ("s/1", 2, "ACTIVE")
+        live = await proxy.stats()  # the registry holds the live session's steps; the store nothing yet
+        assert (live.registry_sessions, live.registry_tombstones, live.bytes) == (1, 0, 0)
+        assert live.approximate_bytes == live.registry_bytes > 0
         result = await proxy.finalize_session("s/1", reward_info={"reward": 1.0}, rollout_id="r1")
         assert result == FinalizeResult("s/1", 1, 2, ("s/1:0",))
         assert await proxy.finalize_session("s/1", reward_info={"reward": 0.0}) == result
@@ -45,7 +48,9 @@ async def test_client_finalize_read_drain_and_debug_of_a_recorded_session(nurser
         assert (stats.sessions, stats.segments, stats.tokens) == (1, 1, len(segment["token_ids"]))
         assert await proxy.read_trajectory(session_id="s/1", drain=True) == [segment]
         assert await proxy.read_trajectory(session_id="s/1") == []
-        assert (await proxy.stats()).drained_segments == 1
+        drained = await proxy.stats()  # a tombstone is all that is left of the session
+        assert (drained.drained_segments, drained.registry_tombstones, drained.bytes) == (1, 1, 0)
+        assert drained.approximate_bytes == drained.registry_bytes < live.registry_bytes
 
 
 async def test_client_raises_proxy_errors_with_the_openai_fields(nursery, qwen3_path: Path) -> None:
