@@ -11,9 +11,11 @@ import os
 import re
 import ssl
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import attrs
+
+T = TypeVar("T")
 
 ENV_PREFIX = "DRESSAGE_PROXY_"
 
@@ -235,9 +237,17 @@ def positive_float(text: str) -> float:
     return value
 
 
-def optional_positive_int(text: str) -> int | None:
-    """0 or an empty string means unset."""
-    return positive_int(text) if text.strip() not in ("", "0") else None
+def zero_means_unset(convert: Callable[[str], T]) -> Callable[[str], T | None]:
+    """``convert``, except that 0 or an empty string means unset (None): the flags whose 0 means "no limit"."""
+
+    def optional(text: str) -> T | None:
+        return convert(text) if text.strip() not in ("", "0") else None
+
+    optional.__name__ = f"optional {convert.__name__}"
+    return optional
+
+
+optional_positive_int = zero_means_unset(positive_int)
 
 
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token

@@ -11,7 +11,7 @@ import os
 import re
 from typing import Any
 
-from proxy.config import add_env_argument, positive_float, positive_int
+from proxy.config import add_env_argument, positive_float, positive_int, zero_means_unset
 
 #: 2**10 multiples; decimal suffixes too, since operators write both ("32MB" is not a typo for "32MiB" to them)
 _SIZE_UNITS = {
@@ -39,14 +39,9 @@ def byte_size(text: str) -> int:
     return value
 
 
-def optional_seconds(text: str) -> float | None:
-    """Seconds; 0 or empty: off."""
-    return positive_float(text) if text.strip() not in ("", "0") else None
-
-
-def optional_byte_size(text: str) -> int | None:
-    """A size; 0 or empty: no limit."""
-    return byte_size(text) if text.strip() not in ("", "0") else None
+#: seconds, or a size; 0 or empty: off
+optional_seconds = zero_means_unset(positive_float)
+optional_byte_size = zero_means_unset(byte_size)
 
 
 def optional_secret(text: str) -> str | None:
