@@ -355,7 +355,7 @@ class Session:
         if version_stamp is not None and self.version_stamp is None:
             self.version_stamp = version_stamp
         self._head = step
-        self.held_bytes += step_bytes(span, assistant_message)
+        self.held_bytes += step_bytes(span)
         pending.step_id = step.step_id
         return CommitResult(step.step_id, chain.chain_id, refreshed, placement.forked, extendable,
                             replaced.step_id if replaced is not None else None,

@@ -5,9 +5,9 @@ Counted when a step commits, so reporting costs nothing per request (no walk of 
 
 - the step's token arrays, exactly: context and generated ids (4 bytes each), the context mask (1 byte per token
   when the client sent one), the logprobs (4 bytes each), the routed-expert rows (their raw bytes);
-- the messages the trie keeps for it: the assistant answer's JSON size, and the request's new messages estimated
-  from the context tokens they were encoded to (``TEXT_BYTES_PER_TOKEN`` bytes of text per token; their exact JSON
-  size would cost a serialization of every request under the session's lock).
+- the messages the trie keeps for it, estimated from the tokens they were encoded to or generated as
+  (``TEXT_BYTES_PER_TOKEN`` bytes of text per token): their exact JSON size would cost a serialization of every
+  request and answer on the commit path, under the session's lock.
 
 Not counted: Python object overheads, pending generations (held for the duration of one request), siblings' shared
 encodings (counted once per committing step, so best-of-N over one prompt counts the prompt N times: an
@@ -18,10 +18,6 @@ abort, and then holds ``TOMBSTONE_BYTES``: its machine, lock and ids, kept until
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from proxy.trajectory.store import json_size
 from proxy.trajectory.tokens import TokenSpan
 
 #: bytes of message text per context token, the usual order for BPE tokenizers on English and code
@@ -41,9 +37,9 @@ def span_bytes(span: TokenSpan) -> int:
     return size + sum(len(chunk.data) for chunk in span.routed_experts)
 
 
-def step_bytes(span: TokenSpan, assistant_message: Mapping[str, Any]) -> int:
+def step_bytes(span: TokenSpan) -> int:
     """What one committed step adds to its session: its tokens and the messages the trie keeps for it."""
-    return span_bytes(span) + TEXT_BYTES_PER_TOKEN * span.context_count + json_size(assistant_message)
+    return span_bytes(span) + TEXT_BYTES_PER_TOKEN * (span.context_count + len(span.generated_ids))
 
 
 __all__ = ["TEXT_BYTES_PER_TOKEN", "TOMBSTONE_BYTES", "span_bytes", "step_bytes"]
