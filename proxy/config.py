@@ -162,6 +162,11 @@ class ProxyConfig:
     admin_key: str | None = attrs.field(default=None, repr=False)
     #: origins that get CORS headers; empty: none
     cors_origins: tuple[str, ...] = ()
+    #: log lines as JSON objects or text; auto: text on a terminal, JSON otherwise (docs/observability.md)
+    log_format: str = "auto"
+    log_level: str = "info"
+    #: Prometheus metrics at GET /metrics; off: nothing is counted and /metrics is 404 (the bench's baseline)
+    metrics: bool = True
 
     @property
     def uses_embedded_engine(self) -> bool:

@@ -24,6 +24,9 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 #: the variables the keys are also read from (the names the issue and the SDK-style docs use), after the flag's own
 #: DRESSAGE_PROXY_* variable
+LOG_FORMATS = ("auto", "text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
 KEY_ENV_ALIASES = {"--api-key": "DRESSAGE_API_KEY", "--admin-key": "DRESSAGE_ADMIN_KEY"}
 
 
@@ -103,6 +106,16 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
                      help="origins browsers may call the proxy from (default: none, no CORS headers)")
 
 
+    observability = parser.add_argument_group("observability (docs/observability.md)")
+    add_env_argument(observability, "--log-format", default="auto", choices=LOG_FORMATS,
+                     help="one JSON object per log line, or text; auto: text on a terminal, JSON otherwise")
+    add_env_argument(observability, "--log-level", default="info", choices=LOG_LEVELS,
+                     help="the least severe log lines written (default info)")
+    add_env_argument(observability, "--metrics", default=True, flag_is_bool=True,
+                     help="Prometheus metrics at GET /metrics (admin key when one is set); --no-metrics counts "
+                     "nothing")
+
+
 def service_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`proxy.config.ProxyConfig` fields these flags set."""
     return {
@@ -121,4 +134,7 @@ def service_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "api_key": args.api_key,
         "admin_key": args.admin_key,
         "cors_origins": tuple(args.cors_origin),
+        "log_format": args.log_format,
+        "log_level": args.log_level,
+        "metrics": args.metrics,
     }
