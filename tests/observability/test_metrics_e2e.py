@@ -236,6 +236,19 @@ async def test_metrics_count_a_client_that_left_before_its_answer(start_proxy, m
     assert histogram_count(after, "dressage_time_to_first_token_seconds") == 0
 
 
+async def test_metrics_time_a_long_context_tokenized_off_the_loop(start_proxy) -> None:
+    proxy = await start_proxy()
+    long_text = "word " * 2_000  # past the registry's inline bound (SessionConfig.thread_encode_chars)
+    async with proxy.async_client() as client:
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": long_text}], max_tokens=4,
+            extra_headers=session_headers("long"), extra_body=NO_THINKING)
+    after = await scrape(proxy.url)
+    assert histogram_count(after, "dressage_tokenization_seconds", where="off_loop") == 1
+    assert histogram_count(after, "dressage_tokenization_seconds", where="inline") == 0
+    assert after.value("dressage_tokenization_seconds_sum", where="off_loop") > 0
+
+
 async def test_metrics_count_idle_finalizes_and_expired_tombstones(start_proxy, mock_clock) -> None:
     idle, ttl = 120.0, 600.0
     proxy = await start_proxy(session_idle_timeout=idle, tombstone_ttl=ttl)
