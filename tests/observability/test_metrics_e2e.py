@@ -236,6 +236,25 @@ async def test_metrics_count_a_client_that_left_before_its_answer(start_proxy, m
     assert histogram_count(after, "dressage_time_to_first_token_seconds") == 0
 
 
+async def test_metrics_count_a_failed_tito_check_and_the_segment_it_began(start_proxy) -> None:
+    proxy = await start_proxy(script=[{"session": "tf", "output": "one"}, {"session": "tf", "output": "two"}])
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+    async with proxy.async_client() as client:
+        first = await client.chat.completions.create(
+            model="m", messages=messages, extra_headers=session_headers("tf"), extra_body=NO_THINKING)
+        # Nothing after the checkpoint: the incremental encode has no fragment, and a full encode starts a segment.
+        await client.chat.completions.create(
+            model="m", messages=[*messages, assistant_echo(first.choices[0].message)],
+            extra_headers=session_headers("tf"), extra_body=NO_THINKING)
+    await proxy.finalize("tf")
+    after = await scrape(proxy.url)
+    assert after.value("dressage_tito_drift_audits_total", outcome="empty_fragment") == 1
+    assert after.value("dressage_tito_drift_audits_total", outcome="ok") == 0
+    assert after.value("dressage_segments_total", boundary_reason="session_start") == 1
+    assert after.value("dressage_segments_total", boundary_reason="tito_failed") == 1
+    assert histogram_count(after, "dressage_tokenization_seconds", where="inline") == 3  # the failed try included
+
+
 async def test_metrics_time_a_long_context_tokenized_off_the_loop(start_proxy) -> None:
     proxy = await start_proxy()
     long_text = "word " * 2_000  # past the registry's inline bound (SessionConfig.thread_encode_chars)
