@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 from quart import request
 from quart_trio import QuartTrio
 
+from proxy.asgi_wrapper import HttpExchangeWrapper
 from proxy.session_context import bind_exchange_slot, reset_exchange_slot
 
 log = logging.getLogger("dressage_proxy.requests")
@@ -56,16 +57,10 @@ def record_route_rules(app: QuartTrio) -> None:
     app.before_request_funcs.setdefault(None, []).insert(0, _record_route_rule)
 
 
-class AccessLogMiddleware:
+class AccessLogMiddleware(HttpExchangeWrapper):
     """ASGI middleware: the exchange's session slot, and its access line at the end."""
 
-    def __init__(self, app: Callable[..., Any]) -> None:
-        self.app = app
-
-    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") != "http":
-            await self.app(scope, receive, send)
-            return
+    async def exchange(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         token = bind_exchange_slot()
         try:
             if log.isEnabledFor(logging.INFO):
