@@ -18,6 +18,7 @@ from werkzeug.exceptions import HTTPException
 from proxy.access import AccessMiddleware, AccessPolicy
 from proxy.api import ApiError
 from proxy.api.error_mapping import api_error_for
+from proxy.observability.access_log import AccessLogMiddleware, record_route_rules
 from proxy.observability.request_metrics import instrument_requests
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware
@@ -48,10 +49,12 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
 
     for module in ROUTE_MODULES:
         module.register(app, services)
+    record_route_rules(app)
     # Keys, origins, Host and media type are checked first (proxy/access.py): a refused request never reaches a
     # route. Every exchange's end is seen, also one cut before a streaming body started (proxy/request_end.py);
     # outermost, every exchange gets its request id (the context of everything it runs, the X-Request-Id header),
-    # refusals included. Around the access rules, every exchange is counted and timed, refusals included
+    # refusals included; just inside it, its session slot and access line (proxy/observability/access_log.py).
+    # Around the access rules, every exchange is counted and timed, refusals included
     # (proxy/observability/request_metrics.py; nothing is wrapped with --no-metrics).
     config = services.config
     access = AccessMiddleware(
@@ -59,5 +62,5 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
         drain_seconds=config.body_read_timeout,
     )
     metered = instrument_requests(app, services.metrics, access)
-    app.asgi_app = RequestIdMiddleware(RequestEndHooks(metered))  # type: ignore[method-assign]
+    app.asgi_app = RequestIdMiddleware(AccessLogMiddleware(RequestEndHooks(metered)))  # type: ignore[method-assign]
     return app
