@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dressage-proxy",
         description="Trajectory-recording OpenAI-compatible proxy in front of SGLang. Without "
         "--sglang-router-url it runs on its embedded SGLang-protocol engine (docs/engine.md).",
+        epilog="dressage-proxy view EXPORT.jsonl|.parquet opens the trajectory viewer on an exported file "
+        "(dressage-proxy view --help).",
     )
     add_proxy_arguments(parser)
     add_service_arguments(parser)
