@@ -36,6 +36,14 @@ STATIC_FILES = {
 }
 
 
+#: the page loads its own files and its own JSON, nothing else, and is never framed (the token text is the model's
+#: output, shown as text only: even if a bug put it into HTML, no inline script could run)
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+
 class ViewerSource(Protocol):
     """Where the viewer's data comes from (``registry_source.py``, ``export_file.py``)."""
 
@@ -62,6 +70,8 @@ def add_viewer_routes(app: QuartTrio, source: ViewerSource) -> None:
         response = Response(files[name], content_type=STATIC_FILES[name])
         # The page is tiny and changes with the proxy's version: always revalidate, never a stale script.
         response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
         return response
 
     @app.get("/ui")

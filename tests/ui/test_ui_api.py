@@ -148,6 +148,8 @@ async def test_the_page_and_its_files_are_served_with_their_media_types(start_pr
     proxy = await start_proxy()
     page = await get(proxy, "/ui/")
     assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert page.headers["x-content-type-options"] == "nosniff"
     for needle in ('id="sessions"', 'id="trie"', 'id="segments"', 'id="token-tooltip"', 'src="static/viewer.js"',
                    'href="static/viewer.css"'):
         assert needle in page.text
