@@ -226,6 +226,7 @@
     span.dataset.mask = mask ? "1" : "0";
     span.dataset.logprob = logprob === null || logprob === undefined ? "" : String(logprob);
     span.dataset.version = version === null || version === undefined ? "" : String(version);
+    span.dataset.text = text;
     if (mask) {
       span.style.backgroundColor = logprob === null || logprob === undefined ? NO_LOGPROB_BACKGROUND : heat(logprob);
     } else {
@@ -367,10 +368,11 @@
     const logprob = span.dataset.logprob;
     const rows = [
       ["token id", span.dataset.tokenId],
-      ["position", span.dataset.index],
-      ["logprob", logprob === "" ? "—" : `${Number(logprob).toFixed(4)}  (p = ${(Math.exp(Number(logprob)) * 100).toFixed(1)}%)`],
+      ["text", span.dataset.text ? JSON.stringify(span.dataset.text) : "(no tokenizer)"],
+      ["logprob", logprob === "" ? "—" : `${logprob}  (p = ${(Math.exp(Number(logprob)) * 100).toFixed(1)}%)`],
       ["version", span.dataset.version === "" ? "—" : span.dataset.version],
       ["loss mask", span.dataset.mask],
+      ["position", span.dataset.index],
     ];
     // The span's text already shows whitespace as symbols (or "#id" without a tokenizer).
     const text = el("div", "tt-text", span.textContent);
