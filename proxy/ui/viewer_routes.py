@@ -6,7 +6,8 @@
 | ``GET /ui/`` | ``static/index.html`` |
 | ``GET /ui/static/<name>`` | one of the page's files (``viewer.js``, ``viewer.css``), 404 for any other name |
 | ``GET /ui/api/sessions`` | ``{"source": {"kind", "label", "token_text"}, "sessions": [row, ...]}`` newest first |
-| ``GET /ui/api/sessions/<session_id>`` | ``{"session": row, "trie": tree or null, "segments": [...], "note"}``; 404 ``not_found`` for an unknown id |
+| ``GET /ui/api/sessions/<session_id>`` | ``{"source", "session": row, "trie": tree or null, "segments": [...], |
+| | "note"}``; 404 ``not_found`` for an unknown id |
 
 A row: ``session_id``, ``state`` (``live``, ``finalizing``, ``export_failed``, ``finalized``, ``drained``,
 ``aborted``), ``machine_state``, ``live``, ``steps``, ``in_flight``, ``branches``, ``segments`` (with
