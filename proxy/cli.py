@@ -155,14 +155,14 @@ async def serve_until_signalled(config: ProxyConfig, engine_config: EngineConfig
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["view"]:  # the trajectory viewer on an exported file (proxy/ui/view_command.py)
-        return view_main(argv[1:])
     try:
         parser = build_parser()
     except ConfigError as exc:
         print(f"dressage-proxy: error: {exc}", file=sys.stderr)
         return 2
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["view"]:  # the trajectory viewer on an exported file (proxy/ui/view_command.py)
+        return view_main(argv[1:])
     try:
         args = parser.parse_args(argv)
         config = config_from_args(args)
