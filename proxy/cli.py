@@ -29,6 +29,7 @@ from proxy.observability.logs import configure_proxy_logging
 from proxy.controllers.session_reaper import expiry_policy, run_reaper
 from proxy.service_flags import add_service_arguments, service_settings_from_args
 from proxy.services import ProxyServices
+from proxy.ui.view_command import view_main
 from proxy.upstream.client import SGLangClient
 from serving.http_server import serve_app
 from serving.tokenizer_files import TokenizerFilesError, model_tokenizer_path
@@ -60,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dressage-proxy",
         description="Trajectory-recording OpenAI-compatible proxy in front of SGLang. Without "
         "--sglang-router-url it runs on its embedded SGLang-protocol engine (docs/engine.md).",
+        epilog="dressage-proxy view EXPORT.jsonl|.parquet opens the trajectory viewer on an exported file "
+        "(dressage-proxy view --help).",
     )
     add_proxy_arguments(parser)
     add_service_arguments(parser)
@@ -164,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"dressage-proxy: error: {exc}", file=sys.stderr)
         return 2
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["view"]:  # the trajectory viewer on an exported file (proxy/ui/view_command.py)
+        return view_main(argv[1:])
     try:
         args = parser.parse_args(argv)
         config = config_from_args(args)
