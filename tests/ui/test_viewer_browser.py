@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import collections
 import colorsys
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import attrs
+import trio
 from playwright.sync_api import Browser, Page
 
 from tests.e2e.conftest import start_proxy  # noqa: F401  (the e2e fixture: a proxy on its embedded engine)
 from tests.ui.browser import chromium, run_in_browser  # noqa: F401  (the fixture: Chromium, installed on demand)
 from tests.ui.viewer_session import (
-    ADMIN_KEY, EXPECTED_BOUNDARY_REASONS, EXPECTED_CHECKPOINTS, EXPECTED_ROLES, LIVE_SESSION, PROXY_CONFIG, SCRIPT,
-    SESSION, record_session,
+    EXPECTED_BOUNDARY_REASONS, EXPECTED_CHECKPOINTS, EXPECTED_ROLES, LIVE_SESSION, PROXY_CONFIG, SCRIPT,
+    SESSION, credentials, open_session, record_session,
 )
 
 #: the contract's background of a masked (context) token
@@ -82,10 +86,6 @@ def close(actual: tuple[int, int, int], expected: tuple[int, int, int]) -> bool:
     return all(abs(a - e) <= 2 for a, e in zip(actual, expected, strict=True))
 
 
-def credentials() -> dict[str, str]:
-    return {"username": "trainer", "password": ADMIN_KEY}
-
-
 def collect_errors(page: Page) -> list[str]:
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
@@ -97,13 +97,7 @@ def look_at_session(browser: Browser, url: str, screenshot: Path) -> Seen:
     context = browser.new_context(http_credentials=credentials(), viewport={"width": 1280, "height": 900})
     page = context.new_page()
     errors = collect_errors(page)
-    response = page.goto(url + "/ui/")
-    assert response is not None and response.status == 200, response and response.status
-    page.wait_for_selector(f'#sessions .session-row[data-session-id="{SESSION}"]')
-    rows = dict(page.eval_on_selector_all("#sessions .session-row", READ_ROWS))
-    page.click(f'#sessions .session-row[data-session-id="{SESSION}"]')
-    page.wait_for_selector("#trie .trie-node")
-    page.wait_for_selector("#segments .segment span.tok")
+    rows = dict(open_session(page, url + "/ui/", SESSION, READ_ROWS))
     trie = page.eval_on_selector_all("#trie .trie-node", READ_TRIE)
     boundaries = page.eval_on_selector_all("#trie .boundary", READ_BOUNDARIES)
     segments = page.eval_on_selector_all("#segments .segment", READ_SEGMENTS)
@@ -195,3 +189,55 @@ async def test_viewer_without_the_admin_key_is_401_with_a_basic_challenge(start_
     proxy = await start_proxy(**PROXY_CONFIG)
     answers = await run_in_browser(chromium, lambda browser: open_without_key(browser, proxy.url))
     assert answers == [(401, 'Basic realm="dressage-proxy"')] * 2
+
+
+READ_TOKENS = """segments => segments.map(segment => ({
+    id: segment.dataset.trajectoryId,
+    tokens: [...segment.querySelectorAll('span.tok')].map(tok => [Number(tok.dataset.tokenId), Number(tok.dataset.mask)]),
+}))"""
+
+
+def read_export_view(browser: Browser, ui_url: str, screenshot: Path) -> Any:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors = collect_errors(page)
+    rows = open_session(page, ui_url, SESSION, READ_ROWS)
+    segments = page.eval_on_selector_all("#segments .segment", READ_TOKENS)
+    page.screenshot(path=str(screenshot), full_page=True)
+    page.close()
+    return dict(rows), segments, errors
+
+
+async def test_view_command_shows_an_exported_jsonl_file_in_chromium(
+    start_proxy, chromium, qwen3_path, tmp_path
+) -> None:
+    proxy = await start_proxy(script=SCRIPT, **PROXY_CONFIG)
+    segments = (await record_session(proxy)).segments
+    export = tmp_path / "export.jsonl"
+    export.write_text("".join(json.dumps(segment) + "\n" for segment in segments), encoding="utf-8")
+    # The real program, as a user runs it: it prints the page's URL on stdout and serves until stopped.
+    command = [str(Path(sys.executable).with_name("dressage-proxy")), "view", str(export), "--no-open",
+               "--model", "qwen3", "--tokenizer-path", str(qwen3_path)]
+    with open(tmp_path / "view.stderr", "wb") as stderr:
+        process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=stderr)
+        try:
+            assert process.stdout is not None
+            first_line = b""
+            with trio.fail_after(60):
+                while not first_line.endswith(b"\n"):
+                    chunk = await process.stdout.receive_some(1)
+                    assert chunk, f"view exited without a URL: {(tmp_path / 'view.stderr').read_text()}"
+                    first_line += chunk
+            ui_url = first_line.decode().strip()
+            assert ui_url.startswith("http://127.0.0.1:") and ui_url.endswith("/ui/"), ui_url
+            screenshot = tmp_path / "view.png"
+            rows, shown, errors = await run_in_browser(
+                chromium, lambda browser: read_export_view(browser, ui_url, screenshot))
+            print(f"view screenshot: {screenshot}")
+        finally:
+            process.terminate()
+            await process.wait()
+    assert errors == []
+    assert set(rows) == {SESSION}
+    assert [segment["id"] for segment in shown] == [s["trajectory_id"] for s in segments]
+    for segment, exported in zip(shown, segments, strict=True):
+        assert segment["tokens"] == [list(pair) for pair in zip(exported["token_ids"], exported["loss_mask"])]

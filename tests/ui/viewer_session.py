@@ -21,6 +21,8 @@ from typing import Any
 import attrs
 import httpx
 
+from playwright.sync_api import Page
+
 from proxy.client import ProxyClient
 from tests.e2e.harness import CALCULATOR_TOOLS, Proxy, assistant_echo
 
@@ -94,3 +96,21 @@ async def record_session(proxy: Proxy) -> Recorded:
         await trainer.finalize_session(SESSION, reward_info={"reward": 1.0})
         segments = await trainer.read_trajectory(SESSION)
     return Recorded(segments)
+
+
+def credentials() -> dict[str, str]:
+    """Playwright's ``http_credentials``: HTTP Basic, any user name, the admin key as the password."""
+    return {"username": "trainer", "password": ADMIN_KEY}
+
+
+def open_session(page: Page, ui_url: str, session_id: str, read_rows: str = "() => null") -> Any:
+    """The viewer's list at ``ui_url``, then a click on the session's row, until its trie and tokens are drawn;
+    returns what ``read_rows`` (a function of the ``.session-row`` elements) reads on the list before the click."""
+    response = page.goto(ui_url)
+    assert response is not None and response.status == 200, response and response.status
+    page.wait_for_selector(f'#sessions .session-row[data-session-id="{session_id}"]')
+    rows = page.eval_on_selector_all("#sessions .session-row", read_rows)
+    page.click(f'#sessions .session-row[data-session-id="{session_id}"]')
+    page.wait_for_selector("#trie .trie-node")
+    page.wait_for_selector("#segments .segment span.tok")
+    return rows
