@@ -23,8 +23,10 @@ before the app sees it, in this order, and answers a refusal itself in the OpenA
    ``/v1/rollout/``), ``ADMIN`` (everything else, unknown paths included: a route added outside ``/v1/`` is behind
    the admin key until someone decides otherwise). ``--api-key`` guards AGENT, ``--admin-key`` guards ADMIN and
    also opens AGENT (a trainer holding it needs no second key). A class whose key is not set is open. The key is
-   read from ``Authorization: Bearer <key>`` (the OpenAI SDKs) or ``x-api-key`` (the Anthropic SDK), compared with
-   :func:`hmac.compare_digest`, and never logged nor echoed.
+   read from ``Authorization: Bearer <key>`` (the OpenAI SDKs), ``x-api-key`` (the Anthropic SDK) or the password
+   of ``Authorization: Basic`` (any user name: a browser's sign-in), compared with :func:`hmac.compare_digest`, and
+   never logged nor echoed. The 401 on the trajectory viewer's paths (``/ui``, ``/ui/...``) challenges with
+   ``Basic`` so that a browser asks for the key; everywhere else with ``Bearer``.
 5. **Media type** (415 ``unsupported_media_type``). A request that announces a body (``Content-Length`` > 0 or
    ``Transfer-Encoding``) on a method other than GET/HEAD/OPTIONS must be ``application/json`` (parameters allowed;
    a ``charset`` must be UTF-8, what the parser reads). A browser form or ``text/plain`` post is refused before its
@@ -37,6 +39,7 @@ connection answered before its body arrived (``serving/http_server.py``, pitfall
 
 from __future__ import annotations
 
+import base64
 import enum
 import hmac
 import ipaddress
@@ -81,6 +84,10 @@ CORS_EXPOSED_HEADERS = "x-request-id, retry-after"
 CORS_MAX_AGE = "600"
 
 WWW_AUTHENTICATE = 'Bearer realm="dressage-proxy"'
+#: the challenge on the viewer's paths: a browser answers it with a sign-in prompt (the key as the password)
+BASIC_CHALLENGE = 'Basic realm="dressage-proxy"'
+#: the trajectory viewer's pages (proxy/ui/viewer_routes.py), opened in a browser
+BROWSER_PREFIX = "/ui"
 
 
 def route_class(path: str) -> RouteClass:
@@ -98,13 +105,26 @@ def route_class(path: str) -> RouteClass:
 # -- keys ------------------------------------------------------------------------------------------------------------
 
 
+def basic_password(credential: str) -> str | None:
+    """The password of a ``Basic`` credential (base64 of ``user:password``), None when it is malformed or empty."""
+    try:
+        decoded = base64.b64decode(credential.strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    _, colon, password = decoded.partition(":")
+    return password if colon and password else None
+
+
 def presented_keys(authorization: str | None, x_api_key: str | None) -> tuple[str, ...]:
-    """The keys a request offers: a ``Bearer`` credential (scheme case-insensitive) and ``x-api-key``."""
+    """The keys a request offers: a ``Bearer`` credential or a ``Basic`` one's password (schemes case-insensitive),
+    and ``x-api-key``."""
     keys = []
     if authorization:
         scheme, _, credential = authorization.strip().partition(" ")
         if scheme.lower() == "bearer" and credential.strip():
             keys.append(credential.strip())
+        elif scheme.lower() == "basic" and (password := basic_password(credential)) is not None:
+            keys.append(password)
     if x_api_key and x_api_key.strip():
         keys.append(x_api_key.strip())
     return tuple(keys)
@@ -149,9 +169,18 @@ class AccessPolicy:
         return "*" in self.cors_origins or origin in self.cors_origins
 
 
-def unauthorized(route: RouteClass, presented: tuple[str, ...]) -> ApiError:
-    """401 naming which key the route needs, never the key that was sent."""
+def is_browser_path(path: str) -> bool:
+    """The trajectory viewer's paths, whose 401 asks a browser to sign in (``Basic``)."""
+    return path == BROWSER_PREFIX or path.startswith(BROWSER_PREFIX + "/")
+
+
+def unauthorized(route: RouteClass, presented: tuple[str, ...], *, browser: bool = False) -> ApiError:
+    """401 naming which key the route needs, never the key that was sent; ``browser``: the ``Basic`` challenge."""
     which = "the admin key (--admin-key)" if route is RouteClass.ADMIN else "the API key (--api-key)"
+    if browser:
+        message = (f"this page needs {which}: sign in with the key as the password (any user name), "
+                   "or send 'Authorization: Bearer <key>'")
+        return ApiError.of(ErrorCode.UNAUTHORIZED, message, headers={"WWW-Authenticate": BASIC_CHALLENGE})
     if presented:
         message = f"the key sent is not valid here: this endpoint needs {which}"
         challenge = f'{WWW_AUTHENTICATE}, error="invalid_token"'
@@ -301,10 +330,11 @@ class AccessMiddleware:
             await self._preflight(send, headers)
             return
         if refusal is None:
-            route = route_class(str(scope.get("path", "/")))
+            path = str(scope.get("path", "/"))
+            route = route_class(path)
             presented = presented_keys(headers.get("authorization"), headers.get("x-api-key"))
             if not self.policy.admits(route, presented):
-                refusal = unauthorized(route, presented)
+                refusal = unauthorized(route, presented, browser=is_browser_path(path))
         if refusal is None:
             refusal = media_type_refusal(method, headers)
         if refusal is None:
@@ -364,6 +394,6 @@ async def _send_error(send: Any, error: ApiError, *, close: bool = False) -> Non
 
 
 __all__ = [
-    "AccessMiddleware", "AccessPolicy", "RouteClass", "bind_warning", "is_json_media_type", "is_loopback_name",
-    "key_matches", "presented_keys", "route_class",
+    "AccessMiddleware", "AccessPolicy", "RouteClass", "basic_password", "bind_warning", "is_browser_path",
+    "is_json_media_type", "is_loopback_name", "key_matches", "presented_keys", "route_class",
 ]

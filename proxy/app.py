@@ -20,13 +20,13 @@ from proxy.api import ApiError
 from proxy.api.error_mapping import api_error_for
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware
-from proxy.routes import chat, info, rollout, rollout_control
+from proxy.routes import chat, info, rollout, rollout_control, ui
 from proxy.services import ProxyServices
 from serving.http_server import harden_app
 
 
 #: every route module; each has ``register(app, services)``
-ROUTE_MODULES = [info, rollout, rollout_control, chat]
+ROUTE_MODULES = [info, rollout, rollout_control, chat, ui]
 
 
 def error_response(error: ApiError) -> Response:

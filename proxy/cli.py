@@ -23,6 +23,7 @@ from proxy.http_limits import http_limits
 from proxy.controllers.session_reaper import expiry_policy, run_reaper
 from proxy.service_flags import add_service_arguments, service_settings_from_args
 from proxy.services import ProxyServices
+from proxy.ui.view_command import view_main
 from proxy.upstream.client import SGLangClient
 from serving.http_server import serve_app
 from serving.tokenizer_files import TokenizerFilesError, model_tokenizer_path
@@ -152,6 +153,9 @@ async def serve_until_signalled(config: ProxyConfig, engine_config: EngineConfig
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["view"]:  # the trajectory viewer on an exported file (proxy/ui/view_command.py)
+        return view_main(argv[1:])
     try:
         parser = build_parser()
     except ConfigError as exc:

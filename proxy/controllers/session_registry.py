@@ -550,6 +550,16 @@ class SessionRegistry:
         locked = self._sessions.get(session_id)
         return locked.session.debug_view() if locked is not None else None
 
+    def session_ids(self) -> list[str]:
+        """Every session the registry knows, tombstones included, oldest first (the trajectory viewer's list)."""
+        return list(self._sessions)
+
+    def peek(self, session_id: str) -> Session | None:
+        """The session's sync core for read-only reporting (``proxy/ui/registry_source.py``), or None if unknown.
+        Callers read it in one go, without an await in between, and change nothing."""
+        locked = self._sessions.get(session_id)
+        return locked.session if locked is not None else None
+
     def statistics(self) -> RegistryStatistics:
         """Sessions by state, generations in flight, steps committed."""
         states: dict[str, int] = {}

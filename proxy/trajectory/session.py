@@ -491,6 +491,15 @@ class Session:
 
     # -- reporting ---------------------------------------------------------------------------------------------------
 
+    def preview_export(self) -> SessionExport | None:
+        """What a finalize would export now, changing nothing (the trajectory viewer previews a live session's
+        segments with ``export_segments``): the tip of every chain that owns a step, which are exactly the chains
+        finalize's ``ExportRequested`` exports. None once the session freed its data."""
+        if self.trie is None:
+            return None
+        tips = tuple(chain.tip for chain in self._chains if chain.tip is not None)
+        return SessionExport(self.session_id, self.session_id, self.instance_id, None, tips)
+
     def debug_view(self) -> SessionDebugView:
         """The session at a glance."""
         stats = self.machine.statistics()

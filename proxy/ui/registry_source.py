@@ -1,0 +1,121 @@
+"""The viewer's data from a running proxy: the session registry (live sessions, their tries, tombstones) and the
+trajectory store (finalized segments, read without draining).
+
+What each session shows, decided by the data it still holds (never by its machine's state):
+
+- segments in the store (finalized, not drained yet): those segments, and the trie rebuilt from their messages
+  (finalize freed the session's own trie);
+- a trie (live, or finalizing): that trie, and a *preview* of its segments: ``export_segments`` (pure) on the
+  tips of its chains (``Session.preview_export``), exactly what a finalize would export now, changing nothing;
+- neither (drained, aborted, finalized with nothing to export): its statistics only.
+
+Everything here reads: ``SessionRegistry.read`` without ``drain``, ``peek`` and ``debug_view`` in one go with no
+await in between (trio runs nothing else meanwhile, so no lock is needed and no session waits for the viewer).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from proxy.controllers.session_registry import SessionRegistry
+from proxy.trajectory.export import export_segments
+from proxy.trajectory.session import Session
+from proxy.ui.segment_view import segment_view
+from proxy.ui.token_text import TokenTexts
+from proxy.ui.trie_view import live_trie, trie_from_segments
+
+log = logging.getLogger("dressage_proxy.ui")
+
+#: the page's name for each session machine state (``statemachines/session.py``): reporting only
+VIEW_STATES = {
+    "ACTIVE": "live", "FINALIZING": "finalizing", "EXPORT_FAILED": "export_failed", "FINALIZED": "finalized",
+    "DRAINED": "drained", "ABORTED": "aborted",
+}
+
+
+def _tokens(segments: Sequence[Mapping[str, Any]]) -> int:
+    return sum(len(segment.get("token_ids") or ()) for segment in segments)
+
+
+@attrs.define(eq=False)
+class RegistrySource:
+    """The viewer source of a running proxy (``proxy/routes/ui.py`` serves it)."""
+
+    registry: SessionRegistry
+    texts: TokenTexts
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "proxy", "label": "this proxy", "token_text": self.texts.available}
+
+    def _summary(self, session_id: str, session: Session | None, stored: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """One row of the session list (sync: call it right after reading the store)."""
+        if session is None:  # its tombstone expired, its segments wait in the store
+            return {"session_id": session_id, "state": "finalized", "machine_state": None, "live": False,
+                    "steps": None, "in_flight": 0, "branches": None, "segments": len(stored),
+                    "segments_preview": False, "tokens": _tokens(stored), "finalize_reason": None,
+                    "instance_id": None}
+        view = session.debug_view()
+        preview = session.preview_export() if not stored else None
+        tips = preview.tips if preview is not None else ()
+        return {
+            "session_id": session_id,
+            "state": VIEW_STATES.get(view.state, view.state.lower()),
+            "machine_state": view.state,
+            "live": session.trie is not None,
+            "steps": view.steps,
+            "in_flight": view.in_flight,
+            "branches": view.branches,
+            "segments": len(stored) if stored else len(tips),
+            "segments_preview": not stored and bool(tips),
+            "tokens": _tokens(stored) if stored else sum(tip.length for tip in tips),
+            "finalize_reason": view.finalize_reason,
+            "instance_id": view.instance_id,
+        }
+
+    async def sessions(self) -> list[dict[str, Any]]:
+        """Every session the registry or the store knows, newest first."""
+        by_session: dict[str, list[Mapping[str, Any]]] = {}
+        for segment in await self.registry.read():
+            by_session.setdefault(str(segment.get("parent_traj_id")), []).append(segment)
+        ids = self.registry.session_ids()
+        ids += [session_id for session_id in by_session if self.registry.peek(session_id) is None]
+        rows = [self._summary(sid, self.registry.peek(sid), by_session.get(sid, ())) for sid in ids]
+        rows.reverse()
+        return rows
+
+    async def session(self, session_id: str) -> dict[str, Any] | None:
+        """One session's trie and segments (see the module docstring), or None if neither registry nor store has it."""
+        stored = await self.registry.read(session_id=session_id)
+        session = self.registry.peek(session_id)
+        if session is None and not stored:
+            return None
+        summary = self._summary(session_id, session, stored)
+        if stored:
+            trie = live_trie(session.trie) if session is not None and session.trie is not None else None
+            return {"session": summary, "trie": trie or trie_from_segments(stored),
+                    "segments": [segment_view(segment, self.texts) for segment in stored],
+                    "note": None}
+        if session is None or session.trie is None:
+            note = {"drained": "its segments were drained by the trainer: only its statistics remain",
+                    "aborted": "it was aborted: nothing was exported"}.get(summary["state"],
+                                                                           "it holds no trie and no segment")
+            return {"session": summary, "trie": None, "segments": [], "note": note}
+        trie = live_trie(session.trie)
+        export = session.preview_export()
+        try:
+            built = export_segments(export, self.registry.config.export, self.registry.tokenizer) if export else []
+        except Exception:  # noqa: BLE001 - a preview is reporting: a bug here must not break the page
+            log.exception("viewer: previewing the segments of session %r failed", session_id)
+            return {"session": summary, "trie": trie, "segments": [],
+                    "note": "its segments could not be previewed (logged); they appear at finalize"}
+        note = ("live session: its segments are a preview of what a finalize would export now"
+                if built else "live session: no step committed yet; segments appear once a step commits")
+        return {"session": summary, "trie": trie, "segments": [segment_view(s, self.texts, preview=True) for s in built],
+                "note": note}
+
+
+__all__ = ["RegistrySource", "VIEW_STATES"]
