@@ -68,7 +68,7 @@ class RegistrySource:
             "live": session.trie is not None,
             "steps": view.steps,
             "in_flight": view.in_flight,
-            "branches": view.branches,
+            "branches": view.branches if session.trie is not None else None,  # the chains go with the trie
             "segments": len(stored) if stored else len(tips),
             "segments_preview": not stored and bool(tips),
             "tokens": _tokens(stored) if stored else sum(tip.length for tip in tips),

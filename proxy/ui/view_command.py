@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import signal
 import sys
 import webbrowser
 from pathlib import Path
@@ -25,7 +26,7 @@ from werkzeug.exceptions import HTTPException
 from proxy.access import AccessMiddleware, AccessPolicy
 from proxy.api.error_mapping import api_error_for
 from proxy.tokenization import load_tito_tokenizer
-from proxy.ui.export_file import ExportFileError, ExportFileSource
+from proxy.ui.export_file import ExportFileError, ExportFileSource, read_export
 from proxy.ui.token_text import TokenTexts
 from proxy.ui.viewer_routes import ViewerSource, add_viewer_routes
 from serving.http_server import harden_app, serve_app
@@ -99,17 +100,28 @@ def view_main(argv: list[str]) -> int:
     """``dressage-proxy view ...`` (``proxy/cli.py:main`` dispatches here)."""
     args = build_view_parser().parse_args(argv)
     try:
-        texts = token_texts(args.model, args.tokenizer_path)
-        source = ExportFileSource.from_file(args.file, texts)
+        segments = read_export(args.file)  # first: a file it cannot read is refused before the tokenizer loads
+        source = ExportFileSource(args.file.name, segments, token_texts(args.model, args.tokenizer_path))
     except (ExportFileError, OSError, ValueError) as exc:
         say(f"error: {exc}")
         return 2
     say(f"{len(source.segments)} segment(s) of {len(source.session_ids())} session(s) in {args.file}")
     try:
-        trio.run(serve_view, source, args.port, not args.no_open)
+        trio.run(view_until_signalled, source, args.port, not args.no_open)
     except KeyboardInterrupt:
-        pass
+        pass  # a Ctrl-C before the signal receiver was installed: nothing was served yet
+    say("stopped")
     return 0
+
+
+async def view_until_signalled(source: ViewerSource, port: int, open_browser: bool) -> None:
+    """Serve until SIGINT (Ctrl-C) or SIGTERM: nothing to flush, the file is only read."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_view, source, port, open_browser)
+            async for _ in signals:
+                nursery.cancel_scope.cancel()
+                break
 
 
 __all__ = ["build_view_parser", "create_view_app", "serve_view", "view_main"]

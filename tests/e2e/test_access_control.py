@@ -122,6 +122,9 @@ async def test_every_route_has_a_class_and_unknown_paths_need_the_admin_key(star
         "/v1/rollout/pause_state": RouteClass.ADMIN, "/session/finalize": RouteClass.ADMIN,
         "/session/<path:session_id>": RouteClass.ADMIN, "/trajectory/read": RouteClass.ADMIN,
         "/trajectory/stats": RouteClass.ADMIN,
+        # the trajectory viewer (proxy/ui/viewer_routes.py)
+        "/ui": RouteClass.ADMIN, "/ui/": RouteClass.ADMIN, "/ui/static/<name>": RouteClass.ADMIN,
+        "/ui/api/sessions": RouteClass.ADMIN, "/ui/api/sessions/<path:session_id>": RouteClass.ADMIN,
     }
     proxy = await start_proxy()
     app = create_proxy_app(proxy.handle.services)

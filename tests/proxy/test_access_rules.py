@@ -3,27 +3,59 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from proxy.access import (
     AccessPolicy,
     RouteClass,
+    basic_password,
     bind_warning,
+    is_browser_path,
     is_json_media_type,
     is_loopback_name,
     key_matches,
     presented_keys,
+    unauthorized,
 )
 from proxy.cli import build_parser, config_from_args
 from proxy.config import ProxyConfig
 
 
-def test_presented_keys_read_bearer_and_x_api_key() -> None:
+def test_presented_keys_read_bearer_basic_and_x_api_key() -> None:
     assert presented_keys("Bearer k1", None) == ("k1",)
     assert presented_keys("bearer   k1 ", "k2") == ("k1", "k2")
-    assert presented_keys("Basic dXNlcjpw", None) == ()
+    assert presented_keys("Basic dXNlcjpw", None) == ("p",)  # user:p, a browser's sign-in: the password is the key
     assert presented_keys("Bearer ", "") == ()
     assert presented_keys(None, None) == ()
+
+
+@pytest.mark.parametrize(
+    ("credential", "password"),
+    [
+        (base64.b64encode(b"anyone:sk-admin").decode(), "sk-admin"),
+        (base64.b64encode(b":sk-admin").decode(), "sk-admin"),  # an empty user name
+        (base64.b64encode(b"user:pa:ss").decode(), "pa:ss"),  # only the first colon splits
+        (base64.b64encode("u:clé-ü".encode()).decode(), "clé-ü"),
+        (base64.b64encode(b"user:").decode(), None),  # no password
+        (base64.b64encode(b"no-colon").decode(), None),
+        ("not base64!", None),
+        (base64.b64encode(b"\xff\xfe:x").decode(), None),  # not UTF-8
+    ],
+)
+def test_basic_credentials_give_their_password(credential, password) -> None:
+    assert basic_password(credential) == password
+    assert presented_keys(f"Basic {credential}", None) == ((password,) if password else ())
+
+
+def test_the_viewer_paths_challenge_a_browser_with_basic() -> None:
+    assert [is_browser_path(path) for path in ("/ui", "/ui/", "/ui/api/sessions", "/uix", "/v1/ui", "/")] == [
+        True, True, True, False, False, False]
+    browser = unauthorized(RouteClass.ADMIN, (), browser=True)
+    assert browser.status == 401 and browser.headers["WWW-Authenticate"] == 'Basic realm="dressage-proxy"'
+    assert unauthorized(RouteClass.ADMIN, ("wrong",), browser=True).headers["WWW-Authenticate"].startswith("Basic ")
+    assert unauthorized(RouteClass.ADMIN, ()).headers["WWW-Authenticate"] == 'Bearer realm="dressage-proxy"'
 
 
 def test_keys_match_exactly() -> None:
