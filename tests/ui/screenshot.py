@@ -6,7 +6,7 @@ Run it (it is not part of the suite: pytest collects only ``test_*.py`` unless a
 
 It uses the same fixtures as ``test_viewer_browser.py``: the proxy on its embedded engine with an admin key, the
 scripted two-branch session of ``viewer_session.py``, Debian's Chromium (installed when missing). The page is shot
-at a 1280 x 800 viewport with a generated token hovered, so its tooltip shows. ``DRESSAGE_SCREENSHOT`` overrides
+at a 1280 x 840 viewport with a generated token hovered, so its tooltip shows. ``DRESSAGE_SCREENSHOT`` overrides
 the output path.
 """
 
@@ -28,11 +28,15 @@ OUTPUT = Path(os.environ.get("DRESSAGE_SCREENSHOT", ROOT / "docs" / "images" / "
 
 
 def shoot(browser: Browser, url: str, output: Path) -> None:
-    context = browser.new_context(http_credentials=credentials(), viewport={"width": 1280, "height": 800})
+    context = browser.new_context(http_credentials=credentials(), viewport={"width": 1280, "height": 840})
     page = context.new_page()
     open_session(page, url + "/ui/", SESSION)
-    # A generated token of the first segment under the pointer: the tooltip is part of the picture.
-    page.locator("#segments .segment").first.locator('span.tok[data-mask="1"]').nth(4).hover()
+    # The first segment scrolled to its end, so both of its answers' heat colours are in view (the page itself
+    # back at its top), and a token of the first answer under the pointer: its tooltip is part of the picture.
+    generated = page.locator("#segments .segment").first.locator('span.tok[data-mask="1"]')
+    generated.last.scroll_into_view_if_needed()
+    page.evaluate("window.scrollTo(0, 0)")
+    generated.nth(4).hover()
     page.locator("#token-tooltip").wait_for(state="visible", timeout=5000)
     output.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(output))

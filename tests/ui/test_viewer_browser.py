@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 import trio
 from playwright.sync_api import Browser, Page
+from playwright.sync_api import Error as PlaywrightError
 
 from tests.e2e.conftest import start_proxy  # noqa: F401  (the e2e fixture: a proxy on its embedded engine)
 from tests.ui.browser import chromium, run_in_browser  # noqa: F401  (the fixture: Chromium, installed on demand)
@@ -174,21 +175,31 @@ async def test_viewer_draws_the_trie_and_colours_the_tokens_in_chromium(start_pr
     assert seen.tooltip_visible and str(seen.hovered_id) in seen.tooltip, (seen.hovered_id, seen.tooltip)
 
 
-def open_without_key(browser: Browser, url: str) -> list[tuple[int, str | None]]:
-    answers = []
-    for options in ({}, {"http_credentials": {"username": "trainer", "password": "sk-wrong"}}):
-        context = browser.new_context(**options)
-        response = context.new_page().goto(url + "/ui/")
-        assert response is not None
-        answers.append((response.status, response.headers.get("www-authenticate")))
-        context.close()
-    return answers
+def open_without_key(browser: Browser, url: str, password: str | None) -> tuple[list[tuple[int, str | None]], str]:
+    """Navigate to ``/ui/`` (no credentials, or a wrong password): the answers the browser saw, and how it ended.
+
+    Without credentials Chromium gives up on the page (Playwright: ``net::ERR_INVALID_AUTH_CREDENTIALS``); with
+    refused ones it shows the 401 answer. Either way every answer it got is seen as a response."""
+    options = {} if password is None else {"http_credentials": {"username": "trainer", "password": password}}
+    context = browser.new_context(**options)
+    page = context.new_page()
+    answers: list[tuple[int, str | None]] = []
+    page.on("response", lambda response: answers.append((response.status, response.headers.get("www-authenticate"))))
+    try:
+        response = page.goto(url + "/ui/")
+        failure = "" if response is None else f"loaded with status {response.status}"
+    except PlaywrightError as error:
+        failure = str(error)
+    context.close()
+    return answers, failure
 
 
 async def test_viewer_without_the_admin_key_is_401_with_a_basic_challenge(start_proxy, chromium) -> None:
     proxy = await start_proxy(**PROXY_CONFIG)
-    answers = await run_in_browser(chromium, lambda browser: open_without_key(browser, proxy.url))
-    assert answers == [(401, 'Basic realm="dressage-proxy"')] * 2
+    for password in (None, "sk-wrong"):
+        answers, failure = await run_in_browser(chromium, lambda browser: open_without_key(browser, proxy.url, password))
+        assert answers and set(answers) == {(401, 'Basic realm="dressage-proxy"')}, (password, answers)
+        assert "ERR_INVALID_AUTH_CREDENTIALS" in failure or failure == "loaded with status 401", (password, failure)
 
 
 READ_TOKENS = """segments => segments.map(segment => ({
