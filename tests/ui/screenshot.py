@@ -1,8 +1,8 @@
 """The README's screenshot of the viewer (``docs/images/viewer.png``), from the scripted session of the browser test.
 
-Run it (it is not part of the suite: pytest collects only ``test_*.py`` unless a file is named explicitly)::
+Run it (it is not part of the suite: pytest collects only ``test_*.py`` files unless one is named explicitly)::
 
-    .venv/bin/python -m tests.ui.screenshot            # or: ./dev test tests/ui/screenshot.py
+    ./dev test tests/ui/screenshot.py -s
 
 It uses the same fixtures as ``test_viewer_browser.py``: the proxy on its embedded engine with an admin key, the
 scripted two-branch session of ``viewer_session.py``, Debian's Chromium (installed when missing). The page is shot
@@ -13,10 +13,8 @@ the output path.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import Browser
 
 from tests.e2e.conftest import start_proxy  # noqa: F401  (the e2e fixture: a proxy on its embedded engine)
@@ -48,7 +46,3 @@ async def test_readme_screenshot(start_proxy, chromium) -> None:
     await record_session(proxy)
     await run_in_browser(chromium, lambda browser: shoot(browser, proxy.url, OUTPUT))
     print(f"wrote {OUTPUT} ({OUTPUT.stat().st_size} bytes)")
-
-
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q", "-s", "-p", "no:cacheprovider"]))

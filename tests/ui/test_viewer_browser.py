@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import attrs
 import trio
@@ -58,6 +59,7 @@ class Seen:
     """What the page showed."""
 
     rows: dict[str, str]
+    route: str
     trie: list[dict[str, Any]]
     boundaries: list[str]
     segments: list[dict[str, Any]]
@@ -99,6 +101,7 @@ def look_at_session(browser: Browser, url: str, screenshot: Path) -> Seen:
     page = context.new_page()
     errors = collect_errors(page)
     rows = dict(open_session(page, url + "/ui/", SESSION, READ_ROWS))
+    route = page.url
     trie = page.eval_on_selector_all("#trie .trie-node", READ_TRIE)
     boundaries = page.eval_on_selector_all("#trie .boundary", READ_BOUNDARIES)
     segments = page.eval_on_selector_all("#segments .segment", READ_SEGMENTS)
@@ -115,7 +118,7 @@ def look_at_session(browser: Browser, url: str, screenshot: Path) -> Seen:
     tooltip_text = tooltip.inner_text() if tooltip.count() else ""
     page.screenshot(path=str(screenshot), full_page=True)
     context.close()
-    return Seen(rows, trie, boundaries, segments, hovered_id, tooltip_text, tooltip_visible, errors, screenshot)
+    return Seen(rows, route, trie, boundaries, segments, hovered_id, tooltip_text, tooltip_visible, errors, screenshot)
 
 
 async def test_viewer_draws_the_trie_and_colours_the_tokens_in_chromium(start_proxy, chromium, tmp_path) -> None:
@@ -130,9 +133,9 @@ async def test_viewer_draws_the_trie_and_colours_the_tokens_in_chromium(start_pr
     assert seen.screenshot.stat().st_size > 0
     assert seen.page_errors == []
 
-    # The list: the finalized session and the live one (the registry calls a live session ACTIVE).
-    assert str(seen.rows.get(SESSION)).lower() == "finalized", seen.rows
-    assert str(seen.rows.get(LIVE_SESSION)).lower() in ("live", "active"), seen.rows
+    # The list: the finalized session and the live one; the click went to the session's route.
+    assert (seen.rows.get(SESSION), seen.rows.get(LIVE_SESSION)) == ("finalized", "live"), seen.rows
+    assert seen.route == f"{proxy.url}/ui/#/session/{quote(SESSION, safe='')}"
 
     # The trie: one node per message, roles, checkpoints on the assistants, one branch point (A1: tool | user).
     assert collections.Counter(node["role"] for node in seen.trie) == EXPECTED_ROLES, seen.trie
