@@ -200,14 +200,16 @@ def open_without_key(browser: Browser, url: str, password: str | None) -> tuple[
 async def test_viewer_without_the_admin_key_is_401_with_a_basic_challenge(start_proxy, chromium) -> None:
     proxy = await start_proxy(**PROXY_CONFIG)
     for password in (None, "sk-wrong"):
-        answers, failure = await run_in_browser(chromium, lambda browser: open_without_key(browser, proxy.url, password))
+        answers, failure = await run_in_browser(
+            chromium, lambda browser, password=password: open_without_key(browser, proxy.url, password))
         assert answers and set(answers) == {(401, 'Basic realm="dressage-proxy"')}, (password, answers)
         assert "ERR_INVALID_AUTH_CREDENTIALS" in failure or failure == "loaded with status 401", (password, failure)
 
 
 READ_TOKENS = """segments => segments.map(segment => ({
     id: segment.dataset.trajectoryId,
-    tokens: [...segment.querySelectorAll('span.tok')].map(tok => [Number(tok.dataset.tokenId), Number(tok.dataset.mask)]),
+    tokens: [...segment.querySelectorAll('span.tok')]
+        .map(tok => [Number(tok.dataset.tokenId), Number(tok.dataset.mask)]),
 }))"""
 
 

@@ -2,15 +2,15 @@
 
 One session, ``calc-episode``, through the official openai SDK against the proxy on its embedded engine::
 
-    system ─ user "What is 2 + 3?" ─ assistant A1 (tool call add)      step 1, segment start: session_start
-                                       ├─ tool "5" ─ assistant A2          step 2, continues A1's chain
-                                       └─ user "Use multiply." ─ A3        step 3, a branch from A1 (after new weights)
-    system "checker" ─ user ─ assistant A4                              step 4, segment start: new_conversation
+    system ─ user "What is 2 + 3?" ─ assistant A1 (tool call)     step 1, starts a segment: session_start
+                                       ├─ tool "5" ─ A2               step 2, continues A1's chain
+                                       └─ user "Use multiply." ─ A3   step 3, a branch from A1 (new weights)
+    system "checker" ─ user ─ assistant A4                         step 4, starts a segment: new_conversation
 
 So the trie has 10 message nodes (2 system, 3 user, 1 tool, 4 assistant), 4 checkpoints (the assistants), one
 branch point (A1, two children) and two segment boundaries; the export has 3 segments. Between steps 2 and 3 the
-trainer pauses, loads weight version ``v2`` into the engine and resumes, so A3's tokens carry another version than A1's and A2's
-(``--record-token-versions``). A second session, ``live-episode``, has one step and stays live.
+trainer pauses, loads weight version ``v2`` into the engine and resumes, so A3's tokens carry another version than
+A1's and A2's (``--record-token-versions``). A second session, ``live-episode``, has one step and stays live.
 """
 
 from __future__ import annotations
