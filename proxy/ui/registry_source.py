@@ -11,24 +11,29 @@ What each session shows, decided by the data it still holds (never by its machin
 
 Everything here reads: ``SessionRegistry.read`` without ``drain``, ``peek`` and ``debug_view`` in one go with no
 await in between (trio runs nothing else meanwhile, so no lock is needed and no session waits for the viewer).
+Building the token views of a long session (the preview's export, each token's text) runs in a worker thread past
+the export's own threshold (``thread_export_tokens``), as finalize's export does.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import attrs
 
+from proxy.controllers.off_loop import run_sized
 from proxy.controllers.session_registry import SessionRegistry
-from proxy.trajectory.export import export_segments
+from proxy.trajectory.export import SessionExport, export_segments
 from proxy.trajectory.session import Session
 from proxy.ui.segment_view import segment_view
 from proxy.ui.token_text import TokenTexts
 from proxy.ui.trie_view import live_trie, trie_from_segments
 
 log = logging.getLogger("dressage_proxy.ui")
+
+T = TypeVar("T")
 
 #: the page's name for each session machine state (``statemachines/session.py``): reporting only
 VIEW_STATES = {
@@ -96,9 +101,8 @@ class RegistrySource:
         summary = self._summary(session_id, session, stored)
         if stored:
             trie = live_trie(session.trie) if session is not None and session.trie is not None else None
-            return {"session": summary, "trie": trie or trie_from_segments(stored),
-                    "segments": [segment_view(segment, self.texts) for segment in stored],
-                    "note": None}
+            views = await self._off_loop_if_long(_tokens(stored), self._views, stored, False)
+            return {"session": summary, "trie": trie or trie_from_segments(stored), "segments": views, "note": None}
         if session is None or session.trie is None:
             note = {"drained": "its segments were drained by the trainer: only its statistics remain",
                     "aborted": "it was aborted: nothing was exported"}.get(summary["state"],
@@ -107,15 +111,27 @@ class RegistrySource:
         trie = live_trie(session.trie)
         export = session.preview_export()
         try:
-            built = export_segments(export, self.registry.config.export, self.registry.tokenizer) if export else []
+            views = await self._off_loop_if_long(summary["tokens"], self._preview, export) if export else []
         except Exception:  # noqa: BLE001 - a preview is reporting: a bug here must not break the page
             log.exception("viewer: previewing the segments of session %r failed", session_id)
             return {"session": summary, "trie": trie, "segments": [],
                     "note": "its segments could not be previewed (logged); they appear at finalize"}
         note = ("live session: its segments are a preview of what a finalize would export now"
-                if built else "live session: no step committed yet; segments appear once a step commits")
-        return {"session": summary, "trie": trie, "segments": [segment_view(s, self.texts, preview=True) for s in built],
-                "note": note}
+                if views else "live session: no step committed yet; segments appear once a step commits")
+        return {"session": summary, "trie": trie, "segments": views, "note": note}
+
+    async def _off_loop_if_long(self, tokens: int, function: Callable[..., T], *args: Any) -> T:
+        """Inline for a short session, in a worker thread past the export's own threshold: what runs there reads
+        committed steps and stored segments only, which nothing changes once written."""
+        return await run_sized(tokens, self.registry.config.thread_export_tokens, function, *args)
+
+    def _views(self, segments: Sequence[Mapping[str, Any]], preview: bool) -> list[dict[str, Any]]:
+        return [segment_view(segment, self.texts, preview=preview) for segment in segments]
+
+    def _preview(self, export: SessionExport) -> list[dict[str, Any]]:
+        """The segments a finalize would export now (pure ``export_segments``), as the viewer draws them."""
+        built = export_segments(export, self.registry.config.export, self.registry.tokenizer)
+        return self._views(built, True)
 
 
 __all__ = ["RegistrySource", "VIEW_STATES"]

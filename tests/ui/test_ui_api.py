@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import httpx
 
 from tests.e2e.conftest import start_proxy  # noqa: F401 - the e2e suite's fixture: a proxy on its embedded engine
@@ -79,6 +80,10 @@ async def test_live_session_shows_its_trie_and_a_preview_that_finalize_then_expo
     previews = live["segments"]
     assert all(segment["preview"] for segment in previews)
     assert [segment["step_ids"] for segment in previews] == [[1, 2], [1, 3], [4]]
+    # Past the export's thread threshold the views are built in a worker thread: the same answer.
+    registry = proxy.handle.services.sessions
+    registry.config = attrs.evolve(registry.config, thread_export_tokens=0)
+    assert (await api_session(proxy, SESSION))["segments"] == previews
 
     # The viewer read nothing away and changed nothing: the session is still live, and still takes a finalize.
     assert (await proxy.debug(SESSION))["state"] == "ACTIVE"

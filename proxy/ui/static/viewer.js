@@ -189,7 +189,7 @@
   function heat(logprob) {
     const clamped = Math.max(HEAT_FLOOR, Math.min(0, logprob));
     const hue = 120 * (1 - clamped / HEAT_FLOOR);
-    return `hsl(${hue.toFixed(1)}, 70%, 80%)`;
+    return `hsl(${hue}, 70%, 80%)`;
   }
 
   function versionOrder(values) {
@@ -247,7 +247,8 @@
     head.append(el("span", "tid", segment.trajectory_id));
     if (segment.preview) head.append(el("span", "preview-badge", "preview (not finalized)"));
     if (segment.boundary_reason) {
-      const boundary = el("span", "boundary", segment.boundary_reason);
+      // Styled as the trie's boundary chips, but not a .boundary: those mark the trie's nodes only.
+      const boundary = el("span", "segment-reason", segment.boundary_reason);
       boundary.dataset.reason = segment.boundary_reason;
       boundary.title = segment.boundary_detail || "why this segment began";
       head.append(boundary);
@@ -300,7 +301,7 @@
     const dashed = swatch(MASKED_BACKGROUND);
     dashed.style.outline = "1px dashed #9ca3af";
     item(dashed, "generated, trained in another segment");
-    item(el("span", "step-boundary", "step n"), "step boundary");
+    item(el("span", "legend-step", "step n"), "step boundary");  // not a .step-boundary: those precede tokens
     item(el("span", "ws mono", "· → ↵"), "space, tab, newline");
     for (const [version, colour] of colours) {
       const v = el("span", "version-swatch");
