@@ -22,9 +22,10 @@ counts every request in ``dressage_requests_total``; metrics + JSON logs also wr
 about one per request.
 
 Bounded: each phase stops after its requests or ``--bound`` seconds, whichever comes first (a phase cut by the
-bound is reported); talks to 127.0.0.1 only. About 100 s with the defaults on two cores.
+bound is reported); talks to 127.0.0.1 only. About 80 s with the defaults on two quiet cores (several minutes
+when other work shares them).
 
-    .venv/bin/python bench/observability.py [--rounds 2] [--concurrency 16] [--ns-requests 48] [--stream-requests 8]
+    .venv/bin/python bench/observability.py [--rounds 2] [--concurrency 16] [--ns-requests 32] [--stream-requests 6]
 """
 
 from __future__ import annotations
@@ -221,8 +222,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=4, help="requests per session")
     parser.add_argument("--ns-reply-tokens", type=int, default=32)
     parser.add_argument("--stream-reply-tokens", type=int, default=128)
-    parser.add_argument("--ns-requests", type=int, default=48, help="requests per client and phase")
-    parser.add_argument("--stream-requests", type=int, default=8, help="streams per client and phase")
+    parser.add_argument("--ns-requests", type=int, default=32, help="requests per client and phase")
+    parser.add_argument("--stream-requests", type=int, default=6, help="streams per client and phase")
     parser.add_argument("--warmup-requests", type=int, default=8, help="per client, one unmeasured phase per proxy")
     parser.add_argument("--keep-logs", action="store_true", help="keep the server logs and the script; print where")
     args = parser.parse_args()
