@@ -183,8 +183,9 @@ def report(args: argparse.Namespace, conv: Conversation, results: list[ModeResul
            load_before: float) -> None:
     print(f"# bench/observability.py: {args.concurrency} clients, {args.turns}-turn sessions, replies of "
           f"{len(conv.ns_reply_ids)} tokens (non-streaming) / {len(conv.stream_reply_ids)} (streaming), parse backend "
-          f"`{BACKEND}`, {args.rounds} rounds, {args.ns_requests} requests / {args.stream_requests} streams per client and phase; load average {load_before:.2f} before, "
-          f"{os.getloadavg()[0]:.2f} after; {os.cpu_count()} cores\n")
+          f"`{BACKEND}`, {args.rounds} rounds, {args.ns_requests} requests / {args.stream_requests} streams per "
+          f"client and phase; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; "
+          f"{os.cpu_count()} cores\n")
     print("Configurations checked:")
     print("\n".join(checks) + "\n")
     print("## Proxy CPU per answer, ratio to off (same run)\n")

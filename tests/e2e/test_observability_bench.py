@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "observability.py"
-MISSING = [m for m in ("proxy.observability.metrics", "proxy.observability.logs") if importlib.util.find_spec(m) is None]
+MISSING = [m for m in ("proxy.observability.metrics", "proxy.observability.logs")
+           if importlib.util.find_spec(m) is None]
 
 
 @pytest.mark.skipif(bool(MISSING), reason=(
