@@ -18,15 +18,16 @@ from werkzeug.exceptions import HTTPException
 from proxy.access import AccessMiddleware, AccessPolicy
 from proxy.api import ApiError
 from proxy.api.error_mapping import api_error_for
+from proxy.observability.request_metrics import instrument_requests
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware
-from proxy.routes import chat, info, rollout, rollout_control
+from proxy.routes import chat, info, metrics, rollout, rollout_control
 from proxy.services import ProxyServices
 from serving.http_server import harden_app
 
 
 #: every route module; each has ``register(app, services)``
-ROUTE_MODULES = [info, rollout, rollout_control, chat]
+ROUTE_MODULES = [info, rollout, rollout_control, chat, metrics]
 
 
 def error_response(error: ApiError) -> Response:
@@ -49,12 +50,14 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
         module.register(app, services)
     # Keys, origins, Host and media type are checked first (proxy/access.py): a refused request never reaches a
     # route. Every exchange's end is seen, also one cut before a streaming body started (proxy/request_end.py);
-    # outermost, every exchange gets its request id (the context of everything it runs, the X-Request-Id header),
-    # refusals included.
+    # every exchange gets its request id (the context of everything it runs, the X-Request-Id header), refusals
+    # included; outermost, every exchange is counted and timed (proxy/observability/request_metrics.py, metrics on).
     config = services.config
     access = AccessMiddleware(
         app.asgi_app, AccessPolicy.from_config(config), drain_bytes=config.max_body_bytes,
         drain_seconds=config.body_read_timeout,
     )
-    app.asgi_app = RequestIdMiddleware(RequestEndHooks(access))  # type: ignore[method-assign]
+    app.asgi_app = instrument_requests(  # type: ignore[method-assign]
+        app, services.metrics, RequestIdMiddleware(RequestEndHooks(access))
+    )
     return app

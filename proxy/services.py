@@ -3,7 +3,8 @@
 The routes are thin (parse, call a component, render); the components live here so that every route module
 receives the same objects and the start-up order is in one place: tokenizer (the family's TITO tokenizer loaded
 from ``--tokenizer-path``), the session registry with its trajectory store, the message parser (local or through
-SGLang's parser endpoints via the upstream client).
+SGLang's parser endpoints via the upstream client), and the Prometheus metrics every controller reports to
+(``proxy/observability/metrics.py``; hooks that do nothing with ``--no-metrics``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from proxy.controllers.gate import GateController
 from proxy.controllers.generation import GenerationController
 from proxy.controllers.lifecycle import LifecycleController
 from proxy.controllers.session_registry import SessionRegistry
+from proxy.observability.metrics import NO_METRICS, MetricsHooks, metrics_for
 from proxy.parsing import MessageParser, ParserConfig
 from proxy.tokenization import TitoTokenizer, load_tito_tokenizer
 from proxy.trajectory.export import ExportOptions
@@ -39,6 +41,8 @@ class ProxyServices:
     context_window: ContextWindow
     #: the process's life: serving, draining and stopping on SIGTERM/SIGINT (``proxy/controllers/lifecycle.py``)
     lifecycle: LifecycleController
+    #: the Prometheus metrics (``--metrics``), or hooks that do nothing (``--no-metrics``)
+    metrics: MetricsHooks = NO_METRICS
 
     @classmethod
     def build(cls, config: ProxyConfig, upstream: SGLangClient, store: TrajectoryStore | None = None) -> ProxyServices:
@@ -55,7 +59,8 @@ class ProxyServices:
             ),
             ignore_cch_for_prefix_hash=config.ignore_cch_for_prefix_hash,
         )
-        sessions = SessionRegistry(tokenizer, store or InMemoryTrajectoryStore(), session_config)
+        metrics = metrics_for(config.metrics)
+        sessions = SessionRegistry(tokenizer, store or InMemoryTrajectoryStore(), session_config, metrics=metrics)
         parser = MessageParser(
             ParserConfig(
                 tool_call_type=config.effective_tool_call_type,
@@ -67,14 +72,14 @@ class ProxyServices:
         )
         return cls(
             config=config, upstream=upstream, tokenizer=tokenizer, sessions=sessions, parser=parser,
-            gate=GateController.new(abort_timeout=config.pause_abort_timeout),
+            gate=GateController.new(abort_timeout=config.pause_abort_timeout, metrics=metrics),
             context_window=ContextWindow(upstream, config.context_window, config.tokenizer_path),
-            lifecycle=LifecycleController(config.shutdown_grace, sessions.store),
+            lifecycle=LifecycleController(config.shutdown_grace, sessions.store), metrics=metrics,
         )
 
     def generation_controller(self) -> GenerationController:
         """A generation controller over these services (the chat route's; tests build their own)."""
         return GenerationController(
             self.config, self.sessions, self.upstream, self.parser, self.tokenizer, self.gate, self.context_window,
-            self.lifecycle,
+            self.lifecycle, self.metrics,
         )

@@ -34,6 +34,7 @@ from typing import Protocol
 import attrs
 import trio
 
+from proxy.observability.metrics import NO_METRICS, MetricsHooks
 from statemachines import rollout_gate as gate_sm
 from statemachines.core import IllegalTransition
 
@@ -99,6 +100,8 @@ class GateController:
     machine: gate_sm.RolloutGate
     #: seconds a pause waits for its aborts to be confirmed before it force-cuts (--pause-abort-timeout)
     abort_timeout: float = 30.0
+    #: where each acknowledged pause is reported (its latency, the generations it cut)
+    metrics: MetricsHooks = attrs.field(default=NO_METRICS, kw_only=True)
     # Invariant: len(_in_flight) == machine's in_flight and len(_waiting) == its waiting (a dict keeps the order).
     _in_flight: dict[GateMember, None] = attrs.field(factory=dict, init=False)
     _waiting: dict[GateMember, None] = attrs.field(factory=dict, init=False)
@@ -118,9 +121,11 @@ class GateController:
     _pauses: int = attrs.field(default=0, init=False)
 
     @classmethod
-    def new(cls, weight_version: str | None = None, *, abort_timeout: float = 30.0) -> GateController:
+    def new(
+        cls, weight_version: str | None = None, *, abort_timeout: float = 30.0, metrics: MetricsHooks = NO_METRICS
+    ) -> GateController:
         """A running gate at epoch 0, with the configured weight version (if known)."""
-        controller = cls(gate_sm.RolloutGate.new(weight_version), abort_timeout)
+        controller = cls(gate_sm.RolloutGate.new(weight_version), abort_timeout, metrics=metrics)
         controller._running.set()
         controller._paused.set()  # no pause in progress: wait_pause_settled() returns at once
         return controller
@@ -290,6 +295,9 @@ class GateController:
     def _acknowledge(self, effect: gate_sm.PauseAcknowledged) -> None:
         self._pause_result = PauseResult(effect.epoch, effect.aborted, effect.waiting, tokens_kept=self._tokens_kept,
                                          force_cut=tuple(self._force_cut.values()))
+        # From the pause's request (none for a pause that found nothing in flight: acknowledged at once).
+        since = self._pausing_since
+        self.metrics.pause_acknowledged(0.0 if since is None else trio.current_time() - since, effect.aborted)
         self._tokens_kept = 0
         self._pausing_since = None
         self._paused.set()

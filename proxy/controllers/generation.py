@@ -39,6 +39,7 @@ from proxy.controllers.response_render import ResponseRenderer
 from proxy.controllers.session_registry import SessionRegistry
 from proxy.controllers.step_output import ChoiceSlot, StepOutput
 from proxy.controllers.upstream_request import UpstreamRequest
+from proxy.observability.metrics import NO_METRICS, MetricsHooks
 from proxy.parsing import MessageParser
 from proxy.tokenization import TitoTokenizer
 from proxy.upstream.client import SGLangClient
@@ -80,6 +81,8 @@ class GenerationController:
     #: the process's lifecycle (the services'; tests that build a controller by hand get one of their own): it
     #: admits every generation and cuts those left when the shutdown's grace runs out
     lifecycle: LifecycleController | None = None
+    #: where generations report their start, first token, tokens and end (the services'; none for hand-built ones)
+    metrics: MetricsHooks = NO_METRICS
     #: the end-of-generation token ids (not text)
     end_ids: frozenset[int] = attrs.field(init=False)
     #: the request path's counters, kept by the generations
@@ -125,6 +128,7 @@ class GenerationController:
             self.lifecycle.ended(generation)
             raise
         self._active.add(generation)
+        self.metrics.generation_started()
         nursery.start_soon(generation.drive, name=f"generation {generation.completion_id}")
         return generation
 
@@ -153,8 +157,11 @@ class GenerationController:
         return Generation(self, request, nursery, choice, completion_id, output, upstream)
 
     def ended(self, generation: Generation) -> None:
-        """A generation's driver ended."""
+        """A generation's driver ended (reported with its machine's final state, read from its report)."""
         self._active.discard(generation)
+        self.metrics.generation_ended(
+            generation.statistics().state.lower(), trio.current_time() - generation.began, len(generation.output.ids)
+        )
         assert self.lifecycle is not None
         self.lifecycle.ended(generation)
 

@@ -59,6 +59,7 @@ from proxy.controllers.lifecycle import shutting_down_error
 from proxy.controllers.session_registry import PreparedStep, SessionRegistry
 from proxy.controllers.step_output import ChoiceSlot, StepOutput
 from proxy.controllers.upstream_request import UpstreamRequest, failure_event
+from proxy.observability.metrics import MetricsHooks
 from proxy.request_id import current_request_id
 from proxy.tokenization.results import TitoError
 from proxy.trajectory.session_errors import (
@@ -86,6 +87,8 @@ class GenerationHost(Protocol):
     context_window: ContextWindow | None
     #: the request path's counters (``GenerationControllerStatistics``)
     counts: collections.Counter[str]
+    #: the Prometheus hooks (first token, tokens, pause fates)
+    metrics: MetricsHooks
 
     def ended(self, generation: Generation) -> None:
         """The generation's driver has ended."""
@@ -144,6 +147,11 @@ class Generation:
     # The shutdown's grace ran out (shut_down); _driving: the driver task has begun (it cuts a cut that came first).
     _shutting_down: bool = attrs.field(default=False, init=False)
     _driving: bool = attrs.field(default=False, init=False)
+    #: when the generation was made (trio's clock): its duration and time to first token count from here
+    began: float = attrs.field(factory=trio.current_time, init=False)
+    _first_token_seen: bool = attrs.field(default=False, init=False)
+    # Tokens held when a pause's abort was acknowledged, until the resume decides their fate (kept or discarded).
+    _held_at_pause: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.machine = GenerationMachine.new(partial_rollout=self.host.config.partial_rollout)
@@ -223,7 +231,13 @@ class Generation:
 
     def resumed(self, epoch: int, weight_version: str | None) -> None:
         self._wait_began = None
+        held, self._held_at_pause = self._held_at_pause, 0
         self._feed(gen.Resumed(epoch, weight_version))
+        if held:
+            # What the resume did with the tokens the pause cut: a restart discarded them (DiscardPartial, carried
+            # out synchronously above), a continuation or a finish at the budget kept them.
+            kept = len(self.output.ids)
+            self.host.metrics.pause_tokens(kept, held - kept)
 
     def cut_report(self) -> dict[str, object]:
         return {
@@ -308,6 +322,7 @@ class Generation:
             elif isinstance(effect, gen.AcceptTokens):
                 self.output.accept(effect)
                 self.upstream.accepted += effect.count
+                self._count_tokens(effect.count)
             elif isinstance(effect, gen.DropTokens):
                 self.host.counts["dropped_tokens"] += effect.count
             elif isinstance(effect, gen.AbortUpstream):
@@ -316,7 +331,8 @@ class Generation:
                 gate.finished(self)
             elif isinstance(effect, gen.AcknowledgeAbortToGate):
                 self._wait_began = trio.current_time()
-                gate.abort_acknowledged(self, len(self.output.ids))
+                self._held_at_pause = len(self.output.ids)
+                gate.abort_acknowledged(self, self._held_at_pause)
             elif isinstance(effect, gen.CancelGateWait):
                 self._wait_began = None
                 gate.cancel_wait(self)
@@ -341,6 +357,14 @@ class Generation:
                 self._queue(effect)
             else:  # StartUpstream, ParseOutput, Commit, DropFromSession
                 self._queue(effect)
+
+    def _count_tokens(self, count: int) -> None:
+        """Accepted tokens, for the metrics (the first one's time too: a restart's first token is not the first)."""
+        metrics = self.host.metrics
+        if not self._first_token_seen:
+            self._first_token_seen = True
+            metrics.first_token(trio.current_time() - self.began)
+        metrics.tokens_generated(count)
 
     def _queue(self, item: object) -> None:
         try:
@@ -376,6 +400,9 @@ class Generation:
             log.exception("generation %s: driver failed", self.completion_id)
         finally:
             self.output.channel.close()
+            if self._held_at_pause:
+                # Ended while a pause held it (its client left, its pause wait timed out): its tokens are lost.
+                self.host.metrics.pause_tokens(0, self._held_at_pause)
             self.host.ended(self)
 
     async def _next_work(self) -> object:

@@ -61,11 +61,16 @@ async def run_off_loop(function: Callable[..., T], *args: Any) -> T:
     return await trio.to_thread.run_sync(function, *args, limiter=limiter())
 
 
+def runs_inline(size: int, inline_max: int) -> bool:
+    """Whether :func:`run_sized` runs a step of ``size`` inline (too small to be worth a thread)."""
+    return size <= inline_max
+
+
 async def run_sized(size: int, inline_max: int, function: Callable[..., T], *args: Any) -> T:
     """``function(*args)`` inline when ``size <= inline_max`` (too small to be worth a thread), else off the loop."""
-    if size <= inline_max:
+    if runs_inline(size, inline_max):
         return function(*args)
     return await run_off_loop(function, *args)
 
 
-__all__ = ["INLINE_BODY_BYTES", "OFF_LOOP_THREADS", "limiter", "run_off_loop", "run_sized"]
+__all__ = ["INLINE_BODY_BYTES", "OFF_LOOP_THREADS", "limiter", "run_off_loop", "run_sized", "runs_inline"]

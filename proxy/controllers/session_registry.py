@@ -48,6 +48,7 @@ live in ``session_expiry.py``.
 from __future__ import annotations
 
 import logging
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
@@ -56,8 +57,9 @@ import attrs
 import trio
 
 from proxy.controllers.idempotency import IdempotencyKeys
-from proxy.controllers.off_loop import run_off_loop, run_sized
+from proxy.controllers.off_loop import run_off_loop, run_sized, runs_inline
 from proxy.controllers.session_expiry import ExpiryPolicy
+from proxy.observability.metrics import NO_METRICS, MetricsHooks
 from proxy.tokenization.results import TitoFailure
 from proxy.tokenization.tito import TitoTokenizer
 from proxy.trajectory.boundaries import BoundaryReason
@@ -192,6 +194,8 @@ class SessionRegistry:
     clock: Callable[[], float] = attrs.field(default=trio.current_time, kw_only=True)
     _idle_finalized: int = attrs.field(default=0, init=False)
     _expired_tombstones: int = attrs.field(default=0, init=False)
+    #: where tokenization, TITO checks, store writes and finalized sessions are reported
+    metrics: MetricsHooks = attrs.field(default=NO_METRICS, kw_only=True)
 
     def _locked(self, session_id: str) -> LockedSession:
         """The session with its lock, created on first use."""
@@ -260,12 +264,25 @@ class SessionRegistry:
         self, locked: LockedSession, handle: BranchHandle, plan: EncodePlan, messages: Sequence[Any]
     ) -> tuple[list[int], EncodePlan]:
         """The context ids of the plan; an incremental failure moves the generation to a full encode."""
-        ids = await self._cpu(plan.messages, tokenize_plan, self.tokenizer, plan)
+        ids = await self._tokenize(plan)
+        if plan.kind is EncodeKind.INCREMENTAL:
+            # Every incremental encode checks the junction rules (TITO): the metrics count how often it holds.
+            self.metrics.tito_checked(ids.reason.value if isinstance(ids, TitoFailure) else "ok")
         if isinstance(ids, TitoFailure):
             async with locked.lock:
                 plan = locked.session.restart_segment(handle, f"{ids.reason.value}: {ids.detail}", messages)
-            ids = await self._cpu(plan.messages, tokenize_plan, self.tokenizer, plan)
+            ids = await self._tokenize(plan)
         return ids, plan
+
+    async def _tokenize(self, plan: EncodePlan) -> array[int] | TitoFailure:
+        """``tokenize_plan``, inline or off the loop as ``_cpu`` would run it, timed for the metrics (off the loop:
+        the wait for a worker thread included)."""
+        size = _text_size(plan.messages)
+        began = trio.current_time()
+        ids = await run_sized(size, self.config.thread_encode_chars, tokenize_plan, self.tokenizer, plan)
+        self.metrics.tokenized(trio.current_time() - began,
+                               off_loop=not runs_inline(size, self.config.thread_encode_chars))
+        return ids
 
     async def _cpu(self, messages: Sequence[Any], function: Callable[..., T], *args: Any) -> T:
         """Run a tokenizer call inline, or off the loop (``proxy/controllers/off_loop.py``) when its messages are
@@ -397,7 +414,9 @@ class SessionRegistry:
                 segments = await run_off_loop(export_segments, job.export, self.config.export, self.tokenizer)
             else:
                 segments = export_segments(job.export, self.config.export, self.tokenizer)
-            await self.store.write(session.session_id, segments)
+            began = trio.current_time()
+            written = await self.store.write(session.session_id, segments)
+            self.metrics.store_written(trio.current_time() - began, written)
         except Exception as exc:  # noqa: BLE001 - any failure is a bug: logged, counted, kept for a retry
             log.exception(
                 "export of session %r failed; its %d committed step(s) are kept and the next finalize retries it",
@@ -412,6 +431,7 @@ class SessionRegistry:
                 job.export.reason.value,
             )
             self._failed_exports.pop(session.session_id, None)
+            self.metrics.session_exported(job.export, segments, self.config.export.export_all_checkpoints)
             async with locked.lock:
                 session.export_completed(result)
                 locked.drop_idempotency_if_freed()

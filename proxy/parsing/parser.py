@@ -120,6 +120,9 @@ class ParserStatistics:
     backend_failures: int
     fallbacks: int
     mismatches: int
+    #: the mismatches by decision (they add up to ``mismatches``): tool-call blocks, reasoning splits
+    tool_call_mismatches: int = 0
+    reasoning_mismatches: int = 0
 
 
 @attrs.define(eq=False)
@@ -133,7 +136,8 @@ class MessageParser:
     _backend_calls: int = attrs.field(init=False, default=0)
     _backend_failures: int = attrs.field(init=False, default=0)
     _fallbacks: int = attrs.field(init=False, default=0)
-    _mismatches: int = attrs.field(init=False, default=0)
+    _tool_call_mismatches: int = attrs.field(init=False, default=0)
+    _reasoning_mismatches: int = attrs.field(init=False, default=0)
 
     def __attrs_post_init__(self) -> None:
         self._fmt = self.config.message_format
@@ -146,7 +150,9 @@ class MessageParser:
             backend_calls=self._backend_calls,
             backend_failures=self._backend_failures,
             fallbacks=self._fallbacks,
-            mismatches=self._mismatches,
+            mismatches=self._tool_call_mismatches + self._reasoning_mismatches,
+            tool_call_mismatches=self._tool_call_mismatches,
+            reasoning_mismatches=self._reasoning_mismatches,
         )
 
     async def parse_final(
@@ -219,7 +225,7 @@ class MessageParser:
             flags.add(ParseFlag.PARSER_FALLBACK)
             return local
         decisions = [_reconcile(mine, reply, tools) for mine, reply in zip(local, replies, strict=True)]
-        self._mismatches += sum(ParseFlag.PARSER_MISMATCH in d.flags for d in decisions)
+        self._tool_call_mismatches += sum(ParseFlag.PARSER_MISMATCH in d.flags for d in decisions)
         return decisions
 
     async def _ask_sglang_blocks(self, raws: Sequence[str], tools: ToolSpecs) -> list[FunctionCallParse]:
@@ -276,7 +282,7 @@ class MessageParser:
         theirs = sglang_reasoning_split(reply, closed=THINK_END in sent)
         if (theirs.reasoning or "", theirs.rest.strip()) == (local.reasoning or "", local.rest.strip()):
             return local  # the same split, up to whitespace at the ends (documented difference 1)
-        self._mismatches += 1
+        self._reasoning_mismatches += 1
         flags.add(ParseFlag.PARSER_MISMATCH)
         return theirs
 

@@ -5,7 +5,8 @@ sync-safe but async for the same reason). :class:`InMemoryTrajectoryStore` is th
 insertion-ordered, so reads return sessions in finalize order and segments in export order. A durable SQLite store
 (one transaction per finalize) is a later issue and implements the same five calls.
 
-- ``write(session_id, segments)``: store a finalized session's segments, replacing any earlier write of it.
+- ``write(session_id, segments)``: store a finalized session's segments, replacing any earlier write of it; returns
+  the bytes it stored (their JSON size: the metrics' ``dressage_store_write_bytes_total``).
 - ``read(session_id=None, trajectory_id=None, drain=False)``: the session's segments, or the one segment, or with
   neither every segment; ``drain`` removes what it returns. The result also names the sessions that the read left
   without any segment, so the registry can move them to DRAINED.
@@ -79,8 +80,8 @@ class ReadResult:
 class TrajectoryStore(Protocol):
     """Where finalized segments live until the trainer drains them."""
 
-    async def write(self, session_id: str, segments: Sequence[dict[str, Any]]) -> None:
-        """Store a finalized session's segments (replacing an earlier write of the same session)."""
+    async def write(self, session_id: str, segments: Sequence[dict[str, Any]]) -> int:
+        """Store a finalized session's segments (replacing an earlier write of the same session); the bytes stored."""
 
     async def read(
         self, *, session_id: str | None = None, trajectory_id: str | None = None, drain: bool = False
@@ -121,7 +122,7 @@ class InMemoryTrajectoryStore:
     _drained: int = attrs.field(default=0, init=False)
     _cleaned: int = attrs.field(default=0, init=False)
 
-    async def write(self, session_id: str, segments: Sequence[dict[str, Any]]) -> None:
+    async def write(self, session_id: str, segments: Sequence[dict[str, Any]]) -> int:
         # Everything that could fail comes first: the store changes only once every segment is measured.
         stored = _Stored(self.clock(), {}, {}, {})
         for segment in segments:
@@ -134,6 +135,7 @@ class InMemoryTrajectoryStore:
             self._owners[tid] = session_id
         self._sessions[session_id] = stored
         self._written += 1
+        return sum(stored.sizes.values())
 
     async def read(
         self, *, session_id: str | None = None, trajectory_id: str | None = None, drain: bool = False
