@@ -7,12 +7,13 @@ destinations are prefixed ``engine_`` so they never collide with the host CLI's 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 import trio
+
+from serving.log_format import LOG_FORMATS, LOG_LEVELS, configure_logging
 
 from .config import DEFAULT_MODEL_PATH, EngineConfig
 from .serve import EngineHandle, serve_engine
@@ -91,9 +92,13 @@ def main(argv: list[str] | None = None) -> int:
         "abort/pause, weight versions, routed experts), backed by a real Qwen tokenizer.",
     )
     add_engine_arguments(parser)
-    parser.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--log-level", default="warning", choices=LOG_LEVELS,
+                        help="the least severe log lines written (default: %(default)s)")
+    parser.add_argument("--log-format", default="auto", choices=LOG_FORMATS,
+                        help="one JSON object per line, or text; auto: text on a terminal, JSON otherwise (the "
+                        "proxy's format, serving/log_format.py)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_format, args.log_level, ("engine",))
     try:
         config = engine_config_from_args(args)
     except (ValueError, OSError) as exc:

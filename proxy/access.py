@@ -312,7 +312,7 @@ class AccessMiddleware:
             return
         whole_body_read = await self._drain(receive)
         # Never the key: the code says which rule refused (the path may name a session, which is no secret here).
-        log.info("refused %s %s: %s", method, scope.get("path"), refusal.code)
+        log.info("refused %s %s: %s", method, scope.get("path"), refusal.code, extra={"code": str(refusal.code)})
         await _send_error(send, refusal, close=not whole_body_read)
 
     async def _drain(self, receive: Any) -> bool:

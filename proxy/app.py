@@ -18,6 +18,7 @@ from werkzeug.exceptions import HTTPException
 from proxy.access import AccessMiddleware, AccessPolicy
 from proxy.api import ApiError
 from proxy.api.error_mapping import api_error_for
+from proxy.observability.access_log import AccessLogMiddleware, record_route_rules
 from proxy.observability.request_metrics import instrument_requests
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware
@@ -48,16 +49,18 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
 
     for module in ROUTE_MODULES:
         module.register(app, services)
+    record_route_rules(app)
     # Keys, origins, Host and media type are checked first (proxy/access.py): a refused request never reaches a
     # route. Every exchange's end is seen, also one cut before a streaming body started (proxy/request_end.py);
     # every exchange gets its request id (the context of everything it runs, the X-Request-Id header), refusals
-    # included; outermost, every exchange is counted and timed (proxy/observability/request_metrics.py, metrics on).
+    # included; just inside it, its session slot and access line (proxy/observability/access_log.py); outermost,
+    # every exchange is counted and timed (proxy/observability/request_metrics.py, metrics on).
     config = services.config
     access = AccessMiddleware(
         app.asgi_app, AccessPolicy.from_config(config), drain_bytes=config.max_body_bytes,
         drain_seconds=config.body_read_timeout,
     )
     app.asgi_app = instrument_requests(  # type: ignore[method-assign]
-        app, services.metrics, RequestIdMiddleware(RequestEndHooks(access))
+        app, services.metrics, RequestIdMiddleware(AccessLogMiddleware(RequestEndHooks(access)))
     )
     return app

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import os
 import signal
 import sys
@@ -13,6 +14,10 @@ from typing import Any
 import attrs
 import trio
 
+# transformers without torch prints a warning when it is imported (by the proxy's tokenizer), before main() could
+# configure anything: a bare line in a JSON log stream. The proxy never needs torch.
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
 from engine import EngineConfig, EngineHandle, serve_engine
 from engine.cli import add_engine_arguments, engine_config_from_args
 from proxy.access import bind_warning
@@ -20,12 +25,17 @@ from proxy.app import create_proxy_app
 from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args, sglang_ssl_context
 from proxy.controllers.lifecycle import LifecycleController
 from proxy.http_limits import http_limits
+from proxy.observability.logs import configure_proxy_logging
 from proxy.controllers.session_reaper import expiry_policy, run_reaper
 from proxy.service_flags import add_service_arguments, service_settings_from_args
 from proxy.services import ProxyServices
 from proxy.upstream.client import SGLangClient
 from serving.http_server import serve_app
 from serving.tokenizer_files import TokenizerFilesError, model_tokenizer_path
+
+#: the process's own lines (start, stop): in the format and at the level of every other line (--log-format,
+#: --log-level; proxy/observability/logs.py), so a JSON stream stays all JSON
+log = logging.getLogger("dressage_proxy.main")
 
 #: the signals that stop the proxy gracefully (docs/operations.md, "Shutdown and signals")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -62,10 +72,6 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     return attrs.evolve(proxy_config_from_args(args), **service_settings_from_args(args))
 
 
-def say(message: str) -> None:
-    print(f"dressage-proxy: {message}", file=sys.stderr, flush=True)
-
-
 async def run_proxy(
     config: ProxyConfig, engine_config: EngineConfig | None = None, *,
     stop_requests: AsyncIterable[object] | None = None, task_status: Any = trio.TASK_STATUS_IGNORED,
@@ -87,7 +93,8 @@ async def run_proxy(
                 tokenizer_path=config.tokenizer_path,
             )
             engine_handle = await nursery.start(serve_engine, engine_config)
-            say(f"no --sglang-router-url given: embedded engine started in-process at {engine_handle.url}")
+            log.info("no --sglang-router-url given: embedded engine started in-process at %s", engine_handle.url,
+                     extra={"engine_url": engine_handle.url})
             router_url, worker_urls = engine_handle.url, (engine_handle.url,)
         else:
             router_url, worker_urls = config.sglang_router_url, config.sglang_worker_urls
@@ -104,14 +111,14 @@ async def run_proxy(
             await services.context_window.refresh()
             lifecycle = services.lifecycle
             if warning := bind_warning(config):
-                say(warning)
+                log.warning(warning)
             async with trio.open_nursery() as serving:
                 url = await serving.start(functools.partial(
                     serve_app, app, config.host, config.port, limits=http_limits(config),
                     shutdown_trigger=lifecycle.wait_stop_accepting,
                     graceful_timeout=config.shutdown_grace + CUT_ANSWER_BOUND,
                 ))
-                say(f"listening on {url} (upstream {router_url})")
+                log.info("listening on %s (upstream %s)", url, router_url, extra={"url": url, "upstream": router_url})
                 task_status.started(ProxyHandle(url=url, engine=engine_handle, services=services))
                 await _until_stopped(lifecycle, stop_requests, config.shutdown_grace)
         # Every connection is closed: the embedded engine goes too.
@@ -137,10 +144,11 @@ async def _forward_stop_requests(stop_requests: AsyncIterable[object], lifecycle
         received += 1
         name = signal.Signals(signum).name if isinstance(signum, int) else str(signum)
         if received == 1:
-            say(f"{name}: stopping; new requests get 503 shutting_down, generations in flight have {grace:g} s "
-                "to finish (--shutdown-grace; a second signal cuts them at once)")
+            log.info("%s: stopping; new requests get 503 shutting_down, generations in flight have %g s to finish "
+                     "(--shutdown-grace; a second signal cuts them at once)", name, grace,
+                     extra={"signal": name, "grace_seconds": grace})
         else:
-            say(f"{name} again: cutting the generations still in flight")
+            log.info("%s again: cutting the generations still in flight", name, extra={"signal": name})
         lifecycle.request_stop()
 
 
@@ -151,7 +159,6 @@ async def serve_until_signalled(config: ProxyConfig, engine_config: EngineConfig
 
 
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
         parser = build_parser()
     except ConfigError as exc:
@@ -160,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         config = config_from_args(args)
+        # Before anything logs (fetching the tokenizer files may): every line of the process in one format.
+        configure_proxy_logging(config)
         if config.tokenizer_path is None:
             config = attrs.evolve(config, tokenizer_path=model_tokenizer_path(config.effective_tito_model))
         engine_config = engine_config_from_args(args, tokenizer_path=config.tokenizer_path)
@@ -169,7 +178,11 @@ def main(argv: list[str] | None = None) -> int:
         trio.run(serve_until_signalled, config, engine_config)
     except KeyboardInterrupt:
         pass  # a Ctrl-C before the signal handlers were installed: nothing was served yet
-    say("stopped")
+    except Exception:
+        # A crash is a log line too (its traceback a field of it), not a bare traceback in a JSON stream.
+        log.critical("the proxy stopped on an unexpected error", exc_info=True)
+        return 1
+    log.info("stopped")
     return 0
 
 

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from proxy.config import add_env_argument, positive_float, positive_int, zero_means_unset
+from serving.log_format import LOG_FORMATS, LOG_LEVELS
 
 #: 2**10 multiples; decimal suffixes too, since operators write both ("32MB" is not a typo for "32MiB" to them)
 _SIZE_UNITS = {
@@ -24,9 +25,6 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 #: the variables the keys are also read from (the names the issue and the SDK-style docs use), after the flag's own
 #: DRESSAGE_PROXY_* variable
-LOG_FORMATS = ("auto", "text", "json")
-LOG_LEVELS = ("debug", "info", "warning", "error")
-
 KEY_ENV_ALIASES = {"--api-key": "DRESSAGE_API_KEY", "--admin-key": "DRESSAGE_ADMIN_KEY"}
 
 

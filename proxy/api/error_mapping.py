@@ -99,7 +99,8 @@ def coded_error(error: CodedError) -> ApiError:
         details = {key: getattr(error, key) for key in ("expected", "got") if hasattr(error, key)}
     answer = ApiError.of(code, str(error), "response_mask" if details else None, details=details)
     if answer.status >= 500:
-        log.error("request %s: answered %d %s: %s", current_request_id(), answer.status, answer.code, error)
+        log.error("request %s: answered %d %s: %s", current_request_id(), answer.status, answer.code, error,
+                  extra={"status": answer.status, "code": str(answer.code)})
     return answer
 
 
@@ -153,7 +154,7 @@ def upstream_failure(code: ErrorCode, message: str, detail: str) -> ApiError:
     """The answer to an upstream failure; ``detail`` (for the operator only) goes to the log under the request id."""
     answer = ApiError.of(code, message)
     upstream_log.warning("request %s: upstream failure answered %d %s: %s", current_request_id() or "-",
-                         answer.status, code, detail)
+                         answer.status, code, detail, extra={"status": answer.status, "code": str(code)})
     return answer
 
 

@@ -67,7 +67,8 @@ class ContextWindow:
             # It answered, with or without a window: ask again only after RETRY_SECONDS.
             self._asked_at = trio.current_time()
             if reported is not None and reported != self._reported:
-                log.info("context window: %d tokens, as the upstream reports", reported)
+                log.info("context window: %d tokens, as the upstream reports", reported,
+                         extra={"context_window": reported})
                 self._reported = reported
         return self._reported
 
@@ -85,7 +86,8 @@ class ContextWindow:
         if not self._warned:
             self._warned = True
             log.warning("context window: the upstream does not report one; using %d tokens (the tokenizer's "
-                        "model_max_length, else %d); set --context-window to be sure", fallback, LAST_RESORT)
+                        "model_max_length, else %d); set --context-window to be sure", fallback, LAST_RESORT,
+                        extra={"context_window": fallback})
         return fallback
 
     def report(self) -> dict[str, Any]:

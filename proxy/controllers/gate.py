@@ -214,7 +214,8 @@ class GateController:
                 member.force_cut()
         if self._force_cut:
             log.warning("gate: the upstream did not confirm %d abort(s) within %.1f s; cut by the proxy: %s",
-                        len(self._force_cut), self.abort_timeout, list(self._force_cut.values()))
+                        len(self._force_cut), self.abort_timeout, list(self._force_cut.values()),
+                        extra={"cut": len(self._force_cut), "abort_timeout_seconds": self.abort_timeout})
 
     def pausing_for(self) -> float:
         """Seconds the pause in progress has waited so far (0 when none is in progress)."""

@@ -350,7 +350,7 @@ class Generation:
             elif isinstance(effect, gen.ReportFault):
                 log.error(
                     "request %s: generation %s: controller fault: %s", current_request_id(), self.completion_id,
-                    effect.reason,
+                    effect.reason, extra={"completion_id": self.completion_id, "reason": effect.reason},
                 )
             elif isinstance(effect, (gen.Respond, gen.RespondError)):
                 self._answered = True
@@ -421,7 +421,8 @@ class Generation:
                 pass
             waited = trio.current_time() - self._wait_began
             self._wait_began = None
-            log.info("generation %s: gave up waiting for resume after %.1f s", self.completion_id, waited)
+            log.info("generation %s: gave up waiting for resume after %.1f s", self.completion_id, waited,
+                     extra={"completion_id": self.completion_id, "waited_seconds": round(waited, 3)})
             self._feed(gen.PauseWaitTimedOut())
 
     async def _flush_while_idle(self) -> None:

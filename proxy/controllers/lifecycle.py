@@ -126,10 +126,11 @@ class LifecycleController:
         effects = self.machine.send(event)
         for effect in effects:
             if isinstance(effect, sm.StopAccepting):
-                log.info("stop requested: %d generation(s) in flight, grace %.1f s", len(self._members), self.grace)
+                log.info("stop requested: %d generation(s) in flight, grace %.1f s", len(self._members), self.grace,
+                         extra={"in_flight": len(self._members), "grace_seconds": self.grace})
                 self._stop_accepting.set()
             elif isinstance(effect, sm.CutGenerations):
-                log.info("cutting %d generation(s) still in flight", effect.count)
+                log.info("cutting %d generation(s) still in flight", effect.count, extra={"cut": effect.count})
                 for member in list(self._members):
                     member.shut_down()
             elif isinstance(effect, (sm.StartGraceTimer, sm.FlushStore, sm.Stopped)):

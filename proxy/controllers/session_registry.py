@@ -420,7 +420,7 @@ class SessionRegistry:
         except Exception as exc:  # noqa: BLE001 - any failure is a bug: logged, counted, kept for a retry
             log.exception(
                 "export of session %r failed; its %d committed step(s) are kept and the next finalize retries it",
-                session.session_id, job.steps,
+                session.session_id, job.steps, extra={"session_id": session.session_id, "steps": job.steps},
             )
             self._record_export_failure(session.session_id)
             async with locked.lock:
@@ -432,6 +432,16 @@ class SessionRegistry:
             )
             self._failed_exports.pop(session.session_id, None)
             self.metrics.session_exported(job.export, segments, self.config.export.export_all_checkpoints)
+            # The line that answers "why did this session split into N segments": each segment's boundary reason.
+            log.info(
+                "session %r finalized (%s): %d step(s) exported as %d segment(s)", result.session_id, result.reason,
+                result.steps, result.segments,
+                extra={
+                    "session_id": result.session_id, "reason": result.reason, "steps": result.steps,
+                    "segments": result.segments,
+                    "boundary_reasons": [segment["boundary_reason"] for segment in segments],
+                },
+            )
             async with locked.lock:
                 session.export_completed(result)
                 locked.drop_idempotency_if_freed()
@@ -537,8 +547,9 @@ class SessionRegistry:
         if locked.session.result is None:
             return False
         self._idle_finalized += 1
-        log.info("session %r finalized after %.0f s without a request (idle_timeout)", session_id,
-                 self.clock() - locked.last_activity)
+        idle = self.clock() - locked.last_activity
+        log.info("session %r finalized after %.0f s without a request (idle_timeout)", session_id, idle,
+                 extra={"session_id": session_id, "reason": "idle_timeout", "idle_seconds": round(idle, 3)})
         return True
 
     def expire_tombstones(self, policy: ExpiryPolicy) -> int:

@@ -40,6 +40,7 @@ from proxy.controllers.generation_driver import Generation
 from proxy.request_end import on_request_end
 from proxy.routes.json_body import read_json_body
 from proxy.services import ProxyServices
+from proxy.session_context import set_current_session_id
 
 #: response headers of a stream: no caching, no proxy buffering (nginx honours X-Accel-Buffering)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -57,6 +58,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     @app.post("/v1/chat/completions")
     async def chat_completions() -> Response:
         chat, key, fingerprint = await read_json_body(partial(read_chat, request.headers))
+        set_current_session_id(chat.session_id)  # on every log line of this exchange from now on, its access line too
         keys = sessions.idempotency_keys(chat.session_id) if key is not None else None
         if keys is None:
             return await answer(chat, None)

@@ -43,6 +43,7 @@ from proxy.api import ApiError, FinalizeRequest, TrajectoryReadRequest, report_j
 from proxy.api.fields import identifier
 from proxy.routes.json_body import read_json_body
 from proxy.services import ProxyServices
+from proxy.session_context import set_current_session_id
 
 
 def register(app: QuartTrio, services: ProxyServices) -> None:
@@ -51,6 +52,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     @app.post("/session/finalize")
     async def finalize_session():
         body = await read_json_body(FinalizeRequest.from_json)
+        set_current_session_id(body.session_id)
         result = await sessions.finalize(
             body.session_id, body.reward_info, body.instance_id, rollout_id=body.rollout_id
         )
@@ -66,6 +68,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     @app.post("/trajectory/read")
     async def read_trajectory():
         body = await read_json_body(TrajectoryReadRequest.from_json)
+        set_current_session_id(body.session_id)
         segments = await sessions.read(session_id=body.session_id, trajectory_id=body.trajectory_id, drain=body.drain)
         if not segments:
             if body.trajectory_id is not None:
@@ -82,6 +85,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     @app.get("/session/<path:session_id>")
     async def session_debug(session_id: str):
         session_id = identifier(session_id, "session_id")
+        set_current_session_id(session_id)
         view = sessions.debug_view(session_id)
         if view is None:
             raise ApiError.not_found(f"unknown session {session_id!r}", "session_id")
