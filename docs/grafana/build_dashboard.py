@@ -104,8 +104,9 @@ ROWS: tuple[Row, ...] = (
     Row("Overview", (
         Panel("Requests/s", "Every HTTP request the proxy answered, all endpoints.",
               (q(sum_rate("dressage_requests_total"), "requests/s"),), "reqps", "stat", 4, 4),
+        # (`or vector(0)`: with no 5xx series at all the share is 0, not "No data")
         Panel("Errors (5xx)", "Share of requests answered 5xx.",
-              (q(sum_rate("dressage_requests_total", matchers='status=~"5.."') + " / "
+              (q("(" + sum_rate("dressage_requests_total", matchers='status=~"5.."') + " or vector(0)) / "
                  + sum_rate("dressage_requests_total"), "5xx share"),), "percentunit", "stat", 4, 4),
         Panel("Generations in flight", "Generations running now (summed over instances).",
               (q(f"sum ({series('dressage_generations_in_flight')})", "in flight"),), "short", "stat", 4, 4),
