@@ -45,7 +45,8 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import Connection  # noqa: E402
 from overhead import (  # noqa: E402
-    BACKEND_FLAGS, Conversation, Experiment, Phase, load_tokenizer, run_phase, start_engine_and_proxies, write_script,
+    BACKEND_FLAGS, Conversation, Experiment, Phase, add_conversation_arguments, load_tokenizer, run_phase,
+    start_engine_and_proxies, write_script,
 )
 from servers import stop_servers  # noqa: E402
 
@@ -220,9 +221,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--bound", type=float, default=60.0, help="seconds a phase may last at most")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of (metrics, json, off) after the first off")
-    parser.add_argument("--turns", type=int, default=4, help="requests per session")
-    parser.add_argument("--ns-reply-tokens", type=int, default=32)
-    parser.add_argument("--stream-reply-tokens", type=int, default=128)
+    add_conversation_arguments(parser)
     parser.add_argument("--ns-requests", type=int, default=32, help="requests per client and phase")
     parser.add_argument("--stream-requests", type=int, default=6, help="streams per client and phase")
     parser.add_argument("--warmup-requests", type=int, default=8, help="per client, one unmeasured phase per proxy")

@@ -570,13 +570,18 @@ def report(args: argparse.Namespace, conv: Conversation, experiments: list[Exper
                       f"{p.load.seconds:.1f} s")
 
 
+def add_conversation_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that shape :class:`Conversation` (shared with ``bench/observability.py``)."""
+    parser.add_argument("--turns", type=int, default=4, help="requests per session")
+    parser.add_argument("--ns-reply-tokens", type=int, default=32)
+    parser.add_argument("--stream-reply-tokens", type=int, default=128)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=10.0, help="bound of each loaded phase")
-    parser.add_argument("--turns", type=int, default=4, help="requests per session")
-    parser.add_argument("--ns-reply-tokens", type=int, default=32)
-    parser.add_argument("--stream-reply-tokens", type=int, default=128)
+    add_conversation_arguments(parser)
     parser.add_argument("--ns-requests", type=int, default=150, help="bound of requests per client, non-streaming")
     parser.add_argument("--stream-requests", type=int, default=20, help="bound of streams per client")
     parser.add_argument("--paced-token-rate", type=float, default=32.0,
