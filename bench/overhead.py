@@ -332,6 +332,28 @@ def write_script(path: Path, conv: Conversation, experiments: list[Experiment], 
     return lines
 
 
+def start_engine_and_proxies(procs: dict[str, subprocess.Popen], ports: dict[str, int], tmp: Path,
+                             proxies: dict[str, list[str]]) -> None:
+    """The engine on ``tmp/script.jsonl`` and one ``dressage-proxy`` per ``proxies`` entry (name -> its extra
+    flags) routed to it, each in its own process, logging to ``tmp/<process>.log``; waits until all listen.
+
+    Processes go into ``procs`` as they start ("engine", "proxy-<name>"; ports "engine", "<name>"), so that the
+    caller's ``stop_servers`` also stops those started before a failure."""
+    bin_dir = Path(sys.executable).parent
+    ports["engine"] = free_port()
+    procs["engine"] = start_server([str(bin_dir / "dressage-engine"), "--port", str(ports["engine"]), "--seed", "1",
+                                    "--script", str(tmp / "script.jsonl")], tmp / "engine.log")
+    wait_listening(ports["engine"], procs["engine"], 120)
+    engine_url = f"http://127.0.0.1:{ports['engine']}"
+    for name, flags in proxies.items():
+        ports[name] = free_port()
+        procs[f"proxy-{name}"] = start_server(
+            [str(bin_dir / "dressage-proxy"), "--port", str(ports[name]), "--sglang-router-url", engine_url,
+             "--sglang-worker-urls", engine_url, *flags], tmp / f"proxy-{name}.log")
+    for name in proxies:
+        wait_listening(ports[name], procs[f"proxy-{name}"], 120)
+
+
 def self_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -548,13 +570,18 @@ def report(args: argparse.Namespace, conv: Conversation, experiments: list[Exper
                       f"{p.load.seconds:.1f} s")
 
 
+def add_conversation_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that shape :class:`Conversation` (shared with ``bench/observability.py``)."""
+    parser.add_argument("--turns", type=int, default=4, help="requests per session")
+    parser.add_argument("--ns-reply-tokens", type=int, default=32)
+    parser.add_argument("--stream-reply-tokens", type=int, default=128)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=10.0, help="bound of each loaded phase")
-    parser.add_argument("--turns", type=int, default=4, help="requests per session")
-    parser.add_argument("--ns-reply-tokens", type=int, default=32)
-    parser.add_argument("--stream-reply-tokens", type=int, default=128)
+    add_conversation_arguments(parser)
     parser.add_argument("--ns-requests", type=int, default=150, help="bound of requests per client, non-streaming")
     parser.add_argument("--stream-requests", type=int, default=20, help="bound of streams per client")
     parser.add_argument("--paced-token-rate", type=float, default=32.0,
@@ -593,22 +620,10 @@ def main() -> None:
     conv = Conversation.build(tokenizer, args.concurrency, args.turns, args.ns_reply_tokens, args.stream_reply_tokens)
     tmp = Path(tempfile.mkdtemp(prefix="dressage-overhead-"))
     script_lines = write_script(tmp / "script.jsonl", conv, experiments + calibration_exp, targets)
-    bin_dir = Path(sys.executable).parent
     procs: dict[str, subprocess.Popen] = {}
     ports: dict[str, int] = {}
     try:
-        ports["engine"] = free_port()
-        procs["engine"] = start_server([str(bin_dir / "dressage-engine"), "--port", str(ports["engine"]), "--seed", "1",
-                                 "--script", str(tmp / "script.jsonl")], tmp / "engine.log")
-        wait_listening(ports["engine"], procs["engine"], 120)
-        engine_url = f"http://127.0.0.1:{ports['engine']}"
-        for b in args.backends:
-            ports[b] = free_port()
-            procs[f"proxy-{b}"] = start_server(
-                [str(bin_dir / "dressage-proxy"), "--port", str(ports[b]), "--sglang-router-url", engine_url,
-                 "--sglang-worker-urls", engine_url, *BACKEND_FLAGS[b], *args.proxy_arg], tmp / f"proxy-{b}.log")
-        for b in args.backends:
-            wait_listening(ports[b], procs[f"proxy-{b}"], 120)
+        start_engine_and_proxies(procs, ports, tmp, {b: [*BACKEND_FLAGS[b], *args.proxy_arg] for b in args.backends})
         pids = {name: proc.pid for name, proc in procs.items()}
 
         async def run_all() -> tuple[list[str], dict[tuple[str, str], list[Phase]]]:
