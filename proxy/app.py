@@ -22,13 +22,13 @@ from proxy.observability.access_log import AccessLogMiddleware, record_route_rul
 from proxy.observability.request_metrics import instrument_requests
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware
-from proxy.routes import chat, info, metrics, rollout, rollout_control
+from proxy.routes import chat, info, metrics, rollout, rollout_control, ui
 from proxy.services import ProxyServices
 from serving.http_server import harden_app
 
 
 #: every route module; each has ``register(app, services)``
-ROUTE_MODULES = [info, rollout, rollout_control, chat, metrics]
+ROUTE_MODULES = [info, rollout, rollout_control, chat, metrics, ui]
 
 
 def error_response(error: ApiError) -> Response:
