@@ -146,14 +146,14 @@ def test_json_lines_carry_the_request_and_session_ids_of_every_exchange(tmp_path
     for request_id, session in sent.items():
         line = access[request_id]
         assert line["session_id"] == session
-        assert (line["level"], line["method"], line["route"], line["path"]) == ("INFO", "POST", CHAT, CHAT)
+        assert (line["level"], line["method"], line["endpoint"], line["path"]) == ("INFO", "POST", CHAT, CHAT)
         assert isinstance(line["duration_ms"], float) and line["response_bytes"] > 0 and line["complete"] is True
     statuses = sorted(access[request_id]["status"] for request_id in sent)
     assert statuses[:-1] == [200] * (len(sent) - 1) and statuses[-1] >= 500
     assert access[finalized.headers["x-request-id"]]["session_id"] == SESSIONS[0]
-    assert access[finalized.headers["x-request-id"]]["route"] == "/session/finalize"
+    assert access[finalized.headers["x-request-id"]]["endpoint"] == "/session/finalize"
     unmatched = access[missing.headers["x-request-id"]]
-    assert (unmatched["status"], unmatched["route"], unmatched["path"]) == (404, "other", "/no/such/path")
+    assert (unmatched["status"], unmatched["endpoint"], unmatched["path"]) == (404, "other", "/no/such/path")
     assert "session_id" not in unmatched  # no session: no key, rather than a null
 
     # Lines written deeper in the exchange carry the ids too: the upstream failure's warning, the finalize's export.
