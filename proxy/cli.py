@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dressage-proxy",
         description="Trajectory-recording OpenAI-compatible proxy in front of SGLang. Without "
         "--sglang-router-url it runs on its embedded SGLang-protocol engine (docs/engine.md).",
+        epilog="dressage-proxy view EXPORT.jsonl|.parquet opens the trajectory viewer on an exported file "
+        "(dressage-proxy view --help).",
     )
     add_proxy_arguments(parser)
     add_service_arguments(parser)
@@ -153,14 +155,14 @@ async def serve_until_signalled(config: ProxyConfig, engine_config: EngineConfig
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["view"]:  # the trajectory viewer on an exported file (proxy/ui/view_command.py)
-        return view_main(argv[1:])
     try:
         parser = build_parser()
     except ConfigError as exc:
         print(f"dressage-proxy: error: {exc}", file=sys.stderr)
         return 2
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["view"]:  # the trajectory viewer on an exported file (proxy/ui/view_command.py)
+        return view_main(argv[1:])
     try:
         args = parser.parse_args(argv)
         config = config_from_args(args)

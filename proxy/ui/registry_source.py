@@ -11,8 +11,8 @@ What each session shows, decided by the data it still holds (never by its machin
 
 Everything here reads: ``SessionRegistry.read`` without ``drain``, ``peek`` and ``debug_view`` in one go with no
 await in between (trio runs nothing else meanwhile, so no lock is needed and no session waits for the viewer).
-Building the token views of a long session (the preview's export, each token's text) runs in a worker thread past
-the export's own threshold (``thread_export_tokens``), as finalize's export does.
+Building the token views of a long session (the preview's export, each token's text) runs in a worker thread, as
+finalize's export does (``VIEWER_INLINE_TOKENS``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ from proxy.ui.trie_view import live_trie, trie_from_segments
 log = logging.getLogger("dressage_proxy.ui")
 
 T = TypeVar("T")
+
+#: a session's token views are built in a worker thread past this many tokens (or past the export's own threshold,
+#: if lower): decoding each token's text costs about 7 us cold (0.7 s for 100k tokens), too long for the event loop
+VIEWER_INLINE_TOKENS = 4096
 
 #: the page's name for each session machine state (``statemachines/session.py``): reporting only
 VIEW_STATES = {
@@ -121,9 +125,10 @@ class RegistrySource:
         return {"session": summary, "trie": trie, "segments": views, "note": note}
 
     async def _off_loop_if_long(self, tokens: int, function: Callable[..., T], *args: Any) -> T:
-        """Inline for a short session, in a worker thread past the export's own threshold: what runs there reads
+        """Inline for a short session, else in a worker thread (``VIEWER_INLINE_TOKENS``): what runs there reads
         committed steps and stored segments only, which nothing changes once written."""
-        return await run_sized(tokens, self.registry.config.thread_export_tokens, function, *args)
+        inline_max = min(VIEWER_INLINE_TOKENS, self.registry.config.thread_export_tokens)
+        return await run_sized(tokens, inline_max, function, *args)
 
     def _views(self, segments: Sequence[Mapping[str, Any]], preview: bool) -> list[dict[str, Any]]:
         return [segment_view(segment, self.texts, preview=preview) for segment in segments]
@@ -134,4 +139,4 @@ class RegistrySource:
         return self._views(built, True)
 
 
-__all__ = ["RegistrySource", "VIEW_STATES"]
+__all__ = ["RegistrySource", "VIEWER_INLINE_TOKENS", "VIEW_STATES"]

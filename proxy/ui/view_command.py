@@ -92,7 +92,8 @@ async def serve_view(source: ViewerSource, port: int, open_browser: bool, *,
         say(f"serving {source.describe()['label']} at {page} (Ctrl-C to stop)")
         if open_browser:
             # webbrowser may block while it starts a browser: not on the loop serving the page.
-            nursery.start_soon(functools.partial(trio.to_thread.run_sync, webbrowser.open, page, abandon_on_cancel=True))
+            opener = functools.partial(trio.to_thread.run_sync, webbrowser.open, page, abandon_on_cancel=True)
+            nursery.start_soon(opener)
         task_status.started(page)
 
 

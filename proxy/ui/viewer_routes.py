@@ -6,7 +6,8 @@
 | ``GET /ui/`` | ``static/index.html`` |
 | ``GET /ui/static/<name>`` | one of the page's files (``viewer.js``, ``viewer.css``), 404 for any other name |
 | ``GET /ui/api/sessions`` | ``{"source": {"kind", "label", "token_text"}, "sessions": [row, ...]}`` newest first |
-| ``GET /ui/api/sessions/<session_id>`` | ``{"session": row, "trie": tree or null, "segments": [...], "note"}``; 404 ``not_found`` for an unknown id |
+| ``GET /ui/api/sessions/<session_id>`` | ``{"source", "session": row, "trie": tree or null, "segments": [...], |
+| | "note"}``; 404 ``not_found`` for an unknown id |
 
 A row: ``session_id``, ``state`` (``live``, ``finalizing``, ``export_failed``, ``finalized``, ``drained``,
 ``aborted``), ``machine_state``, ``live``, ``steps``, ``in_flight``, ``branches``, ``segments`` (with
@@ -19,6 +20,7 @@ The page's files ship in the package (``pyproject.toml``'s package data) and are
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 from typing import Any, Protocol
 
@@ -27,6 +29,7 @@ from quart_trio import QuartTrio
 
 from proxy.api import ApiError
 from proxy.api.fields import identifier
+from proxy.controllers.off_loop import run_sized
 
 #: the page's files and their media types (nothing else under static/ is served)
 STATIC_FILES = {
@@ -34,6 +37,17 @@ STATIC_FILES = {
     "viewer.js": "text/javascript; charset=utf-8",
     "viewer.css": "text/css; charset=utf-8",
 }
+
+
+#: a session's JSON is encoded in a worker thread past this many tokens (json.dumps: about 1.4 us a token)
+INLINE_JSON_TOKENS = 4096
+
+#: the page loads its own files and its own JSON, nothing else, and is never framed (the token text is the model's
+#: output, shown as text only: even if a bug put it into HTML, no inline script could run)
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 
 
 class ViewerSource(Protocol):
@@ -49,6 +63,10 @@ class ViewerSource(Protocol):
         """One session's row, trie and segments; None if unknown."""
 
 
+def _compact_json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace")
+
+
 def static_files() -> dict[str, bytes]:
     """The page's files, from the installed package."""
     folder = resources.files("proxy.ui") / "static"
@@ -62,6 +80,8 @@ def add_viewer_routes(app: QuartTrio, source: ViewerSource) -> None:
         response = Response(files[name], content_type=STATIC_FILES[name])
         # The page is tiny and changes with the proxy's version: always revalidate, never a stale script.
         response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
         return response
 
     @app.get("/ui")
@@ -88,7 +108,10 @@ def add_viewer_routes(app: QuartTrio, source: ViewerSource) -> None:
         found = await source.session(session_id)
         if found is None:
             raise ApiError.not_found(f"unknown session {session_id!r}", "session_id")
-        return jsonify({"source": source.describe(), **found})
+        # A long session's answer is megabytes of JSON (about 40 bytes a token): encoded off the event loop.
+        tokens = sum(segment["token_count"] for segment in found["segments"])
+        body = await run_sized(tokens, INLINE_JSON_TOKENS, _compact_json, {"source": source.describe(), **found})
+        return Response(body, content_type="application/json")
 
 
 __all__ = ["STATIC_FILES", "ViewerSource", "add_viewer_routes", "static_files"]

@@ -116,15 +116,15 @@ async def test_health_without_the_admin_key_shows_only_its_verdict_ready_needs_n
 async def test_every_route_has_a_class_and_unknown_paths_need_the_admin_key(start_proxy) -> None:
     """A new route forces a decision here: its class comes from the rule, and this table must say it."""
     expected = {
+        # the trajectory viewer (proxy/ui/viewer_routes.py)
+        "/ui": RouteClass.ADMIN, "/ui/": RouteClass.ADMIN, "/ui/static/<name>": RouteClass.ADMIN,
+        "/ui/api/sessions": RouteClass.ADMIN, "/ui/api/sessions/<path:session_id>": RouteClass.ADMIN,
         "/health": RouteClass.OPEN, "/ready": RouteClass.OPEN,
         "/v1/models": RouteClass.AGENT, "/v1/chat/completions": RouteClass.AGENT,
         "/v1/rollout/pause": RouteClass.ADMIN, "/v1/rollout/resume": RouteClass.ADMIN,
         "/v1/rollout/pause_state": RouteClass.ADMIN, "/session/finalize": RouteClass.ADMIN,
         "/session/<path:session_id>": RouteClass.ADMIN, "/trajectory/read": RouteClass.ADMIN,
         "/trajectory/stats": RouteClass.ADMIN,
-        # the trajectory viewer (proxy/ui/viewer_routes.py)
-        "/ui": RouteClass.ADMIN, "/ui/": RouteClass.ADMIN, "/ui/static/<name>": RouteClass.ADMIN,
-        "/ui/api/sessions": RouteClass.ADMIN, "/ui/api/sessions/<path:session_id>": RouteClass.ADMIN,
     }
     proxy = await start_proxy()
     app = create_proxy_app(proxy.handle.services)

@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 import httpx
+import trio
 
 from tests.e2e.conftest import start_proxy  # noqa: F401 - the e2e suite's fixture: a proxy on its embedded engine
 from tests.ui import viewer_scenario as scenario
@@ -147,6 +148,8 @@ async def test_the_page_and_its_files_are_served_with_their_media_types(start_pr
     proxy = await start_proxy()
     page = await get(proxy, "/ui/")
     assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert page.headers["x-content-type-options"] == "nosniff"
     for needle in ('id="sessions"', 'id="trie"', 'id="segments"', 'id="token-tooltip"', 'src="static/viewer.js"',
                    'href="static/viewer.css"'):
         assert needle in page.text
@@ -161,3 +164,37 @@ async def test_the_page_and_its_files_are_served_with_their_media_types(start_pr
     for other in ("/ui/static/secrets.txt", "/ui/static/..%2Fviewer_routes.py"):
         refused = await get(proxy, other)
         assert refused.status_code == 404 and refused.json()["error"]["code"] == "not_found"
+
+
+async def test_a_generation_in_flight_shows_as_a_pending_prompt_and_the_viewer_does_not_hold_it_up(
+    start_proxy, nursery
+) -> None:
+    session = "in-flight"
+    script = scenario.script(session)
+    script[1] = {**script[1], "latency": 2.0}  # the second request waits upstream while the viewer looks
+    proxy = await start_proxy(script=script)
+    first, second = scenario.requests()[:2]
+    assert (await proxy.chat(session, {"model": "m", "messages": first,
+                                       "chat_template_kwargs": scenario.NO_THINKING})).status_code == 200
+    done = trio.Event()
+
+    async def ask_second() -> None:
+        response = await proxy.chat(session, {"model": "m", "messages": second,
+                                              "chat_template_kwargs": scenario.NO_THINKING})
+        assert response.status_code == 200
+        done.set()
+
+    nursery.start_soon(ask_second)
+    with trio.fail_after(30):
+        while (view := await api_session(proxy, session))["session"]["in_flight"] != 1:
+            await trio.sleep(0.02)
+    assert not done.is_set()
+    pending = {node["text"]: node["pending"] for node in scenario.flatten(view["trie"])}
+    assert pending == {scenario.SYSTEM: False, scenario.QUESTION: False, scenario.FIRST: False,
+                       scenario.BRANCHES[0][0]: True}
+    assert [segment["step_ids"] for segment in view["segments"]] == [[1]]  # only committed steps are previewed
+    with trio.fail_after(30):
+        await done.wait()
+    after = await api_session(proxy, session)
+    assert not any(node["pending"] for node in scenario.flatten(after["trie"]))
+    assert [segment["step_ids"] for segment in after["segments"]] == [[1, 2]]

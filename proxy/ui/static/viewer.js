@@ -39,7 +39,9 @@
         const body = await response.json();
         if (body && body.error && body.error.message) message += `: ${body.error.message}`;
       } catch (_) { /* not JSON */ }
-      if (response.status === 401) message += " (this proxy needs its admin key: reload and sign in with it as the password)";
+      if (response.status === 401) {
+        message += " (this proxy needs its admin key: reload and sign in with it as the password)";
+      }
       throw new Error(message);
     }
     return response.json();
@@ -125,7 +127,8 @@
     if (node.boundary) {
       const boundary = el("span", "boundary", node.boundary.reason);
       boundary.dataset.reason = node.boundary.reason;
-      boundary.title = "segment boundary: " + node.boundary.reason + (node.boundary.detail ? ` (${node.boundary.detail})` : "");
+      const detail = node.boundary.detail ? ` (${node.boundary.detail})` : "";
+      boundary.title = "segment boundary: " + node.boundary.reason + detail;
       line.append(boundary);
     }
     for (const tid of (node.step && tipsByStep.get(node.step.step_id)) || []) {
@@ -161,7 +164,8 @@
       tipsByStep.set(segment.tip_step, list);
     }
     if (trie.source === "segments") {
-      box.append(el("p", "pane-hint", "Rebuilt from the segments' messages (the session's own trie was freed at finalize)."));
+      const hint = "Rebuilt from the segments' messages (the session's own trie was freed at finalize).";
+      box.append(el("p", "pane-hint", hint));
     }
     for (const context of trie.contexts) {
       const block = el("div", "trie-context");
@@ -226,6 +230,7 @@
     span.dataset.mask = mask ? "1" : "0";
     span.dataset.logprob = logprob === null || logprob === undefined ? "" : String(logprob);
     span.dataset.version = version === null || version === undefined ? "" : String(version);
+    span.dataset.text = text;
     if (mask) {
       span.style.backgroundColor = logprob === null || logprob === undefined ? NO_LOGPROB_BACKGROUND : heat(logprob);
     } else {
@@ -259,7 +264,9 @@
       `${fmt(segment.trained_tokens)} trained`,
       `finish: ${segment.finish_reason ?? "—"}`,
     ];
-    if (segment.forked_from_step !== null && segment.forked_from_step !== undefined) meta.push(`forked from step ${segment.forked_from_step}`);
+    if (segment.forked_from_step !== null && segment.forked_from_step !== undefined) {
+      meta.push(`forked from step ${segment.forked_from_step}`);
+    }
     if (segment.build_mode) meta.push(segment.build_mode);
     if (segment.reward_info) meta.push("reward " + JSON.stringify(segment.reward_info));
     if (segment.logprobs_absent_reason) meta.push("no logprobs: " + segment.logprobs_absent_reason);
@@ -269,7 +276,9 @@
     const strip = el("div", "tokens");
     const tokens = segment.tokens;
     const starts = new Map();
-    for (const step of segment.steps || []) if (step.start !== null && step.start !== undefined) starts.set(step.start, step);
+    for (const step of segment.steps || []) {
+      if (step.start !== null && step.start !== undefined) starts.set(step.start, step);
+    }
     const fragment = document.createDocumentFragment();
     for (let index = 0; index < tokens.ids.length; index++) {
       const step = starts.get(index);
@@ -277,7 +286,8 @@
         const marker = el("span", "step-boundary" + (step.trained ? "" : " untrained"), `step ${step.step_id}`);
         marker.dataset.stepId = String(step.step_id);
         marker.title = `step ${step.step_id}: ${step.context} context + ${step.output} generated tokens` +
-          (step.trained ? "" : " (trained in another segment)") + (step.finish_reason ? ` · finish: ${step.finish_reason}` : "");
+          (step.trained ? "" : " (trained in another segment)") +
+          (step.finish_reason ? ` · finish: ${step.finish_reason}` : "");
         fragment.append(marker);
       }
       fragment.append(tokenSpan(tokens, index, colours));
@@ -295,7 +305,8 @@
     const swatch = (colour) => { const s = el("span", "swatch"); s.style.background = colour; return s; };
     item(swatch(MASKED_BACKGROUND), "context / loss mask 0");
     const heatItem = el("span", "legend-item");
-    heatItem.append("trained logprob ", el("span", "mono", "≤ −5"), el("span", "heat-bar"), el("span", "mono", "0"));
+    heatItem.append("trained logprob ", el("span", "mono", "≤ −5"), el("span", "heat-bar"),
+                    el("span", "mono", "0"));
     legend.append(heatItem);
     item(swatch(NO_LOGPROB_BACKGROUND), "trained, no logprob");
     const dashed = swatch(MASKED_BACKGROUND);
@@ -325,7 +336,11 @@
   function drawStats(row) {
     const stats = $("session-stats");
     stats.replaceChildren();
-    const stat = (label, value) => { const s = el("span", "stat"); s.append(el("span", "", label), el("b", "", fmt(value))); stats.append(s); };
+    const stat = (label, value) => {
+      const s = el("span", "stat");
+      s.append(el("span", "", label), el("b", "", fmt(value)));
+      stats.append(s);
+    };
     const state = el("span", "stat");
     state.append(stateChip(row.state));
     stats.append(state);
@@ -367,10 +382,11 @@
     const logprob = span.dataset.logprob;
     const rows = [
       ["token id", span.dataset.tokenId],
-      ["position", span.dataset.index],
-      ["logprob", logprob === "" ? "—" : `${Number(logprob).toFixed(4)}  (p = ${(Math.exp(Number(logprob)) * 100).toFixed(1)}%)`],
+      ["text", span.dataset.text ? JSON.stringify(span.dataset.text) : "(no tokenizer)"],
+      ["logprob", logprob === "" ? "—" : `${logprob}  (p = ${(Math.exp(Number(logprob)) * 100).toFixed(1)}%)`],
       ["version", span.dataset.version === "" ? "—" : span.dataset.version],
       ["loss mask", span.dataset.mask],
+      ["position", span.dataset.index],
     ];
     // The span's text already shows whitespace as symbols (or "#id" without a tokenizer).
     const text = el("div", "tt-text", span.textContent);
@@ -388,7 +404,8 @@
   function moveTooltip(event) {
     const tip = $("token-tooltip");
     const x = Math.min(event.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
-    const y = event.clientY + 18 + tip.offsetHeight > window.innerHeight ? event.clientY - tip.offsetHeight - 10 : event.clientY + 18;
+    const below = event.clientY + 18;
+    const y = below + tip.offsetHeight > window.innerHeight ? event.clientY - tip.offsetHeight - 10 : below;
     tip.style.left = `${Math.max(4, x)}px`;
     tip.style.top = `${Math.max(4, y)}px`;
   }
