@@ -121,7 +121,7 @@ async def test_every_route_has_a_class_and_unknown_paths_need_the_admin_key(star
         "/v1/rollout/pause": RouteClass.ADMIN, "/v1/rollout/resume": RouteClass.ADMIN,
         "/v1/rollout/pause_state": RouteClass.ADMIN, "/session/finalize": RouteClass.ADMIN,
         "/session/<path:session_id>": RouteClass.ADMIN, "/trajectory/read": RouteClass.ADMIN,
-        "/trajectory/stats": RouteClass.ADMIN,
+        "/trajectory/stats": RouteClass.ADMIN, "/metrics": RouteClass.ADMIN,
     }
     proxy = await start_proxy()
     app = create_proxy_app(proxy.handle.services)

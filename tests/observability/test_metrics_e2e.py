@@ -9,6 +9,7 @@ the tests wait for engine state, never for wall-clock time.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -136,15 +137,18 @@ async def test_metrics_count_requests_generations_tokens_and_a_finalized_session
     assert last.value("dressage_sessions", state="finalized") == 0
 
 
-async def test_metrics_pause_cuts_a_generation_and_partial_rollout_keeps_its_tokens(start_proxy, mock_clock) -> None:
-    proxy = await start_proxy(script=[{"session": "p", "output": WORDS}], engine={"token_rate": 10.0,
-                              "weight_version": "1"}, partial_rollout=True)
+WhilePaused = Callable[[ProxyClient, dict[str, Any]], Awaitable[str | None]]
+
+
+async def answer_cut_by_a_pause(proxy: Any, session: str, while_paused: WhilePaused) -> tuple[Any, dict[str, Any]]:
+    """An agent's request, paused once the engine generated 5 of its tokens; ``while_paused(rollout, paused)`` runs
+    during the pause and says the weight version to resume with. Returns the agent's answer and the pause's."""
     answers: list[Any] = []
 
     async def agent() -> None:
         async with proxy.async_client() as client:
             answers.append(await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "count"}], extra_headers=session_headers("p"),
+                model="m", messages=[{"role": "user", "content": "count"}], extra_headers=session_headers(session),
                 extra_body=NO_THINKING))
 
     async with ProxyClient(proxy.url) as rollout, trio.open_nursery() as nursery:
@@ -152,6 +156,16 @@ async def test_metrics_pause_cuts_a_generation_and_partial_rollout_keeps_its_tok
         await proxy.engine.wait_until(lambda: any(len(s.output_ids) >= 5 for s in proxy.engine.active_requests()))
         paused = await rollout.pause()
         assert paused["aborted"] == 1 and paused["tokens_kept"] >= 5
+        await rollout.resume(weight_version=await while_paused(rollout, paused))
+    (answer,) = answers
+    return answer, paused
+
+
+async def test_metrics_pause_cuts_a_generation_and_partial_rollout_keeps_its_tokens(start_proxy, mock_clock) -> None:
+    proxy = await start_proxy(script=[{"session": "p", "output": WORDS}], engine={"token_rate": 10.0,
+                              "weight_version": "1"}, partial_rollout=True)
+
+    async def while_paused(rollout: ProxyClient, paused: dict[str, Any]) -> str:
         during = await scrape(proxy.url)
         assert during.value("dressage_pauses_total") == 1
         assert histogram_count(during, "dressage_pause_ack_seconds") == 1
@@ -165,8 +179,9 @@ async def test_metrics_pause_cuts_a_generation_and_partial_rollout_keeps_its_tok
             update = await engine_http.post(proxy.engine_handle.url + "/update_weights_from_disk",
                                             json={"model_path": "/ckpt/3", "weight_version": "3"})
         assert update.status_code == 200
-        await rollout.resume(weight_version="3")
-    (answer,) = answers
+        return "3"
+
+    answer, paused = await answer_cut_by_a_pause(proxy, "p", while_paused)
     assert answer.choices[0].message.content == WORDS
     await proxy.finalize("p")
     after = await scrape(proxy.url)
@@ -187,24 +202,14 @@ async def test_metrics_pause_cuts_a_generation_and_partial_rollout_keeps_its_tok
 async def test_metrics_pause_without_partial_rollout_discards_the_cut_tokens(start_proxy, mock_clock) -> None:
     proxy = await start_proxy(script=[{"session": "d", "output": WORDS}, {"session": "d", "output": WORDS}],
                               engine={"token_rate": 10.0})
-    answers: list[Any] = []
 
-    async def agent() -> None:
-        async with proxy.async_client() as client:
-            answers.append(await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "count"}], extra_headers=session_headers("d"),
-                extra_body=NO_THINKING))
+    async def while_paused(rollout: ProxyClient, paused: dict[str, Any]) -> None:
+        return None  # resume under the same version
 
-    async with ProxyClient(proxy.url) as rollout, trio.open_nursery() as nursery:
-        nursery.start_soon(agent)
-        await proxy.engine.wait_until(lambda: any(len(s.output_ids) >= 5 for s in proxy.engine.active_requests()))
-        paused = await rollout.pause()
-        assert paused["aborted"] == 1
-        await rollout.resume()
-    (answer,) = answers
+    answer, paused = await answer_cut_by_a_pause(proxy, "d", while_paused)
     after = await scrape(proxy.url)
     # The restart from scratch threw the cut tokens away; the answer is the second try's.
-    assert after.value("dressage_pause_tokens_total", fate="discarded") == paused["tokens_kept"] > 0
+    assert after.value("dressage_pause_tokens_total", fate="discarded") == paused["tokens_kept"]
     assert after.value("dressage_pause_tokens_total", fate="kept") == 0
     assert after.value("dressage_pause_generations_cut_total") == 1
     assert after.value("dressage_generated_tokens_total") == paused["tokens_kept"] + answer.usage.completion_tokens
@@ -229,6 +234,38 @@ async def test_metrics_count_a_client_that_left_before_its_answer(start_proxy, m
     # A non-streaming client's upstream request answers at its end: no token was accepted, none is counted.
     assert after.value("dressage_generated_tokens_total") == 0
     assert histogram_count(after, "dressage_time_to_first_token_seconds") == 0
+
+
+async def test_metrics_count_a_failed_tito_check_and_the_segment_it_began(start_proxy) -> None:
+    proxy = await start_proxy(script=[{"session": "tf", "output": "one"}, {"session": "tf", "output": "two"}])
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hello"}]
+    async with proxy.async_client() as client:
+        first = await client.chat.completions.create(
+            model="m", messages=messages, extra_headers=session_headers("tf"), extra_body=NO_THINKING)
+        # Nothing after the checkpoint: the incremental encode has no fragment, and a full encode starts a segment.
+        await client.chat.completions.create(
+            model="m", messages=[*messages, assistant_echo(first.choices[0].message)],
+            extra_headers=session_headers("tf"), extra_body=NO_THINKING)
+    await proxy.finalize("tf")
+    after = await scrape(proxy.url)
+    assert after.value("dressage_tito_drift_audits_total", outcome="empty_fragment") == 1
+    assert after.value("dressage_tito_drift_audits_total", outcome="ok") == 0
+    assert after.value("dressage_segments_total", boundary_reason="session_start") == 1
+    assert after.value("dressage_segments_total", boundary_reason="tito_failed") == 1
+    assert histogram_count(after, "dressage_tokenization_seconds", where="inline") == 3  # the failed try included
+
+
+async def test_metrics_time_a_long_context_tokenized_off_the_loop(start_proxy) -> None:
+    proxy = await start_proxy()
+    long_text = "word " * 2_000  # past the registry's inline bound (SessionConfig.thread_encode_chars)
+    async with proxy.async_client() as client:
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": long_text}], max_tokens=4,
+            extra_headers=session_headers("long"), extra_body=NO_THINKING)
+    after = await scrape(proxy.url)
+    assert histogram_count(after, "dressage_tokenization_seconds", where="off_loop") == 1
+    assert histogram_count(after, "dressage_tokenization_seconds", where="inline") == 0
+    assert after.value("dressage_tokenization_seconds_sum", where="off_loop") > 0
 
 
 async def test_metrics_count_idle_finalizes_and_expired_tombstones(start_proxy, mock_clock) -> None:
