@@ -51,6 +51,7 @@ import trio
 from werkzeug.http import parse_options_header
 
 from proxy.api.errors import ApiError, ErrorCode
+from proxy.asgi_wrapper import HttpExchangeWrapper
 from proxy.config import ProxyConfig
 
 log = logging.getLogger("dressage_proxy.access")
@@ -268,24 +269,21 @@ def _header_map(scope: MutableMapping[str, Any]) -> dict[str, str]:
     return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers") or ()}
 
 
-class AccessMiddleware:
+class AccessMiddleware(HttpExchangeWrapper):
     """ASGI middleware applying :class:`AccessPolicy` (see the module docstring for the rules and their order)."""
 
     def __init__(
         self, app: Callable[..., Any], policy: AccessPolicy, *, drain_bytes: int = 32 * 1024**2,
         drain_seconds: float = 120.0,
     ) -> None:
-        self.app = app
+        super().__init__(app)
         self.policy = policy
         #: a refused request's body is read (and dropped) up to these bounds, the body limits of
         #: proxy/service_flags.py, so a refusal is no way around --max-body-bytes and --body-read-timeout
         self.drain_bytes = drain_bytes
         self.drain_seconds = drain_seconds
 
-    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") != "http":
-            await self.app(scope, receive, send)
-            return
+    async def exchange(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         headers = _header_map(scope)
         method = str(scope.get("method", "GET")).upper()
         origin = headers.get("origin")

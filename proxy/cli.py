@@ -178,12 +178,20 @@ def main(argv: list[str] | None = None) -> int:
         trio.run(serve_until_signalled, config, engine_config)
     except KeyboardInterrupt:
         pass  # a Ctrl-C before the signal handlers were installed: nothing was served yet
-    except Exception:
+    except Exception as exc:
         # A crash is a log line too (its traceback a field of it), not a bare traceback in a JSON stream.
-        log.critical("the proxy stopped on an unexpected error", exc_info=True)
+        cause = _first_leaf(exc)
+        log.critical("the proxy stopped on an error: %s: %s", type(cause).__name__, cause, exc_info=True)
         return 1
     log.info("stopped")
     return 0
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    """The first exception that is not a group (trio's nurseries wrap a failure in one group per level)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import logging
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
+from proxy.asgi_wrapper import HttpExchangeWrapper
+
 log = logging.getLogger("dressage_proxy.request_end")
 
 #: the ASGI scope key holding the list of callbacks of one exchange
@@ -32,17 +34,11 @@ def on_request_end(scope: MutableMapping[str, Any], callback: Callable[[], None]
     callbacks.append(callback)
 
 
-class RequestEndHooks:
+class RequestEndHooks(HttpExchangeWrapper):
     """ASGI middleware: gives every HTTP exchange a list of end callbacks and runs them when the call returns or
     is cancelled (the client went away)."""
 
-    def __init__(self, app: Callable[..., Any]) -> None:
-        self.app = app
-
-    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") != "http":
-            await self.app(scope, receive, send)
-            return
+    async def exchange(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         callbacks: list[Callable[[], None]] = []
         scope[_KEY] = callbacks
         try:

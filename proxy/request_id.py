@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextvars
 import uuid
-from collections.abc import Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
+
+from proxy.asgi_wrapper import HttpExchangeWrapper
 
 #: the response header (lower case, as ASGI sends header names)
 REQUEST_ID_HEADER = "x-request-id"
@@ -35,17 +37,11 @@ def current_request_id() -> str | None:
     return _current.get()
 
 
-class RequestIdMiddleware:
+class RequestIdMiddleware(HttpExchangeWrapper):
     """ASGI middleware: a new request id per HTTP exchange, set as the context's current id and sent as the
     ``X-Request-Id`` header of the response (every response: success, error, stream)."""
 
-    def __init__(self, app: Callable[..., Any]) -> None:
-        self.app = app
-
-    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") != "http":
-            await self.app(scope, receive, send)
-            return
+    async def exchange(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         request_id = new_request_id()
         header = (REQUEST_ID_HEADER.encode(), request_id.encode())
 

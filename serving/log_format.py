@@ -7,8 +7,8 @@ to the one root handler installed here) and in the same format when it runs alon
 - ``json``: python-json-logger's formatter, never a hand-built string. Every line has ``level``, ``logger``,
   ``message`` and ``timestamp`` (RFC 3339, UTC), plus every field the call gave with ``extra=`` and the ones a
   handler filter added (the proxy's ``request_id`` and ``session_id``). The orjson flavour of the formatter: the
-  project already depends on orjson, and it serializes a record several times faster than the json module (the
-  issue's overhead target counts every request's access line).
+  project already depends on orjson, and it formats an access line in about half the time of the json-module
+  flavour (timeit of both on the same record: 1.5-2x), which counts since every request writes one.
 - ``text``: ``time LEVEL logger: message``, with the record's ``request_id`` / ``session_id`` appended when it has
   them (the other ``extra=`` fields are in the message already: messages stay readable on their own).
 - ``auto``: text when the stream is a terminal, JSON otherwise (a file, a pipe, a container's log collector).

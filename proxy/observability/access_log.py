@@ -10,10 +10,11 @@ The line, sent when the exchange ends (a stream's last byte, or the client's dis
 
     POST /v1/chat/completions 200 41.7 ms
 
-with the fields ``method``, ``path``, ``route`` (the matched rule; ``other`` for an unmatched path or a request
-refused before routing), ``status`` (None when no answer was started: the client left first), ``duration_ms``,
-``response_bytes`` (body bytes sent), ``complete`` (the answer's last byte was sent), and the ids the log filter
-adds. At ``--log-level warning`` the wrapper only binds the exchange's session slot: nothing is timed or counted.
+with the fields ``method``, ``path``, ``endpoint`` (the matched route's rule, the value of the
+``dressage_requests_total`` metric's ``endpoint`` label; ``other`` for an unmatched path or a request refused before
+routing), ``status`` (when no answer was started: 499 if the client left first, nginx's code for it, 500 if an
+exception escaped the app; the metric's convention), ``duration_ms``, ``response_bytes`` (body bytes sent),
+``complete`` (the answer's last byte was sent), and the ids the log filter adds. At ``--log-level warning`` the wrapper only binds the exchange's session slot: nothing is timed or counted.
 
 The wrapper also gives every exchange its session slot (``proxy/session_context.py``), so it sits inside
 ``RequestIdMiddleware`` (the id is set) and outside everything else (refusals are logged too).
@@ -23,20 +24,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
+import trio
 from quart import request
 from quart_trio import QuartTrio
 
+from proxy.asgi_wrapper import HttpExchangeWrapper
 from proxy.session_context import bind_exchange_slot, reset_exchange_slot
 
 log = logging.getLogger("dressage_proxy.requests")
 
 #: the ASGI scope key where the matched route's rule is left for the access line
-ROUTE_KEY = "dressage.route"
+ROUTE_KEY = "dressage.endpoint"
 #: the route of an exchange no rule matched (an unknown path, a wrong method, a refusal before routing)
 UNMATCHED_ROUTE = "other"
+#: the status of an exchange that ended without an answer because its client left (nginx's code for it)
+CLIENT_GONE = 499
 
 
 def exchange_route(scope: MutableMapping[str, Any]) -> str:
@@ -56,16 +61,10 @@ def record_route_rules(app: QuartTrio) -> None:
     app.before_request_funcs.setdefault(None, []).insert(0, _record_route_rule)
 
 
-class AccessLogMiddleware:
+class AccessLogMiddleware(HttpExchangeWrapper):
     """ASGI middleware: the exchange's session slot, and its access line at the end."""
 
-    def __init__(self, app: Callable[..., Any]) -> None:
-        self.app = app
-
-    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") != "http":
-            await self.app(scope, receive, send)
-            return
+    async def exchange(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         token = bind_exchange_slot()
         try:
             if log.isEnabledFor(logging.INFO):
@@ -93,16 +92,23 @@ class AccessLogMiddleware:
 
         try:
             await self.app(scope, receive, send_counted)
+        except BaseException as exc:
+            if status is None:
+                status = CLIENT_GONE if isinstance(exc, trio.Cancelled) else 500
+            raise
         finally:
             duration_ms = round((time.perf_counter() - started) * 1000.0, 3)
             method, path = scope.get("method"), scope.get("path")
+            status = status if status is not None else CLIENT_GONE
             log.info(
-                "%s %s %s %.1f ms", method, path, status if status is not None else "-", duration_ms,
+                "%s %s %s %.1f ms", method, path, status, duration_ms,
                 extra={
-                    "method": method, "path": path, "route": exchange_route(scope), "status": status,
+                    "method": method, "path": path, "endpoint": exchange_route(scope), "status": status,
                     "duration_ms": duration_ms, "response_bytes": sent, "complete": complete,
                 },
             )
 
 
-__all__ = ["ROUTE_KEY", "UNMATCHED_ROUTE", "AccessLogMiddleware", "exchange_route", "record_route_rules"]
+__all__ = [
+    "CLIENT_GONE", "ROUTE_KEY", "UNMATCHED_ROUTE", "AccessLogMiddleware", "exchange_route", "record_route_rules",
+]

@@ -175,4 +175,28 @@ def test_the_session_id_is_seen_by_the_exchanges_outer_layers_and_the_tasks_it_s
     assert access["request_id"] == second_id and "session_id" not in access
     first_access = next(line for line in got if line.get("path") == "/v1/chat/completions")
     assert (first_access["status"], first_access["response_bytes"], first_access["complete"]) == (201, 5, True)
-    assert first_access["route"] == "other"  # no quart app matched a rule here
+    assert first_access["endpoint"] == "other"  # no quart app matched a rule here
+
+
+def test_an_exchange_the_client_left_before_an_answer_logs_499_incomplete(restore_logging) -> None:
+    stream = proxy_stream("json")
+
+    async def main() -> None:
+        started = trio.Event()
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            set_current_session_id("sess-gone")
+            started.set()
+            await trio.sleep_forever()  # generating; the client's disconnect cancels the exchange
+
+        async def send(message: Any) -> None:
+            raise AssertionError("nothing is sent")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(AccessLogMiddleware(app), {"type": "http", "method": "POST", "path": "/p"}, None, send)
+            await started.wait()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    (line,) = lines(stream)
+    assert (line["status"], line["complete"], line["response_bytes"], line["session_id"]) == (499, False, 0, "sess-gone")

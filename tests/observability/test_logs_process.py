@@ -46,15 +46,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def without_log_settings() -> dict[str, str]:
+    """The environment without DRESSAGE_PROXY_LOG_* variables: the flags under test decide."""
+    return {key: value for key, value in os.environ.items() if not key.startswith("DRESSAGE_PROXY_LOG")}
+
+
 def start(tmp_path: Path, *flags: str, stderr: Any) -> tuple[subprocess.Popen, str]:
     """The proxy process, once /health answers: (process, base URL)."""
     script = tmp_path / "script.jsonl"
     script.write_text("".join(json.dumps(entry) + "\n" for entry in SCRIPT))
     port = free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("DRESSAGE_PROXY_LOG")}
     proc = subprocess.Popen(
         [str(EXE), "--port", str(port), "--script", str(script), *flags],
-        stdout=subprocess.DEVNULL, stderr=stderr, env=env,
+        stdout=subprocess.DEVNULL, stderr=stderr, env=without_log_settings(),
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_BOUND
@@ -142,14 +146,14 @@ def test_json_lines_carry_the_request_and_session_ids_of_every_exchange(tmp_path
     for request_id, session in sent.items():
         line = access[request_id]
         assert line["session_id"] == session
-        assert (line["level"], line["method"], line["route"], line["path"]) == ("INFO", "POST", CHAT, CHAT)
+        assert (line["level"], line["method"], line["endpoint"], line["path"]) == ("INFO", "POST", CHAT, CHAT)
         assert isinstance(line["duration_ms"], float) and line["response_bytes"] > 0 and line["complete"] is True
     statuses = sorted(access[request_id]["status"] for request_id in sent)
     assert statuses[:-1] == [200] * (len(sent) - 1) and statuses[-1] >= 500
     assert access[finalized.headers["x-request-id"]]["session_id"] == SESSIONS[0]
-    assert access[finalized.headers["x-request-id"]]["route"] == "/session/finalize"
+    assert access[finalized.headers["x-request-id"]]["endpoint"] == "/session/finalize"
     unmatched = access[missing.headers["x-request-id"]]
-    assert (unmatched["status"], unmatched["route"], unmatched["path"]) == (404, "other", "/no/such/path")
+    assert (unmatched["status"], unmatched["endpoint"], unmatched["path"]) == (404, "other", "/no/such/path")
     assert "session_id" not in unmatched  # no session: no key, rather than a null
 
     # Lines written deeper in the exchange carry the ids too: the upstream failure's warning, the finalize's export.
@@ -245,3 +249,19 @@ def test_log_level_warning_drops_the_info_lines(tmp_path: Path) -> None:
     assert [line for line in lines if line.get("request_id") == failing_id and line["level"] == "WARNING"]
     assert {line["level"] for line in lines} <= {"WARNING", "ERROR", "CRITICAL"}
     assert not [line for line in lines if line["logger"] == ACCESS_LOGGER or "listening on" in line["message"]]
+
+
+def test_a_start_up_failure_is_one_json_line_with_its_cause(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [str(EXE), "--port", str(port), "--log-format", "json"], capture_output=True, text=True,
+            timeout=START_BOUND, env=without_log_settings(),
+        )
+    assert done.returncode == 1
+    *_, last = json_lines(done.stderr)
+    assert last["level"] == "CRITICAL" and last["logger"] == "dressage_proxy.main"
+    assert last["message"].startswith("the proxy stopped on an error: OSError: ")
+    assert "Address already in use" in last["message"] and "Traceback" in last["exc_info"]

@@ -109,10 +109,11 @@ async def test_a_client_gone_before_the_stream_body_started_releases_the_generat
     stack = await start_stack(script=[{"session": "s", "output": LONG}], engine=SLOW, partial_rollout=True)
     app = create_proxy_app(stack.services)
     if not hooked:
-        # The quart app without RequestEndHooks (still inside the outermost wrapper, RequestIdMiddleware).
-        hooks = app.asgi_app.app
-        assert isinstance(hooks, RequestEndHooks)
-        app.asgi_app.app = hooks.app
+        # The quart app without RequestEndHooks (still inside the outer wrappers: RequestIdMiddleware, the access log).
+        outer = app.asgi_app
+        while not isinstance(outer.app, RequestEndHooks):
+            outer = outer.app
+        outer.app = outer.app.app
     body = json.dumps(BODY).encode()
     started = trio.Event()
     messages = [{"type": "http.request", "body": body, "more_body": False}]
