@@ -33,11 +33,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import attrs
 import trio
@@ -168,6 +170,58 @@ async def check_configurations(ports: dict[str, int], sent: dict[str, int], tmp:
     return lines
 
 
+# ---- where the CPU goes: a py-spy profile of the JSON configuration (optional) -----------------------------------
+
+#: code that runs only because of metrics or logs: a sample whose innermost frame outside the neutral stdlib is here
+#: counts for that part (the wrappers' own frames, not the request they wrap: only the leaf side decides)
+PROFILE_PARTS = {
+    "metrics": ("prometheus_client/", "proxy/observability/metrics.py", "proxy/observability/request_metrics.py",
+                "proxy/observability/scrape.py", "proxy/observability/segment_versions.py"),
+    "logs": ("pythonjsonlogger/", "logging/", "proxy/observability/access_log.py", "proxy/observability/logs.py",
+             "serving/log_format.py", "proxy/session_context.py"),
+}
+#: stdlib frames that belong to whoever called them (json encoding under the formatter, say)
+NEUTRAL_FRAMES = ("json/", "encodings/", "threading.py", "enum.py", "typing.py", "abc.py", "<frozen",
+                  "collections/", "functools.py", "re/", "traceback.py", "os.py", "io.py", "codecs.py", "string.py",
+                  "weakref.py", "_weakrefset.py", "posixpath.py", "genericpath.py")
+
+
+def profile_shares(raw: str) -> tuple[int, dict[str, float]]:
+    """(samples, part -> share of them) of a py-spy ``--format raw`` profile (``frame;frame;... count`` lines)."""
+    counts = dict.fromkeys(PROFILE_PARTS, 0)
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        total += int(count)
+        for frame in reversed(stack.split(";")):
+            path = frame[frame.rfind("(") + 1:]  # "name (path:line)", the path as py-spy shortens it
+            part = next((k for k, paths in PROFILE_PARTS.items() if path.startswith(paths)), None)
+            if part is not None:
+                counts[part] += int(count)
+                break
+            if not path.startswith(NEUTRAL_FRAMES):
+                break
+    return total, {part: n / total if total else 0.0 for part, n in counts.items()}
+
+
+async def profiled_phase(py_spy: str, pid: int, out: Path, run: Any) -> str:
+    """``await run()`` with py-spy sampling process ``pid`` (without pausing it); the raw profile's text."""
+    spy = subprocess.Popen([py_spy, "record", "--nonblocking", "-r", "100", "-f", "raw", "-o", str(out), "-p",
+                            str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await trio.sleep(1.0)  # py-spy attaches
+        await run()
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its profile on Ctrl-C
+        try:
+            spy.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+    return out.read_text() if out.exists() else ""
+
+
 # ---- the run -------------------------------------------------------------------------------------------------
 
 
@@ -181,7 +235,7 @@ def experiments(args: argparse.Namespace) -> list[tuple[Experiment, str]]:
 
 
 def report(args: argparse.Namespace, conv: Conversation, results: list[ModeResult], checks: list[str],
-           load_before: float) -> None:
+           load_before: float, profiles: dict[str, str]) -> None:
     print(f"# bench/observability.py: {args.concurrency} clients, {args.turns}-turn sessions, replies of "
           f"{len(conv.ns_reply_ids)} tokens (non-streaming) / {len(conv.stream_reply_ids)} (streaming), parse backend "
           f"`{BACKEND}`, {args.rounds} rounds, {args.ns_requests} requests / {args.stream_requests} streams per "
@@ -207,6 +261,15 @@ def report(args: argparse.Namespace, conv: Conversation, results: list[ModeResul
             for r in [m.bracketed(c)] if r)
         print(f"- {m.title}: A/A noise (off phases from their mean) up to {100 * m.off_spread():.1f}%; each "
               f"phase against the two off phases around it: {spans}")
+    if profiles:
+        label = CONFIGURATIONS["json"][0]
+        print(f"\n## Share of the proxy's CPU samples in metrics and log code ({label}, py-spy)\n")
+        print("| mode | samples | metrics | logs | both |")
+        print("|---|---:|---:|---:|---:|")
+        for title, raw in profiles.items():
+            total, shares = profile_shares(raw)
+            print(f"| {title} | {total} | {100 * shares['metrics']:.2f}% | {100 * shares['logs']:.2f}% | "
+                  f"**{100 * sum(shares.values()):.2f}%** |")
     print("\nPhases in the order run:\n")
     for m in results:
         for _config, p in m.phases:
@@ -225,6 +288,9 @@ def main() -> None:
     parser.add_argument("--ns-requests", type=int, default=32, help="requests per client and phase")
     parser.add_argument("--stream-requests", type=int, default=6, help="streams per client and phase")
     parser.add_argument("--warmup-requests", type=int, default=8, help="per client, one unmeasured phase per proxy")
+    parser.add_argument("--py-spy", metavar="PATH", help="py-spy binary: after the measured phases, profile one more "
+                        "phase of the JSON configuration per mode and report the share of samples in metrics and "
+                        "log code (py-spy is not a dependency of the project)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the server logs and the script; print where")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
@@ -236,7 +302,7 @@ def main() -> None:
     tokenizer = load_tokenizer()
     conv = Conversation.build(tokenizer, args.concurrency, args.turns, args.ns_reply_tokens, args.stream_reply_tokens)
     tmp = Path(tempfile.mkdtemp(prefix="dressage-observability-"))
-    write_script(tmp / "script.jsonl", conv, [e for e, _ in modes], slots)
+    write_script(tmp / "script.jsonl", conv, [e for e, _ in modes], slots + (["profile"] if args.py_spy else []))
     write_script(tmp / "warmup.jsonl", conv, [warmup], list(CONFIGURATIONS))
     with (tmp / "script.jsonl").open("a") as script:
         script.write((tmp / "warmup.jsonl").read_text())
@@ -247,7 +313,7 @@ def main() -> None:
                                                      for c, (_label, flags) in CONFIGURATIONS.items()})
         pids = {name: proc.pid for name, proc in procs.items()}
 
-        async def run_all() -> tuple[list[ModeResult], list[str]]:
+        async def run_all() -> tuple[list[ModeResult], list[str], dict[str, str]]:
             sent = dict.fromkeys(CONFIGURATIONS, 0)
 
             async def phase(exp: Experiment, slot: str, config: str) -> Phase:
@@ -264,13 +330,19 @@ def main() -> None:
             for exp, unit in modes:
                 phases = [(config, await phase(exp, slot, config)) for config, slot in zip(order, slots)]
                 results.append(ModeResult(exp.title, unit, exp.clients * exp.per_client, phases))
-            return results, await check_configurations(ports, sent, tmp)
+            checks = await check_configurations(ports, sent, tmp)
+            profiles = {}
+            for exp, _unit in modes if args.py_spy else ():
+                profiles[exp.title] = await profiled_phase(
+                    args.py_spy, pids["proxy-json"], tmp / f"profile-{exp.key}.txt",
+                    lambda exp=exp: phase(exp, "profile", "json"))
+            return results, checks, profiles
 
-        results, checks = trio.run(run_all)
+        results, checks, profiles = trio.run(run_all)
         for name, proc in procs.items():
             if proc.poll() is not None:
                 checks.append(f"- {name} exited with {proc.returncode} during the run FAILED")
-        report(args, conv, results, checks, load_before)
+        report(args, conv, results, checks, load_before, profiles)
     finally:
         stop_servers(procs, tmp, args.keep_logs)
 

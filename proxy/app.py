@@ -52,15 +52,15 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
     record_route_rules(app)
     # Keys, origins, Host and media type are checked first (proxy/access.py): a refused request never reaches a
     # route. Every exchange's end is seen, also one cut before a streaming body started (proxy/request_end.py);
-    # every exchange gets its request id (the context of everything it runs, the X-Request-Id header), refusals
-    # included; just inside it, its session slot and access line (proxy/observability/access_log.py); outermost,
-    # every exchange is counted and timed (proxy/observability/request_metrics.py, metrics on).
+    # outermost, every exchange gets its request id (the context of everything it runs, the X-Request-Id header),
+    # refusals included; just inside it, its session slot and access line (proxy/observability/access_log.py).
+    # Around the access rules, every exchange is counted and timed, refusals included
+    # (proxy/observability/request_metrics.py; nothing is wrapped with --no-metrics).
     config = services.config
     access = AccessMiddleware(
         app.asgi_app, AccessPolicy.from_config(config), drain_bytes=config.max_body_bytes,
         drain_seconds=config.body_read_timeout,
     )
-    app.asgi_app = instrument_requests(  # type: ignore[method-assign]
-        app, services.metrics, RequestIdMiddleware(AccessLogMiddleware(RequestEndHooks(access)))
-    )
+    metered = instrument_requests(app, services.metrics, access)
+    app.asgi_app = RequestIdMiddleware(AccessLogMiddleware(RequestEndHooks(metered)))  # type: ignore[method-assign]
     return app
