@@ -13,6 +13,7 @@ import collections
 import colorsys
 import json
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -251,7 +252,12 @@ async def test_view_command_shows_an_exported_jsonl_file_in_chromium(
             print(f"view screenshot: {screenshot}")
         finally:
             process.terminate()
-            await process.wait()
+            with trio.move_on_after(15):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert process.returncode == 0 or process.returncode == -signal.SIGTERM, process.returncode
     assert errors == []
     assert set(rows) == {SESSION}
     assert [segment["id"] for segment in shown] == [s["trajectory_id"] for s in segments]
