@@ -48,9 +48,10 @@ CHROMIUM_ARGS = (
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync",
 )
-#: apt-get bounds, in seconds: a fresh machine downloads ~100 MB of packages.
+#: apt-get bounds, in seconds: a fresh machine downloads ~100 MB of packages. Their sum bounds the whole install,
+#: the retry after stale package lists included.
 APT_UPDATE_TIMEOUT = 300
-APT_INSTALL_TIMEOUT = 1200
+APT_INSTALL_TIMEOUT = 900
 #: One install at a time on a machine (the lock file is shared by every checkout).
 INSTALL_LOCK = Path(tempfile.gettempdir()) / "dressage-proxy-chromium-install.lock"
 
@@ -98,17 +99,17 @@ def _find_or_install(say: Callable[[str], None]) -> Path:
             return CHROMIUM
         updated = False
         if not _apt_has_candidate():
-            _apt(say, ["apt-get", "update"], APT_UPDATE_TIMEOUT)
+            _apt(say, ["apt-get", "update"], APT_UPDATE_TIMEOUT, deadline)
             updated = True
         install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
         try:
-            _apt(say, install, APT_INSTALL_TIMEOUT)
+            _apt(say, install, APT_INSTALL_TIMEOUT, deadline)
         except ChromiumUnavailable:
             if updated:
                 raise
             # Stale package lists name versions the mirror no longer has: refresh them once and retry.
-            _apt(say, ["apt-get", "update"], APT_UPDATE_TIMEOUT)
-            _apt(say, install, APT_INSTALL_TIMEOUT)
+            _apt(say, ["apt-get", "update"], APT_UPDATE_TIMEOUT, deadline)
+            _apt(say, install, APT_INSTALL_TIMEOUT, deadline)
     if not _runnable(CHROMIUM):
         raise ChromiumUnavailable(f"apt-get installed the chromium package but {CHROMIUM} is not an executable")
     say(f"tests/ui: installed Debian's chromium at {CHROMIUM}")
@@ -141,16 +142,23 @@ def _install_lock(deadline: float) -> Iterator[None]:
 
 def _apt_has_candidate() -> bool:
     """Whether apt's package lists name a ``chromium`` version to install."""
-    result = subprocess.run(["apt-cache", "policy", "chromium"], capture_output=True, text=True, timeout=60)
+    try:
+        result = subprocess.run(["apt-cache", "policy", "chromium"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False  # then apt-get update runs, and fails with a reason if apt is broken
     return any(
         line.strip().startswith("Candidate:") and line.split(":", 1)[1].strip() not in ("", "(none)")
         for line in result.stdout.splitlines()
     )
 
 
-def _apt(say: Callable[[str], None], command: list[str], timeout: float) -> None:
+def _apt(say: Callable[[str], None], command: list[str], timeout: float, deadline: float) -> None:
+    """Run an apt-get command within ``timeout`` seconds and before ``deadline``; raise ChromiumUnavailable if not."""
+    timeout = min(timeout, deadline - time.monotonic())
     # DPkg::Lock::Timeout: wait for another apt (a concurrent install, unattended upgrades) instead of failing.
     command = [command[0], "-o", "DPkg::Lock::Timeout=120", *command[1:]]
+    if timeout <= 0:
+        raise ChromiumUnavailable(f"no time left for `{' '.join(command)}` (the install is bounded)")
     say(f"tests/ui: {CHROMIUM} is missing; running `{' '.join(command)}` (up to {timeout:.0f} s)")
     started = time.monotonic()
     try:
