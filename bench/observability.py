@@ -17,6 +17,13 @@ One run, every figure a ratio against a baseline measured in the same run (the m
   when every client has sent its count of requests (``--ns-requests``, ``--stream-requests``), not at a deadline, so
   no phase pays for streams cut half way.
 
+With ``--py-spy PATH`` (py-spy is not a dependency of the project), one more phase per mode, ``--profile-phases``
+times longer, runs on the JSON configuration under py-spy (sampling, without pausing the proxy), and the report
+gives the share of the proxy's samples in metrics code (prometheus-client, ``proxy/observability/`` metrics
+modules) and log code (``logging``, python-json-logger, the access-log wrapper, the session slot). A sample counts
+for the code it was running, not for a wrapper further up its stack. Unlike CPU per answer, this share does not move
+with what else the machine runs.
+
 Before the report, each configuration is checked to be what it claims: off answers ``/metrics`` 404; metrics
 counts every request in ``dressage_requests_total``; metrics + JSON logs also wrote one JSON object per line,
 about one per request.
@@ -26,6 +33,7 @@ bound is reported); talks to 127.0.0.1 only. About 80 s with the defaults on two
 when other work shares them).
 
     .venv/bin/python bench/observability.py [--rounds 2] [--concurrency 16] [--ns-requests 32] [--stream-requests 6]
+                                            [--py-spy PATH [--profile-phases 4]]
 """
 
 from __future__ import annotations
@@ -291,6 +299,8 @@ def main() -> None:
     parser.add_argument("--py-spy", metavar="PATH", help="py-spy binary: after the measured phases, profile one more "
                         "phase of the JSON configuration per mode and report the share of samples in metrics and "
                         "log code (py-spy is not a dependency of the project)")
+    parser.add_argument("--profile-phases", type=int, default=4, help="a profiled phase has the requests of this "
+                        "many measured phases")
     parser.add_argument("--keep-logs", action="store_true", help="keep the server logs and the script; print where")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
@@ -302,10 +312,13 @@ def main() -> None:
     tokenizer = load_tokenizer()
     conv = Conversation.build(tokenizer, args.concurrency, args.turns, args.ns_reply_tokens, args.stream_reply_tokens)
     tmp = Path(tempfile.mkdtemp(prefix="dressage-observability-"))
-    write_script(tmp / "script.jsonl", conv, [e for e, _ in modes], slots + (["profile"] if args.py_spy else []))
-    write_script(tmp / "warmup.jsonl", conv, [warmup], list(CONFIGURATIONS))
-    with (tmp / "script.jsonl").open("a") as script:
-        script.write((tmp / "warmup.jsonl").read_text())
+    # a profiled phase is --profile-phases measured phases long (more samples, the same requests)
+    profiled = [attrs.evolve(e, per_client=e.per_client * args.profile_phases) for e, _ in modes]
+    write_script(tmp / "script.jsonl", conv, [e for e, _ in modes], slots)
+    for name, exps, targets in (("warmup", [warmup], list(CONFIGURATIONS)), ("profile", profiled, ["profile"])):
+        write_script(tmp / f"{name}.jsonl", conv, exps, targets)
+        with (tmp / "script.jsonl").open("a") as script:
+            script.write((tmp / f"{name}.jsonl").read_text())
     procs: dict[str, subprocess.Popen] = {}
     ports: dict[str, int] = {}
     try:
@@ -332,7 +345,7 @@ def main() -> None:
                 results.append(ModeResult(exp.title, unit, exp.clients * exp.per_client, phases))
             checks = await check_configurations(ports, sent, tmp)
             profiles = {}
-            for exp, _unit in modes if args.py_spy else ():
+            for exp in profiled if args.py_spy else ():
                 profiles[exp.title] = await profiled_phase(
                     args.py_spy, pids["proxy-json"], tmp / f"profile-{exp.key}.txt",
                     lambda exp=exp: phase(exp, "profile", "json"))

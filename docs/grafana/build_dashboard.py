@@ -89,8 +89,8 @@ class Row:
     panels: tuple[Panel, ...]
 
 
-def quantiles(histogram: str, qs: Iterable[float] = (0.5, 0.9, 0.99), by: str = "", legend_by: str = "") -> tuple[
-        Query, ...]:
+def quantiles(histogram: str, qs: Iterable[float] = (0.5, 0.9, 0.99), by: str = "",
+              legend_by: str = "") -> tuple[Query, ...]:
     """One query per quantile (p50, p90, p99 by default)."""
     prefix = f"{{{{{legend_by}}}}} " if legend_by else ""
     return tuple(Query(quantile(q, histogram, by), f"{prefix}p{round(q * 100):g}") for q in qs)

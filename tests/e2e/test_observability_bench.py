@@ -40,3 +40,29 @@ def test_the_observability_bench_runs_checks_its_configurations_and_reports_rati
         assert row in out, out
     assert "CUT by" not in out and " 0 HTTP errors, 0 bad" in out
     assert out.count(" 0 HTTP errors, 0 bad") == 8, out  # 4 phases per mode, two modes
+
+
+def test_the_profile_share_counts_a_sample_for_the_code_it_ran_not_for_a_wrapper_above_it():
+    """``--py-spy``'s attribution (py-spy is not installed by the suite, so its reading is checked on a made-up
+    profile): the leaf side of each stack decides, neutral stdlib frames belong to their caller."""
+    saved = list(sys.path)
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        import observability
+    finally:
+        sys.path[:] = saved  # (the bench adds bench/ itself: its engine.py must not shadow the engine package)
+    wrapper = "AccessLogMiddleware._logged (proxy/observability/access_log.py:90)"
+    raw = "\n".join([
+        # the request under the access-log wrapper: the proxy's own work, 6 samples
+        f"main (proxy/cli.py:1);{wrapper};chat (proxy/routes/chat.py:64);send_all (trio/_core/_io.py:9) 6",
+        # a counter increment: metrics, 1
+        "drive (proxy/controllers/generation_driver.py:9);inc (prometheus_client/values.py:20) 1",
+        # JSON encoding under the formatter: logs (json/ is neutral), 2
+        f"main (proxy/cli.py:1);{wrapper};info (logging/__init__.py:1);format (pythonjsonlogger/core.py:3);"
+        "encode (json/encoder.py:200) 2",
+        # json encoding for an answer: not logs, 1
+        "chat (proxy/routes/chat.py:64);dumps (json/__init__.py:231);encode (json/encoder.py:200) 1",
+    ])
+    total, shares = observability.profile_shares(raw)
+    assert total == 10
+    assert shares == {"metrics": 0.1, "logs": 0.2}

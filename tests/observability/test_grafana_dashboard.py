@@ -17,6 +17,7 @@ metrics a real proxy exposes.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -49,8 +50,6 @@ def generator() -> Any:
 
 
 def load() -> dict[str, Any]:
-    import json
-
     assert DASHBOARD.exists(), f"{DASHBOARD} is missing"
     return json.loads(DASHBOARD.read_text())
 
@@ -203,8 +202,6 @@ def test_promtool_parses_every_expression(tmp_path: Path) -> None:
     if promtool is None:
         pytest.skip("LOUD SKIP: promtool is not installed (Debian package `prometheus`); the expressions were "
                     "checked only by the small reader above")
-    import json
-
     rules = []
     for i, (_title, target) in enumerate(targets(load())):
         expr = target["expr"].replace("$__rate_interval", "5m")
