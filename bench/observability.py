@@ -183,9 +183,9 @@ async def check_configurations(ports: dict[str, int], sent: dict[str, int], tmp:
 #: code that runs only because of metrics or logs: a sample whose innermost frame outside the neutral stdlib is here
 #: counts for that part (the wrappers' own frames, not the request they wrap: only the leaf side decides)
 PROFILE_PARTS = {
-    "metrics": ("prometheus_client/", "proxy/observability/metrics.py", "proxy/observability/request_metrics.py",
+    "metrics": ("prometheus_client/", "proxy/observability/metrics.py", "proxy/observability/exchanges.py",
                 "proxy/observability/scrape.py", "proxy/observability/segment_versions.py"),
-    "logs": ("pythonjsonlogger/", "logging/", "proxy/observability/access_log.py", "proxy/observability/logs.py",
+    "logs": ("pythonjsonlogger/", "logging/", "proxy/observability/logs.py",
              "serving/log_format.py", "proxy/session_context.py"),
 }
 #: stdlib frames that belong to whoever called them (json encoding under the formatter, say)

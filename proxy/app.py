@@ -18,8 +18,7 @@ from werkzeug.exceptions import HTTPException
 from proxy.access import AccessMiddleware, AccessPolicy
 from proxy.api import ApiError
 from proxy.api.error_mapping import api_error_for
-from proxy.observability.access_log import AccessLogMiddleware, record_route_rules
-from proxy.observability.request_metrics import instrument_requests
+from proxy.observability.exchanges import observe_exchanges
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware
 from proxy.routes import chat, info, metrics, rollout, rollout_control, ui
@@ -49,18 +48,16 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
 
     for module in ROUTE_MODULES:
         module.register(app, services)
-    record_route_rules(app)
     # Keys, origins, Host and media type are checked first (proxy/access.py): a refused request never reaches a
     # route. Every exchange's end is seen, also one cut before a streaming body started (proxy/request_end.py);
     # outermost, every exchange gets its request id (the context of everything it runs, the X-Request-Id header),
-    # refusals included; just inside it, its session slot and access line (proxy/observability/access_log.py).
-    # Around the access rules, every exchange is counted and timed, refusals included
-    # (proxy/observability/request_metrics.py; nothing is wrapped with --no-metrics).
+    # refusals included; just inside it, its session slot, its count and duration, and its access line
+    # (proxy/observability/exchanges.py).
     config = services.config
     access = AccessMiddleware(
         app.asgi_app, AccessPolicy.from_config(config), drain_bytes=config.max_body_bytes,
         drain_seconds=config.body_read_timeout,
     )
-    metered = instrument_requests(app, services.metrics, access)
-    app.asgi_app = RequestIdMiddleware(AccessLogMiddleware(RequestEndHooks(metered)))  # type: ignore[method-assign]
+    observed = observe_exchanges(app, services.metrics, RequestEndHooks(access))
+    app.asgi_app = RequestIdMiddleware(observed)  # type: ignore[method-assign]
     return app

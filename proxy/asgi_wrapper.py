@@ -1,7 +1,7 @@
 """The shape every ASGI wrapper of the proxy shares: act on HTTP exchanges, pass anything else (lifespan) through.
 
 ``proxy/app.py`` stacks them around the quart app: ``proxy/request_id.py`` (outermost),
-``proxy/observability/access_log.py``, ``proxy/request_end.py``, ``proxy/access.py``.
+``proxy/observability/exchanges.py``, ``proxy/request_end.py``, ``proxy/access.py``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The request id (``proxy/request_id.py``) is known when an exchange starts; the s
 read the request (a header or a body field, ``proxy/api/session_identity.py``), deep inside the app. A plain context
 variable set there would be seen by the route's task and the tasks it starts afterwards (trio copies the context
 into every task it starts: the generation driver), but not by the exchange's outer layers, which run in a parent
-task whose context the route's set never reaches: the access line (``proxy/observability/access_log.py``) is
+task whose context the route's set never reaches: the access line (``proxy/observability/exchanges.py``) is
 written there, at the end of the exchange. So each exchange gets one mutable slot (:func:`bind_exchange_slot`, by
 the access-log wrapper when the exchange starts): the context variable holds the slot, the copies all hold the
 same slot, and :func:`set_current_session_id` fills it in for all of them.

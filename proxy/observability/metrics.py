@@ -7,7 +7,7 @@ docs/observability.md ("Metrics") lists every metric, its labels, what moves it 
   ``session_exported``, ``store_written``, ``tokenized``, ``tito_checked``, ``request_finished``). The hooks never
   change behaviour and never raise into their caller's logic (prometheus-client's own operations only).
 - **Off** (``--no-metrics``): :class:`MetricsHooks` itself, whose methods do nothing; the app then serves no
-  ``/metrics`` (404) and wraps no request (``proxy/observability/request_metrics.py``).
+  ``/metrics`` (404) and wraps no request (``proxy/observability/exchanges.py``).
 - **Scrape time.** What the proxy already keeps (sessions by state, store size, pauses, evictions, parser
   mismatches) is not counted twice on the hot path: the ``/metrics`` route hands a :class:`ScrapeSnapshot` to
   :meth:`ProxyMetrics.exposition`, whose collector (``proxy/observability/scrape.py``) turns it into families.
@@ -95,9 +95,9 @@ class MetricsHooks:
     #: whether /metrics is served (and requests are wrapped at all)
     enabled = False
 
-    # -- requests (proxy/observability/request_metrics.py) -------------------------------------------------------
+    # -- requests (proxy/observability/exchanges.py) -------------------------------------------------------
 
-    def request_finished(self, endpoint: str, status: str, seconds: float) -> None:
+    def request_finished(self, endpoint: str, status: int, seconds: float) -> None:
         """One HTTP exchange ended: its route rule (or ``other``), its status, its duration."""
 
     # -- generations (proxy/controllers/generation.py, generation_driver.py) -------------------------------------
@@ -222,15 +222,15 @@ class ProxyMetrics(MetricsHooks):
 
     # -- requests --------------------------------------------------------------------------------------------------
 
-    def request_finished(self, endpoint: str, status: str, seconds: float) -> None:
+    def request_finished(self, endpoint: str, status: int, seconds: float) -> None:
         children = self._request_children.get((endpoint, status))
         if children is None:
             children = self._bind_request(endpoint, status)
         children[0].inc()
         children[1].observe(seconds)
 
-    def _bind_request(self, endpoint: str, status: str) -> tuple[Any, Any]:
-        children = (self._requests.labels(endpoint, protocol_of(endpoint), status),
+    def _bind_request(self, endpoint: str, status: int) -> tuple[Any, Any]:
+        children = (self._requests.labels(endpoint, protocol_of(endpoint), str(status)),
                     self._request_seconds.labels(endpoint))
         self._request_children[(endpoint, status)] = children
         return children

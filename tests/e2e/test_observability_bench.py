@@ -51,7 +51,7 @@ def test_the_profile_share_counts_a_sample_for_the_code_it_ran_not_for_a_wrapper
         import observability
     finally:
         sys.path[:] = saved  # (the bench adds bench/ itself: its engine.py must not shadow the engine package)
-    wrapper = "AccessLogMiddleware._logged (proxy/observability/access_log.py:90)"
+    wrapper = "ExchangeObserver._observed (proxy/observability/exchanges.py:110)"
     raw = "\n".join([
         # the request under the access-log wrapper: the proxy's own work, 6 samples
         f"main (proxy/cli.py:1);{wrapper};chat (proxy/routes/chat.py:64);send_all (trio/_core/_io.py:9) 6",

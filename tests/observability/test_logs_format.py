@@ -1,5 +1,5 @@
 """The log set-up's pieces, in process: the formats, the levels, and the ids through the real ASGI wrappers and real
-trio tasks (``serving/log_format.py``, ``proxy/observability/logs.py``, ``proxy/observability/access_log.py``,
+trio tasks (``serving/log_format.py``, ``proxy/observability/logs.py``, ``proxy/observability/exchanges.py``,
 ``proxy/session_context.py``). The process-level behaviour is ``test_logs_process.py``'s."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from proxy.config import ProxyConfig
-from proxy.observability.access_log import AccessLogMiddleware
+from proxy.observability.exchanges import ExchangeObserver
 from proxy.observability.logs import configure_proxy_logging
 from proxy.request_id import RequestIdMiddleware
 from proxy.session_context import current_session_id, set_current_session_id
@@ -157,7 +157,7 @@ def test_the_session_id_is_seen_by_the_exchanges_outer_layers_and_the_tasks_it_s
                 if message["type"] == "http.response.start":
                     answered.append(dict(message["headers"])[b"x-request-id"].decode())
 
-            wrapped = RequestIdMiddleware(AccessLogMiddleware(app))
+            wrapped = RequestIdMiddleware(ExchangeObserver(app))
             scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions"}
             await wrapped(scope, None, send)
             await wrapped(dict(scope, path="/other"), None, send)  # the next exchange starts without a session
@@ -193,7 +193,7 @@ def test_an_exchange_the_client_left_before_an_answer_logs_499_incomplete(restor
             raise AssertionError("nothing is sent")
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(AccessLogMiddleware(app), {"type": "http", "method": "POST", "path": "/p"}, None, send)
+            nursery.start_soon(ExchangeObserver(app), {"type": "http", "method": "POST", "path": "/p"}, None, send)
             await started.wait()
             nursery.cancel_scope.cancel()
 
