@@ -21,7 +21,7 @@ from proxy.observability.exchanges import ExchangeObserver
 from proxy.observability.logs import configure_proxy_logging
 from proxy.request_id import RequestIdMiddleware
 from proxy.session_context import current_session_id, set_current_session_id
-from serving.log_format import configure_logging, resolve_format
+from serving.log_format import RECORD_LOOKUPS, configure_logging, resolve_format
 
 NAMESPACES = ("dressage_proxy", "engine", "httpx")
 
@@ -31,7 +31,10 @@ def restore_logging() -> Iterator[None]:
     """configure_logging changes process-wide state: put the root handlers and the levels back afterwards."""
     root = logging.getLogger()
     handlers, levels = list(root.handlers), {name: logging.getLogger(name).level for name in ("", *NAMESPACES)}
+    lookups = {name: getattr(logging, name) for name in RECORD_LOOKUPS}
     yield
+    for name, value in lookups.items():
+        setattr(logging, name, value)
     for handler in list(root.handlers):
         if handler not in handlers:
             root.removeHandler(handler)
