@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
 
-class HttpExchangeWrapper:
+class HttpExchangeWrapper(ABC):
     """ASGI middleware base: :meth:`exchange` runs for each HTTP exchange; every other scope goes to ``app``."""
 
     def __init__(self, app: Callable[..., Any]) -> None:
@@ -22,8 +23,9 @@ class HttpExchangeWrapper:
             return
         await self.exchange(scope, receive, send)
 
+    @abstractmethod
     async def exchange(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        raise NotImplementedError
+        """Serve one HTTP exchange (each subclass's own job), calling ``self.app`` to pass it on."""
 
 
 __all__ = ["HttpExchangeWrapper"]
