@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import os
@@ -29,6 +30,7 @@ from proxy.observability.logs import configure_proxy_logging
 from proxy.controllers.session_reaper import expiry_policy, run_reaper
 from proxy.service_flags import add_service_arguments, service_settings_from_args
 from proxy.services import ProxyServices
+from proxy.trajectory.stores import open_store
 from proxy.ui.view_command import view_main
 from proxy.upstream.client import SGLangClient
 from serving.http_server import serve_app
@@ -102,12 +104,13 @@ async def run_proxy(
         else:
             router_url, worker_urls = config.sglang_router_url, config.sglang_worker_urls
         ssl_context = sglang_ssl_context(config.sglang_ca_file)
-        async with SGLangClient(
+        async with contextlib.AsyncExitStack() as stack, SGLangClient(
             router_url, worker_urls, max_connections=config.upstream_max_connections, ssl_context=ssl_context,
             connect_timeout=config.upstream_connect_timeout, generation_read_timeout=config.upstream_read_timeout,
         ) as upstream:
+            store = await stack.enter_async_context(open_store(config.store))
             # Loading the tokenizer takes about a second; keep the event loop (and the engine) responsive.
-            services = await trio.to_thread.run_sync(ProxyServices.build, config, upstream)
+            services = await trio.to_thread.run_sync(ProxyServices.build, config, upstream, store)
             app = create_proxy_app(services)
             nursery.start_soon(run_reaper, services.sessions, expiry_policy(config))
             # Known from the start when the upstream can say; otherwise asked again when a request needs it.
@@ -168,8 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dressage-proxy: error: {exc}", file=sys.stderr)
         return 2
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["view"]:  # the trajectory viewer on an exported file (proxy/ui/view_command.py)
-        return view_main(argv[1:])
+    # Subcommands beside serving: the trajectory viewer on an exported file (proxy/ui/view_command.py).
+    subcommands = {"view": view_main}
+    if argv[:1] and argv[0] in subcommands:
+        return subcommands[argv[0]](argv[1:])
     try:
         args = parser.parse_args(argv)
         config = config_from_args(args)

@@ -152,6 +152,8 @@ class TrajectoryStats:
     written_sessions: int
     drained_segments: int
     cleaned_sessions: int
+    #: segments leased to a draining read and not acknowledged yet
+    leased_segments: int = 0
     #: failed export attempts since the proxy started (each one a logged bug; the session keeps its steps)
     export_failures: int = 0
     #: sessions whose export failed and waits for a finalize to retry it (most recent last, bounded)

@@ -167,6 +167,15 @@ class ProxyConfig:
     log_level: str = "info"
     #: Prometheus metrics at GET /metrics; off: nothing is counted and /metrics is 404 (the bench's baseline)
     metrics: bool = True
+    #: where journals and segments are kept (``proxy/trajectory/stores/``): memory here, for programs that build a
+    #: configuration in code (tests); the command line's default is ``sqlite`` (a file in the data folder)
+    store: str = "memory"
+    #: seconds a draining read's lease lasts before its unacknowledged segments are readable again
+    read_lease_seconds: float = 300.0
+    #: this proxy's name in a fleet's session leases (None: host:port:pid, chosen at start)
+    proxy_id: str | None = None
+    #: seconds a fleet session's lease outlives its owner's last sign of life (shared stores only)
+    session_lease_seconds: float = 15.0
 
     @property
     def uses_embedded_engine(self) -> bool:

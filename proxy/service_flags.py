@@ -13,6 +13,7 @@ from typing import Any
 
 from proxy.config import add_env_argument, positive_float, positive_int, zero_means_unset
 from serving.log_format import LOG_FORMATS, LOG_LEVELS
+from proxy.trajectory.stores import DEFAULT_STORE, StoreUrlError, parse_store_url
 
 #: 2**10 multiples; decimal suffixes too, since operators write both ("32MB" is not a typo for "32MiB" to them)
 _SIZE_UNITS = {
@@ -114,6 +115,30 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
                      "nothing")
 
 
+    storage = parser.add_argument_group("storage (docs/storage.md)")
+    add_env_argument(storage, "--store", convert=store_url, default=DEFAULT_STORE, metavar="URL",
+                     help="where journals and finalized segments are kept: sqlite (default: "
+                     "$DRESSAGE_DATA_DIR/trajectories.sqlite3, else ./dressage-data/), sqlite:///PATH, "
+                     "postgresql://USER@HOST/DB (a fleet of proxies), or memory (lost on exit)")
+    add_env_argument(storage, "--read-lease-seconds", convert=positive_float, default=300.0,
+                     help="seconds a draining /trajectory/read holds its segments for the reader's acknowledgement "
+                     "before they are readable again (default 300)")
+    add_env_argument(storage, "--proxy-id", default=None,
+                     help="this proxy's name in a fleet's session leases (default host:port:pid)")
+    add_env_argument(storage, "--session-lease-seconds", convert=positive_float, default=15.0,
+                     help="with a shared store: seconds a session stays with a proxy that stopped answering before "
+                     "another proxy may take it over (default 15)")
+
+
+def store_url(text: str) -> str:
+    """``--store``: checked here (a clear error at start), kept as text."""
+    try:
+        parse_store_url(text)
+    except StoreUrlError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def service_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`proxy.config.ProxyConfig` fields these flags set."""
     return {
@@ -135,4 +160,8 @@ def service_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "log_format": args.log_format,
         "log_level": args.log_level,
         "metrics": args.metrics,
+        "store": args.store,
+        "read_lease_seconds": args.read_lease_seconds,
+        "proxy_id": args.proxy_id,
+        "session_lease_seconds": args.session_lease_seconds,
     }

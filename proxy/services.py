@@ -22,7 +22,8 @@ from proxy.parsing import MessageParser, ParserConfig
 from proxy.tokenization import TitoTokenizer, load_tito_tokenizer
 from proxy.trajectory.export import ExportOptions
 from proxy.trajectory.session_config import SessionConfig
-from proxy.trajectory.store import InMemoryTrajectoryStore, TrajectoryStore
+from proxy.trajectory.memory_store import InMemoryTrajectoryStore
+from proxy.trajectory.store import TrajectoryStore
 from proxy.upstream.client import SGLangClient
 
 

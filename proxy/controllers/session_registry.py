@@ -76,7 +76,8 @@ from proxy.trajectory.session_errors import (
     SessionFinalizedError,
 )
 from proxy.trajectory.session_results import CommitResult, ExportJob, FinalizeResult, SessionDebugView, WaitForExport
-from proxy.trajectory.store import InMemoryTrajectoryStore, StoreStatistics, TrajectoryStore
+from proxy.trajectory.memory_store import InMemoryTrajectoryStore
+from proxy.trajectory.store import StoreStatistics, TrajectoryStore
 from proxy.trajectory.tokens import RoutedChunk, WorkingTokens
 from proxy.trajectory.version_stamp import VersionStamp
 
@@ -473,7 +474,9 @@ class SessionRegistry:
     ) -> list[dict[str, Any]]:
         """Finalized segments of a session, one segment, or all; ``drain`` removes them from the store."""
         result = await self.store.read(session_id=session_id, trajectory_id=trajectory_id, drain=drain)
-        for emptied in result.emptied_sessions:
+        # Issue 16 scaffolding: still one phase (read and acknowledge at once) until the two-phase read lands.
+        acked = await self.store.acknowledge(result.lease_id) if result.lease_id is not None else None
+        for emptied in acked.emptied_sessions if acked is not None else ():
             locked = self._sessions.get(emptied)
             if locked is not None:
                 async with locked.lock:

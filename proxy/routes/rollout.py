@@ -5,7 +5,7 @@ and a per-session debug view.
 |---|---|---|
 | ``POST /session/finalize`` | ``{"session_id", "instance_id"?, "rollout_id"?, "reward_info"?}`` | ``{"session_id", "segments", "steps", "trajectory_ids"}`` |
 | ``POST /trajectory/read`` | ``{"session_id"?, "trajectory_id"?, "drain"?}`` (at least one id) | ``{"data": [segment, ...]}`` |
-| ``GET /trajectory/stats`` | | ``{"sessions", "segments", "tokens", "bytes", "written_sessions", "drained_segments", "cleaned_sessions", "export_failures", "export_failed_sessions", "registry_sessions", "registry_tombstones", "registry_bytes", "approximate_bytes", "idle_finalized_sessions", "expired_tombstones"}`` |
+| ``GET /trajectory/stats`` | | ``{"sessions", "segments", "tokens", "bytes", "written_sessions", "drained_segments", "cleaned_sessions", "leased_segments", "export_failures", "export_failed_sessions", "registry_sessions", "registry_tombstones", "registry_bytes", "approximate_bytes", "idle_finalized_sessions", "expired_tombstones"}`` |
 | ``GET /session/<session_id>`` | | the session's debug view (state, head, branches, in flight, trie size) |
 
 Decisions:

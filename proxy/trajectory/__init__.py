@@ -18,7 +18,8 @@ from proxy.trajectory.boundaries import BoundaryReason
 from proxy.trajectory.export import BuildMode, ExportOptions, SessionExport, export_segments, trajectory_id
 from proxy.trajectory.message_keys import ContextKey, MessageKey, MessageKeyError, context_key, message_key
 from proxy.trajectory.prefix_trie import PrefixTrie, TrieNode, TrieStatistics
-from proxy.trajectory.store import InMemoryTrajectoryStore, ReadResult, StoreStatistics, TrajectoryStore
+from proxy.trajectory.memory_store import InMemoryTrajectoryStore
+from proxy.trajectory.store import ReadResult, StoreStatistics, TrajectoryStore
 from proxy.trajectory.tokens import RoutedChunk, Step, TokenSpan, WorkingTokens
 
 __all__ = [

@@ -1,40 +1,60 @@
-"""The trajectory store: finalized segments, written once per finalize, read by session or trajectory id, drained.
+"""The trajectory store: the step journal of live sessions, finalized segments, their two-phase reads, and (for a
+fleet) session leases and the rollout control state. ``docs/storage.md`` has the schema of the durable back ends.
 
-:class:`TrajectoryStore` is the interface (async: a durable implementation does I/O; ``statistics`` is cheap and
-sync-safe but async for the same reason). :class:`InMemoryTrajectoryStore` is the default: a dict per session,
-insertion-ordered, so reads return sessions in finalize order and segments in export order. A durable SQLite store
-(one transaction per finalize) is a later issue and implements the same five calls.
+:class:`TrajectoryStore` is the interface; every call is async (a durable back end does I/O on worker threads,
+never on the event loop). Back ends: :class:`~proxy.trajectory.memory_store.InMemoryTrajectoryStore` (``--store
+memory``: tests, and programs that build a ``ProxyConfig`` in code), SQLite in WAL mode (the command line's
+default) and PostgreSQL (several proxies sharing one store); ``proxy/trajectory/stores/`` opens one from a
+``--store`` URL (:func:`proxy.trajectory.stores.open_store`).
 
-- ``write(session_id, segments)``: store a finalized session's segments, replacing any earlier write of it; returns
-  the bytes it stored (their JSON size: the metrics' ``dressage_store_write_bytes_total``).
-- ``read(session_id=None, trajectory_id=None, drain=False)``: the session's segments, or the one segment, or with
-  neither every segment; ``drain`` removes what it returns. The result also names the sessions that the read left
-  without any segment, so the registry can move them to DRAINED.
-- ``cleanup(max_age_seconds=None, max_sessions=None)``: forget sessions written too long ago, or the oldest beyond a
-  count; returns how many sessions it removed.
-- ``statistics()``: sessions, segments, tokens, bytes (the segments' JSON size), plus lifetime counters.
+**Live sessions** (item 3 of issue 16): ``append_step`` records one committed step's journal record (opaque bytes,
+``proxy/trajectory/step_journal.py`` builds and replays them) and is durable when it returns: the registry awaits
+it before a commit's response is released. ``load_session`` gives a session's state and, while it is active, its
+journal in step order, from which the registry rebuilds the session on first use after a restart.
+
+**Finalize** is ``write``: the segments, the session's state ``finalized`` with its finalize result (the answer
+every later finalize gets), and the removal of its journal, in one transaction. ``mark_aborted`` records an
+abort. A session's state outlives the process: a finalized or aborted id stays so across restarts, until
+``forget_sessions`` (the tombstone TTL) removes its record.
+
+**Reads cannot lose data.** ``read(drain=True)`` leases what it returns (``ReadResult.lease_id``) for
+``lease_seconds``: leased segments are skipped by other draining reads; ``acknowledge(lease_id)`` deletes them (and
+marks a session whose last segment went ``drained``); an unacknowledged lease expires and its segments are
+readable again. A read without drain returns leased segments too and leases nothing.
 
 **Writing is total.** A store must be able to write every segment the proxy builds from accepted input; a write
-that fails is a bug (the registry logs it and keeps the session for a retry, it never drops committed steps). The
-API refuses strings UTF-8 cannot encode (lone surrogates) at the edge, and the in-memory store's only
-serialization (the JSON size) is total anyway: :func:`json_size` counts such a string rather than failing on it.
-``write`` is atomic: it changes nothing unless it stores every segment.
+that fails is a store fault (the registry logs it and keeps the session for a retry, it never drops committed
+steps). ``write`` is atomic: it changes nothing unless it stores every segment.
 
-**A drain frees at once.** A drained segment leaves the store in the read that drains it (its session's record
-too once it is empty): a drained record holds no memory here, and ``bytes`` returns to what it was before the
-session's write. Only the registry keeps something after a drain (the session's tombstone, until
-``--tombstone-ttl``). Undrained segments are never evicted behind the trainer's back: they are the training data;
-``/health`` reports them against ``--memory-budget`` instead.
+**Fleet** (``shared`` back ends only; single-process stores grant every claim): a session is owned by one proxy at a
+time. ``claim_session`` takes or keeps the lease (granted when the session has no owner, the caller owns it, or
+the owner's lease ran out; the ``epoch`` grows by one whenever the owner changes); ``append_step`` with ``fence``
+(the epoch the caller holds) refuses with :class:`LeaseLostError` once another proxy took the session, so two
+owners never both write. ``renew_sessions`` extends the caller's leases of sessions with generations in flight;
+``release_session`` ends a lease early (the owner stays, so its next claim keeps the same epoch). ``control`` and
+``set_control`` keep the rollout gate's pause state and weight version, so a proxy that joins during a pause
+starts paused.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
+
+#: seconds a draining read's lease lasts before its segments are readable again (``--read-lease-seconds``)
+DEFAULT_READ_LEASE_SECONDS = 300.0
+
+
+class LeaseLostError(Exception):
+    """Another proxy took the session's lease: this proxy's copy of the session is stale and must not be written."""
+
+    def __init__(self, session_id: str, epoch: int | None = None) -> None:
+        super().__init__(f"session {session_id!r} is owned by another proxy now (lease epoch {epoch})")
+        self.session_id = session_id
+        self.epoch = epoch
 
 
 @attrs.frozen
@@ -49,6 +69,8 @@ class StoreStatistics:
     written_sessions: int
     drained_segments: int
     cleaned_sessions: int
+    # Segments leased to a draining read and not acknowledged yet (they are still in ``segments``).
+    leased_segments: int = 0
     # The registry's export failures (a store reports none itself): failed export attempts since start, and the
     # sessions whose export failed and waits for a finalize to retry it (most recent last, bounded).
     export_failures: int = 0
@@ -71,136 +93,134 @@ class StoreStatistics:
 
 @attrs.frozen
 class ReadResult:
-    """What a read returns: the segments, and the sessions it left with no segment (drain only)."""
+    """What a read returns: the segments, and for a draining read the lease to acknowledge (None: nothing leased)."""
 
     segments: tuple[dict[str, Any], ...]
+    lease_id: str | None = None
+    # Seconds until the lease expires and its segments are readable again.
+    lease_seconds: float | None = None
+
+
+@attrs.frozen
+class AckResult:
+    """What an acknowledgement deleted: how many segments, and the sessions left with none (now ``drained``)."""
+
+    segments: int
     emptied_sessions: tuple[str, ...] = ()
 
 
-class TrajectoryStore(Protocol):
-    """Where finalized segments live until the trainer drains them."""
+#: a session's recorded states
+ACTIVE, FINALIZED, ABORTED, DRAINED = "active", "finalized", "aborted", "drained"
 
-    async def write(self, session_id: str, segments: Sequence[dict[str, Any]]) -> int:
-        """Store a finalized session's segments (replacing an earlier write of the same session); the bytes stored."""
+
+@attrs.frozen
+class StoredSession:
+    """What the store knows of one session."""
+
+    session_id: str
+    # ACTIVE, FINALIZED, ABORTED or DRAINED.
+    state: str
+    # Active: the journal records of its committed steps, in step order (empty otherwise).
+    steps: tuple[bytes, ...] = ()
+    # Finalized or drained: the finalize result (``FinalizeResult`` as JSON). Aborted: ``{"reason": ...}``.
+    result: Mapping[str, Any] | None = None
+
+
+@attrs.frozen
+class SessionClaim:
+    """The answer to ``claim_session``."""
+
+    granted: bool
+    # The lease epoch: the caller's fence for ``append_step`` when granted; the holder's otherwise.
+    epoch: int
+    # Who holds the lease now (the caller when granted).
+    owner: str | None
+    # Not granted: seconds until the holder's lease runs out (then a claim can take it).
+    retry_after: float = 0.0
+
+
+@attrs.frozen
+class ControlState:
+    """The rollout gate's state as the fleet shares it."""
+
+    paused: bool = False
+    weight_version: str | None = None
+
+
+class TrajectoryStore(Protocol):
+    """Where the journal of live sessions and finalized segments live (see the module docstring)."""
+
+    #: True when several proxy processes may use the store at once (sessions are then claimed before use)
+    shared: bool
+
+    # -- live sessions -----------------------------------------------------------------------------------------------
+
+    async def load_session(self, session_id: str) -> StoredSession | None:
+        """The session's state and (active) journal; None for a session the store never saw."""
+
+    async def append_step(self, session_id: str, step_id: int, record: bytes, *, fence: int | None = None) -> None:
+        """Record a committed step (durable on return); creates the session's record (active) on its first step.
+        Raises LeaseLostError when ``fence`` is given and is not the session's lease epoch any more."""
+
+    async def mark_aborted(self, session_id: str, reason: str) -> None:
+        """Record that the session was aborted (its journal is dropped)."""
+
+    async def forget_sessions(self, session_ids: Sequence[str]) -> None:
+        """Remove the records of sessions whose tombstones expired (their segments, if any, stay)."""
+
+    # -- finalize and reads ------------------------------------------------------------------------------------------
+
+    async def write(
+        self, session_id: str, segments: Sequence[dict[str, Any]], *, result: Mapping[str, Any] | None = None
+    ) -> int:
+        """Finalize in one transaction: store the segments (replacing an earlier write of the session), record the
+        session ``finalized`` with ``result`` (``drained`` at once when there is no segment), drop its journal.
+        Returns the bytes stored (the segments' JSON size)."""
 
     async def read(
-        self, *, session_id: str | None = None, trajectory_id: str | None = None, drain: bool = False
+        self, *, session_id: str | None = None, trajectory_id: str | None = None, drain: bool = False,
+        lease_seconds: float = DEFAULT_READ_LEASE_SECONDS,
     ) -> ReadResult:
-        """Segments of one session, one segment, or (with neither id) all; ``drain`` removes them."""
+        """Segments of one session, one segment, or (with neither id) all, in finalize order; ``drain`` leases them
+        (skipping segments another unexpired lease holds)."""
+
+    async def acknowledge(self, lease_id: str) -> AckResult:
+        """Delete the segments of a draining read's lease (an unknown or expired lease deletes nothing)."""
+
+    def segments_since(self, *, since: float | None = None, batch_size: int = 256) -> AsyncIterator[list[dict[str, Any]]]:
+        """Every stored segment written at or after ``since`` (seconds since the epoch), in finalize order, in batches
+        of at most ``batch_size``, never the whole store in memory (``dressage-proxy export``)."""
 
     async def cleanup(self, *, max_age_seconds: float | None = None, max_sessions: int | None = None) -> int:
-        """Forget old sessions; returns how many were removed."""
+        """Forget the segments of old sessions; returns how many sessions were removed."""
 
     async def statistics(self) -> StoreStatistics:
         """Sizes and counters."""
 
+    # -- fleet -------------------------------------------------------------------------------------------------------
+
+    async def claim_session(self, session_id: str, owner: str, lease_seconds: float) -> SessionClaim:
+        """Take or keep the session's lease for ``lease_seconds``."""
+
+    async def renew_sessions(self, owner: str, session_ids: Sequence[str], lease_seconds: float) -> None:
+        """Extend the caller's leases of these sessions (those it still holds)."""
+
+    async def release_session(self, session_id: str, owner: str) -> None:
+        """End the caller's lease now (it stays the owner, so a claim of its own keeps the epoch)."""
+
+    async def control(self) -> ControlState:
+        """The shared pause state and weight version."""
+
+    async def set_control(self, state: ControlState) -> None:
+        """Record the pause state and weight version for every proxy of the fleet."""
+
+    # -- life --------------------------------------------------------------------------------------------------------
+
     async def flush(self) -> None:
         """Make every write so far durable (the graceful shutdown's last step, ``proxy/controllers/lifecycle.py``)."""
 
-
-@attrs.define(eq=False)
-class _Stored:
-    """One session's segments and their sizes."""
-
-    written_at: float
-    # trajectory_id -> segment, in export order.
-    segments: dict[str, dict[str, Any]]
-    tokens: dict[str, int]
-    sizes: dict[str, int]
-
-
-@attrs.define(eq=False)
-class InMemoryTrajectoryStore:
-    """The default store: everything in process memory, lost on restart."""
-
-    # Seconds since an arbitrary origin; injectable for tests of cleanup by age.
-    clock: Callable[[], float] = time.monotonic
-    _sessions: dict[str, _Stored] = attrs.field(factory=dict, init=False)
-    # trajectory_id -> session_id, for reads of one segment.
-    _owners: dict[str, str] = attrs.field(factory=dict, init=False)
-    _written: int = attrs.field(default=0, init=False)
-    _drained: int = attrs.field(default=0, init=False)
-    _cleaned: int = attrs.field(default=0, init=False)
-
-    async def write(self, session_id: str, segments: Sequence[dict[str, Any]]) -> int:
-        # Everything that could fail comes first: the store changes only once every segment is measured.
-        stored = _Stored(self.clock(), {}, {}, {})
-        for segment in segments:
-            tid = segment["trajectory_id"]
-            stored.segments[tid] = segment
-            stored.tokens[tid] = len(segment.get("token_ids") or ())
-            stored.sizes[tid] = json_size(segment)
-        self._remove_session(session_id)
-        for tid in stored.segments:
-            self._owners[tid] = session_id
-        self._sessions[session_id] = stored
-        self._written += 1
-        return sum(stored.sizes.values())
-
-    async def read(
-        self, *, session_id: str | None = None, trajectory_id: str | None = None, drain: bool = False
-    ) -> ReadResult:
-        if trajectory_id is not None:
-            owner = self._owners.get(trajectory_id)
-            if owner is None or (session_id is not None and owner != session_id):
-                return ReadResult(())
-            selected = [(owner, trajectory_id)]
-        elif session_id is not None:
-            stored = self._sessions.get(session_id)
-            selected = [(session_id, tid) for tid in stored.segments] if stored else []
-        else:
-            selected = [(sid, tid) for sid, stored in self._sessions.items() for tid in stored.segments]
-        segments = tuple(self._sessions[sid].segments[tid] for sid, tid in selected)
-        emptied: list[str] = []
-        if drain:
-            for sid, tid in selected:
-                stored = self._sessions[sid]
-                for table in (stored.segments, stored.tokens, stored.sizes):
-                    del table[tid]
-                del self._owners[tid]
-                self._drained += 1
-                if not stored.segments:
-                    del self._sessions[sid]
-                    emptied.append(sid)
-        return ReadResult(segments, tuple(emptied))
-
-    async def cleanup(self, *, max_age_seconds: float | None = None, max_sessions: int | None = None) -> int:
-        doomed = []
-        if max_age_seconds is not None:
-            now = self.clock()
-            doomed += [sid for sid, stored in self._sessions.items() if now - stored.written_at > max_age_seconds]
-        if max_sessions is not None and len(self._sessions) > max_sessions:
-            # Oldest first: dicts keep insertion (write) order.
-            doomed += list(self._sessions)[: len(self._sessions) - max_sessions]
-        removed = 0
-        for sid in dict.fromkeys(doomed):
-            removed += self._remove_session(sid)
-        self._cleaned += removed
-        return removed
-
-    async def flush(self) -> None:
-        """Nothing to do: memory is all this store has (it is lost on exit whatever happens)."""
-
-    async def statistics(self) -> StoreStatistics:
-        stored = self._sessions.values()
-        return StoreStatistics(
-            sessions=len(self._sessions),
-            segments=sum(len(s.segments) for s in stored),
-            tokens=sum(sum(s.tokens.values()) for s in stored),
-            bytes=sum(sum(s.sizes.values()) for s in stored),
-            written_sessions=self._written,
-            drained_segments=self._drained,
-            cleaned_sessions=self._cleaned,
-        )
-
-    def _remove_session(self, session_id: str) -> int:
-        """Forget one session entirely; 1 if it was stored."""
-        stored = self._sessions.pop(session_id, None)
-        if stored is None:
-            return 0
-        for tid in stored.segments:
-            self._owners.pop(tid, None)
-        return 1
+    async def aclose(self) -> None:
+        """Release connections and threads (the store is not used afterwards)."""
 
 
 def json_size(value: Any) -> int:
@@ -210,4 +230,8 @@ def json_size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
 
 
-__all__ = ["InMemoryTrajectoryStore", "json_size", "ReadResult", "StoreStatistics", "TrajectoryStore"]
+__all__ = [
+    "ABORTED", "ACTIVE", "AckResult", "ControlState", "DEFAULT_READ_LEASE_SECONDS", "DRAINED", "FINALIZED",
+    "LeaseLostError", "ReadResult", "SessionClaim", "StoreStatistics", "StoredSession", "TrajectoryStore",
+    "json_size",
+]

@@ -24,7 +24,7 @@ from proxy.trajectory.session_errors import (
     SessionAbortedError,
     SessionFinalizedError,
 )
-from proxy.trajectory.store import InMemoryTrajectoryStore
+from proxy.trajectory.memory_store import InMemoryTrajectoryStore
 
 from .driving import answer_ids, segment_by_tip, trained_spans, turn
 from .fakes import FakeTokenizer, model_output

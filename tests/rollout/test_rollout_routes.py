@@ -15,7 +15,7 @@ import trio
 
 from proxy.client import ProxyClient
 from proxy.trajectory.session_errors import SessionFinalizedError
-from proxy.trajectory.store import InMemoryTrajectoryStore
+from proxy.trajectory.memory_store import InMemoryTrajectoryStore
 
 from .harness import ANSWER, CALL, RESULT, SYSTEM, USER, Stack, record_calculator_session, serve_stack
 
@@ -197,7 +197,7 @@ async def test_wrong_methods_are_405(http) -> None:
 async def test_stats_follow_finalize_and_drain(stack: Stack, http) -> None:
     empty = (await http.get("/trajectory/stats")).json()
     assert empty == {"sessions": 0, "segments": 0, "tokens": 0, "bytes": 0, "written_sessions": 0,
-                     "drained_segments": 0, "cleaned_sessions": 0, "export_failures": 0,
+                     "drained_segments": 0, "cleaned_sessions": 0, "leased_segments": 0, "export_failures": 0,
                      "export_failed_sessions": [], "registry_sessions": 0, "registry_tombstones": 0,
                      "registry_bytes": 0, "approximate_bytes": 0, "idle_finalized_sessions": 0,
                      "expired_tombstones": 0}

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from proxy.trajectory.store import InMemoryTrajectoryStore, ReadResult, json_size
+from proxy.trajectory.memory_store import InMemoryTrajectoryStore
+from proxy.trajectory.store import ReadResult, json_size
 
 
 def segments(session_id, n, tokens=3):
@@ -33,16 +34,35 @@ async def test_store_reads_by_session_by_trajectory_id_and_all_in_write_order():
     assert (await store.read(trajectory_id="a:0", session_id="b")).segments == ()
 
 
-async def test_store_drain_removes_what_it_returns_and_names_emptied_sessions():
+async def test_store_drain_leases_what_it_returns_and_the_ack_removes_it_and_names_emptied_sessions():
     store = InMemoryTrajectoryStore()
     await store.write("a", segments("a", 2))
     first = await store.read(trajectory_id="a:0", drain=True)
-    assert [s["trajectory_id"] for s in first.segments] == ["a:0"] and first.emptied_sessions == ()
+    assert [s["trajectory_id"] for s in first.segments] == ["a:0"] and first.lease_id is not None
+    # Leased: another draining read skips it, a plain read still sees it.
     rest = await store.read(session_id="a", drain=True)
-    assert [s["trajectory_id"] for s in rest.segments] == ["a:1"] and rest.emptied_sessions == ("a",)
+    assert [s["trajectory_id"] for s in rest.segments] == ["a:1"]
+    assert (await store.read(session_id="a", drain=True)).segments == ()
+    assert len((await store.read(session_id="a")).segments) == 2
+    assert (await store.acknowledge(first.lease_id)).emptied_sessions == ()
+    assert (await store.acknowledge(rest.lease_id)).emptied_sessions == ("a",)
     assert await store.read(session_id="a") == ReadResult(())
+    assert (await store.load_session("a")).state == "drained"
     stats = await store.statistics()
     assert (stats.sessions, stats.segments, stats.drained_segments) == (0, 0, 2)
+
+
+async def test_an_unacknowledged_lease_expires_and_its_segments_are_readable_again():
+    now = [0.0]
+    store = InMemoryTrajectoryStore(clock=lambda: now[0])
+    await store.write("a", segments("a", 1))
+    lost = await store.read(session_id="a", drain=True, lease_seconds=10)
+    assert (await store.read(session_id="a", drain=True)).segments == ()
+    now[0] = 11.0
+    again = await store.read(session_id="a", drain=True)
+    assert [s["trajectory_id"] for s in again.segments] == ["a:0"]
+    assert (await store.acknowledge(lost.lease_id)).segments == 0  # expired: deletes nothing
+    assert (await store.acknowledge(again.lease_id)).segments == 1
 
 
 async def test_store_rewrite_of_a_session_replaces_it():
