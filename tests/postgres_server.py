@@ -43,7 +43,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from tests.debian_packages import PackageUnavailable, ensure_installed, runnable
+from tests.debian_packages import PackageUnavailable, ensure_installed, runnable, terminal_say
 
 log = logging.getLogger("tests.postgres_server")
 
@@ -238,18 +238,9 @@ _outcome: PostgresServer | PackageUnavailable | None = None
 def postgres_server(pytestconfig: pytest.Config) -> Iterator[PostgresServer]:
     """One server for the test session (fsync off: see the module docstring); skips loudly when there is none."""
     global _outcome
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
-
-    def say(line: str) -> None:
-        log.warning("%s", line)
-        if reporter is not None and capture is not None:
-            with capture.global_and_fixture_disabled():
-                reporter.write_line(line, yellow=True)
-
     if _outcome is None:
         try:
-            _outcome = start_postgres(fsync=False, say=say)
+            _outcome = start_postgres(fsync=False, say=terminal_say(pytestconfig, log))
         except PackageUnavailable as error:
             _outcome = error
     if isinstance(_outcome, PackageUnavailable):

@@ -141,15 +141,21 @@ class TransactionWriter:
                 self._connection = None
 
     def _run(self, jobs: list[_Job]) -> None:
-        if len(jobs) == 1:
-            jobs[0].result = self._transaction([jobs[0].operation])[0]
-        else:
-            results = self._transaction([job.operation for job in jobs])
-            if any(isinstance(result, outcome.Error) for result in results):
-                # One failed: the group rolled back. Each runs alone, so the others commit and only it fails.
-                results = [self._transaction([job.operation])[0] for job in jobs]
-            for job, result in zip(jobs, results, strict=True):
-                job.result = result
+        try:
+            if len(jobs) == 1:
+                jobs[0].result = self._transaction([jobs[0].operation])[0]
+            else:
+                results = self._transaction([job.operation for job in jobs])
+                if any(isinstance(result, outcome.Error) for result in results):
+                    # One failed: the group rolled back. Each runs alone, so the others commit and only it fails.
+                    results = [self._transaction([job.operation])[0] for job in jobs]
+                for job, result in zip(jobs, results, strict=True):
+                    job.result = result
+        except Exception as error:  # noqa: BLE001 - a bug here must not leave callers waiting forever
+            log.exception("trajectory store writer: a group failed outside its transaction")
+            for job in jobs:
+                if job.result is None:
+                    job.result = outcome.Error(error)
         for job in jobs:
             with contextlib.suppress(trio.RunFinishedError):
                 job.token.run_sync_soon(job.done.set)
