@@ -171,7 +171,8 @@ def start_postgres(*, fsync: bool = True, say: Say = log.warning, attempts: int 
     initdb = subprocess.run(
         [str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", f"--pwfile={pwfile}", "--auth-local=trust",
          "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C", "--no-sync"],
-        capture_output=True, text=True, timeout=120, **drop,  # type: ignore[arg-type]
+        # cwd: the server user may not enter the suite's working directory (root's home on CI)
+        capture_output=True, text=True, timeout=120, cwd=root, **drop,  # type: ignore[arg-type]
     )
     pwfile.unlink()
     if initdb.returncode != 0:
@@ -191,7 +192,7 @@ def start_postgres(*, fsync: bool = True, say: Say = log.warning, attempts: int 
         command += [arg for key, value in settings.items() for arg in ("-c", f"{key}={value}")]
         with open(log_path, "ab") as log_file:
             process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                                       **drop)  # type: ignore[arg-type]
+                                       cwd=root, **drop)  # type: ignore[arg-type]
         server = PostgresServer(bin_dir, root, port, password, process)
         if _wait_ready(server):
             say(f"tests: PostgreSQL {bin_dir.parent.name} on 127.0.0.1:{port} (fsync {'on' if fsync else 'off'})")
