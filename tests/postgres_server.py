@@ -24,6 +24,7 @@ raises :class:`~tests.debian_packages.PackageUnavailable`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import logging
@@ -195,6 +196,8 @@ def start_postgres(*, fsync: bool = True, say: Say = log.warning, attempts: int 
                                        cwd=root, **drop)  # type: ignore[arg-type]
         server = PostgresServer(bin_dir, root, port, password, process)
         if _wait_ready(server):
+            # Stopped at interpreter exit too, whatever path ended the run (stop() is idempotent).
+            atexit.register(server.stop)
             say(f"tests: PostgreSQL {bin_dir.parent.name} on 127.0.0.1:{port} (fsync {'on' if fsync else 'off'})")
             return server
         last_error = server.log_tail()
