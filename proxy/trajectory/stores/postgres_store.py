@@ -49,8 +49,11 @@ def _scrubbed(text: str, dsn: str) -> str:
 def _connector(dsn: str, where: str) -> Callable[[], psycopg.Connection[Any]]:
     def connect() -> psycopg.Connection[Any]:
         try:
+            # TCP keepalives: a server that vanished without closing the connection (a host gone, a partition)
+            # fails the waiting call within ~25 s instead of holding the writer forever.
             return psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                                   application_name="dressage-proxy", options=SESSION_OPTIONS)
+                                   application_name="dressage-proxy", options=SESSION_OPTIONS, keepalives=1,
+                                   keepalives_idle=10, keepalives_interval=5, keepalives_count=3)
         except psycopg.Error as error:
             reason = _scrubbed(str(error).strip(), dsn)
             raise StoreUnavailableError(f"{where}: cannot connect: {reason}") from None
