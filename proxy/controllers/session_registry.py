@@ -73,6 +73,7 @@ from proxy.trajectory.session import BranchHandle, Session
 from proxy.trajectory.session_config import SessionConfig
 from proxy.trajectory.session_errors import (
     ExportFailedError,
+    GenerationFinishedError,
     ResponseMaskMismatchError,
     SessionAbortedError,
     SessionFinalizedError,
@@ -189,8 +190,8 @@ class SessionRegistry(SessionUpkeep):
                 await self.leases.generation_ended(session_id)
             raise
         # What the step journal records of the request, kept until the generation commits or drops.
-        locked.requests[handle.generation_id] = JournaledRequest(
-            messages, tools, chat_template_kwargs, instance_id, turn_id
+        locked.requests[handle.generation_id] = (
+            handle, JournaledRequest(messages, tools, chat_template_kwargs, instance_id, turn_id)
         )
         try:
             ids, plan = await self._encode(locked, handle, plan, messages)
@@ -265,6 +266,12 @@ class SessionRegistry(SessionUpkeep):
         locked = self._sessions.get(handle.session_id)
         if locked is None:
             raise SessionFinalizedError("the session was forgotten")
+        request = self._request_of(locked, handle)
+        if request is None:
+            # Ended already, or prepared on a copy of the session this proxy dropped (another proxy owned it since):
+            # committing it here would mix two copies.
+            raise GenerationFinishedError(f"generation {handle.generation_id} already ended or belongs to a dropped "
+                                          "copy of its session")
         count = len(generated_ids)
         aligned = logprobs is not None and len(logprobs) == count and all(v is not None for v in logprobs)
         if versions is None:
@@ -293,7 +300,7 @@ class SessionRegistry(SessionUpkeep):
                 raise
             try:
                 record = step_record(
-                    locked.requests[handle.generation_id], handle, span, result, finish_reason=finish_reason,
+                    request, handle, span, result, finish_reason=finish_reason,
                     assistant_message=assistant_message, logprobs_invalid=not aligned, version_stamp=version_stamp,
                 )
                 # Durable before the response is released (issue 16 item 2).
@@ -304,6 +311,12 @@ class SessionRegistry(SessionUpkeep):
             finally:
                 await self._generation_ended(locked, handle)
         return result
+
+    @staticmethod
+    def _request_of(locked: LockedSession, handle: BranchHandle) -> JournaledRequest | None:
+        """The request of a generation prepared on this copy of its session and not ended yet (else None)."""
+        entry = locked.requests.get(handle.generation_id)
+        return entry[1] if entry is not None and entry[0] is handle else None
 
     async def _generation_ended(self, locked: LockedSession, handle: BranchHandle) -> None:
         """A generation committed, was rejected or dropped: forget its request, tell the leases (shielded)."""
@@ -338,7 +351,8 @@ class SessionRegistry(SessionUpkeep):
         """The generation ends without committing (upstream failure, client gone): release its branch. Idempotent,
         shielded from cancellation."""
         locked = self._sessions.get(handle.session_id)
-        if locked is None:
+        if locked is None or self._request_of(locked, handle) is None:
+            # Unknown, ended already, or prepared on a dropped copy of the session: nothing of this copy to release.
             return
         self._active(locked)
         with trio.CancelScope(shield=True):
