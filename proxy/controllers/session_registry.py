@@ -410,10 +410,15 @@ class SessionRegistry(SessionUpkeep):
                 session.session_id, len(segments), job.steps, tuple(s["trajectory_id"] for s in segments),
                 job.export.reason.value,
             )
-            began = trio.current_time()
-            # One transaction: the segments, the session finalized with its result, its journal dropped.
-            written = await self.store.write(session.session_id, segments, result=result_json(result))
-            self.metrics.store_written(trio.current_time() - began, written)
+            # After the journal appends of steps committed before the finalize (they hold the journal lock from
+            # their commit to their append): a step appended after the write would meet a finalized session.
+            async with locked.journal_lock:
+                began = trio.current_time()
+                # One transaction: the segments, the session finalized with its result, its journal dropped.
+                written = await self.store.write(session.session_id, segments, result=result_json(result))
+                self.metrics.store_written(trio.current_time() - began, written)
+                # Records a failed append kept are exported now: nothing is left to journal.
+                locked.unjournaled.clear()
         except Exception as exc:  # noqa: BLE001 - any failure is a bug: logged, counted, kept for a retry
             log.exception(
                 "export of session %r failed; its %d committed step(s) are kept and the next finalize retries it",
@@ -504,7 +509,8 @@ class SessionRegistry(SessionUpkeep):
             reason = locked.session.discarded
         if aborted:
             # A restart keeps the id aborted (and the store drops its journal).
-            await self.store.mark_aborted(session_id, reason or "aborted")
+            async with locked.journal_lock:
+                await self.store.mark_aborted(session_id, reason or "aborted")
         return aborted
 
     def forget(self, session_id: str) -> bool:
