@@ -66,7 +66,7 @@ import attrs
 import httpx
 
 from proxy.api.errors import ERROR_TABLE, ErrorCode
-from proxy.trajectory.trajectory_read import TrajectoryRead
+from proxy.api.trajectory_read import TrajectoryRead
 
 #: connect within 30 s; reads, writes and pool waits unbounded (see the module docstring)
 DEFAULT_TIMEOUT = httpx.Timeout(None, connect=30.0)

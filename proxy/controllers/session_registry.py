@@ -79,7 +79,7 @@ from proxy.trajectory.session_results import CommitResult, ExportJob, FinalizeRe
 from proxy.trajectory.memory_store import InMemoryTrajectoryStore
 from proxy.trajectory.store import StoreStatistics, TrajectoryStore
 from proxy.trajectory.store import DEFAULT_READ_LEASE_SECONDS, AckResult  # the two-phase reads
-from proxy.trajectory.trajectory_read import TrajectoryRead
+from proxy.api.trajectory_read import TrajectoryRead
 from proxy.trajectory.tokens import RoutedChunk, WorkingTokens
 from proxy.trajectory.version_stamp import VersionStamp
 
