@@ -188,6 +188,17 @@ def check_output(out: Path) -> Path:
 # -- progress ---------------------------------------------------------------------------------------------------------
 
 
+#: columns and rows for the bar on a terminal that does not report its size
+FALLBACK_SIZE = (100, 24)
+
+
+def _terminal_columns() -> int:
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError):
+        return 0
+
+
 @attrs.define(eq=False)
 class Progress:
     """tqdm's bar on stderr when it is a terminal; nothing otherwise."""
@@ -201,8 +212,12 @@ class Progress:
         if sys.stderr.isatty():
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.total, unit=" segments", desc="export", file=sys.stderr, dynamic_ncols=True,
-                             mininterval=0.2)
+            # A terminal that reports no size (0 x 0: some ptys, serial consoles) would hide the bar (tqdm hides
+            # bars below the screen's last row): give it a size of its own.
+            sized = _terminal_columns() > 0
+            self._bar = tqdm(total=self.total, unit=" segments", desc="export", file=sys.stderr, mininterval=0.2,
+                             dynamic_ncols=sized, ncols=None if sized else FALLBACK_SIZE[0],
+                             nrows=None if sized else FALLBACK_SIZE[1])
 
     def update(self, segments: Sequence[dict[str, Any]]) -> None:
         tokens = sum(len(segment.get("token_ids") or ()) for segment in segments)

@@ -24,26 +24,28 @@ async def run_export(*args: str, env: dict[str, str] | None = None) -> subproces
                                   check=False, env={**os.environ, **(env or {})})
 
 
-def synthetic_segment(index: int, tokens: int = 64) -> dict[str, Any]:
+def synthetic_segment(index: int, tokens: int = 64, segment: int = 0) -> dict[str, Any]:
     """A segment with every field the exporter builds, of ``tokens`` tokens (for stores filled without a proxy)."""
     half = tokens // 2
     return {
-        "trajectory_id": f"s{index}:0", "parent_traj_id": f"s{index}", "rollout_id": f"s{index}", "instance_id": None,
-        "segment_index": 0, "segment_count": 1, "build_mode": "concat", "num_turns": 1, "step_ids": [1],
-        "tip_step": 1, "finish_reason": "stop", "boundary_reason": "session_start", "boundary_detail": None,
-        "forked_from_step": None, "reward_info": {"reward": index}, "finalize_reason": "requested",
-        "messages": [{"role": "user", "content": f"question {index}"}], "tools": None, "chat_template_kwargs": {},
+        "trajectory_id": f"s{index}:{segment}", "parent_traj_id": f"s{index}", "rollout_id": f"s{index}",
+        "instance_id": None, "segment_index": segment, "segment_count": segment + 1, "build_mode": "concat",
+        "num_turns": 1, "step_ids": [1], "tip_step": 1, "finish_reason": "stop", "boundary_reason": "session_start",
+        "boundary_detail": None, "forked_from_step": None, "reward_info": {"reward": index},
+        "finalize_reason": "requested", "messages": [{"role": "user", "content": f"question {index}"}],
+        "tools": None, "chat_template_kwargs": {},
         "token_ids": list(range(index, index + tokens)), "loss_mask": [0] * half + [1] * (tokens - half),
         "logprobs": [0.0] * half + [-0.25] * (tokens - half), "logprobs_absent_reason": None,
         "steps": [{"step_id": 1, "trained": True}],
     }
 
 
-async def fill_store(url: str, sessions: int, tokens: int = 64) -> None:
-    """A durable store holding ``sessions`` finalized sessions of one synthetic segment each."""
+async def fill_store(url: str, sessions: int, tokens: int = 64, per_session: int = 1) -> None:
+    """A durable store holding ``sessions`` finalized sessions of ``per_session`` synthetic segments each."""
     async with open_store(url) as store:
         for index in range(sessions):
-            await store.write(f"s{index}", [synthetic_segment(index, tokens)], result={"session_id": f"s{index}"})
+            segments = [synthetic_segment(index, tokens, k) for k in range(per_session)]
+            await store.write(f"s{index}", segments, result={"session_id": f"s{index}"})
 
 
 def as_float32(segments: list[dict[str, Any]]) -> list[dict[str, Any]]:
