@@ -100,6 +100,8 @@ _V1_POSTGRESQL = (
         lease_id TEXT,
         lease_until DOUBLE PRECISION
     )""",
+    # Already zlib-compressed (rows.py): TOAST stores it out of line without trying pglz on it again.
+    "ALTER TABLE segments ALTER COLUMN segment SET STORAGE EXTERNAL",
     "CREATE INDEX segments_by_session ON segments (session_id, seq)",
     "CREATE INDEX segments_by_lease ON segments (lease_id) WHERE lease_id IS NOT NULL",
     "CREATE TABLE counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)",
