@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from proxy.trajectory.store import TrajectoryStore
 from proxy.trajectory.stores import StoreUrlError, open_store, parse_store_url
 from proxy.trajectory.stores.crash_points import crash_point
 from proxy.trajectory.stores.errors import StoreOpenError
@@ -239,11 +240,15 @@ class Progress:
 
 @attrs.frozen
 class ExportSummary:
+    """What a complete export wrote."""
+
     segments: int
     tokens: int
 
 
-async def export_to(store: Any, sink: Sink, progress: Progress, *, since: float | None, batch_size: int) -> None:
+async def export_to(
+    store: TrajectoryStore, sink: Sink, progress: Progress, *, since: float | None, batch_size: int
+) -> None:
     """Stream the store's segments into ``sink`` (the file I/O and Parquet encoding run on a worker thread)."""
     async for batch in store.segments_since(since=since, batch_size=batch_size):
         await trio.to_thread.run_sync(sink.write, batch)
