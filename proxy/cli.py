@@ -26,6 +26,7 @@ from proxy.app import create_proxy_app
 from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args, sglang_ssl_context
 from proxy.controllers.fleet_control import join_fleet
 from proxy.controllers.lifecycle import LifecycleController
+from proxy.controllers.store_leases import run_lease_renewal
 from proxy.http_limits import http_limits
 from proxy.observability.logs import configure_proxy_logging
 from proxy.controllers.session_reaper import expiry_policy, run_reaper
@@ -121,6 +122,7 @@ async def run_proxy(
             nursery.start_soon(run_reaper, services.sessions, expiry_policy(config))
             # A shared store: start paused when the fleet is, and keep the leases of busy sessions alive.
             await join_fleet(services.gate, store)
+            nursery.start_soon(run_lease_renewal, services.sessions.leases)
             # Known from the start when the upstream can say; otherwise asked again when a request needs it.
             await services.context_window.refresh()
             lifecycle = services.lifecycle

@@ -108,8 +108,10 @@ def coded_error(error: CodedError) -> ApiError:
     answer = ApiError.of(code, str(error), "response_mask" if code == ErrorCode.RESPONSE_MASK_MISMATCH and details
                          else None, details=details, headers=headers)
     if answer.status >= 500:
-        log.error("request %s: answered %d %s: %s", current_request_id(), answer.status, answer.code, error,
-                  extra={"status": answer.status, "code": str(answer.code)})
+        # A fault, unless the client is told when to retry (a fleet's session_moved): then it is an event.
+        level = logging.INFO if error.retry_after is not None else logging.ERROR
+        log.log(level, "request %s: answered %d %s: %s", current_request_id(), answer.status, answer.code, error,
+                extra={"status": answer.status, "code": str(answer.code)})
     return answer
 
 

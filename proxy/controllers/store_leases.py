@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 from collections import OrderedDict
 
@@ -53,9 +54,11 @@ REMEMBERED_SESSIONS = 65_536
 
 
 def default_proxy_id(host: str, port: int) -> str:
-    """``host:port:pid``: unique among the proxies of a fleet (``--proxy-id`` overrides it)."""
+    """``host:port:pid``: unique among the proxies of a fleet (``--proxy-id`` overrides it). With port 0 (an
+    ephemeral port, not known yet) a random tag keeps two proxies of one process apart (tests run such fleets)."""
     name = host if host not in ("0.0.0.0", "::", "") else socket.gethostname()
-    return f"{name}:{port}:{os.getpid()}"
+    tag = f":{secrets.token_hex(4)}" if port == 0 else ""
+    return f"{name}:{port}:{os.getpid()}{tag}"
 
 
 @attrs.define(eq=False)
@@ -186,6 +189,13 @@ class StoreLeases:
                 del self._sessions[session_id]
 
 
+async def run_lease_renewal(leases: SessionLeases) -> None:
+    """The proxy's renewal task (``proxy/cli.py:run_proxy``): renews while ``leases`` are a shared store's, returns
+    at once for a :class:`SoleOwner`."""
+    if isinstance(leases, StoreLeases):
+        await leases.run_renewal()
+
+
 def session_leases_for(store: TrajectoryStore, owner: str, lease_seconds: float) -> SessionLeases:
     """``StoreLeases`` over a shared store, else :class:`SoleOwner` (nothing to claim: one process uses it)."""
     if getattr(store, "shared", False):
@@ -193,4 +203,4 @@ def session_leases_for(store: TrajectoryStore, owner: str, lease_seconds: float)
     return SoleOwner()
 
 
-__all__ = ["PATIENCE", "StoreLeases", "default_proxy_id", "session_leases_for"]
+__all__ = ["PATIENCE", "StoreLeases", "default_proxy_id", "run_lease_renewal", "session_leases_for"]

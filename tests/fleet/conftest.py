@@ -27,11 +27,12 @@ async def engine(nursery: trio.Nursery, qwen3_path: Path) -> EngineHandle:
 @pytest.fixture
 def start_member(nursery: trio.Nursery, qwen3_path: Path, engine: EngineHandle) -> StartMember:
     """``await start_member(store, **config)``: a proxy on 127.0.0.1:0 over ``store`` (shared by the caller) and
-    the one engine; each call is another member of the fleet."""
+    the one engine (or ``router_url``'s); each call is another member of the fleet."""
 
-    async def start(store: TrajectoryStore, **config: Any) -> ProxyHandle:
+    async def start(store: TrajectoryStore, *, router_url: str | None = None, **config: Any) -> ProxyHandle:
         proxy_config = ProxyConfig(
-            port=0, tokenizer_path=qwen3_path, sglang_router_url=engine.url, tool_call_parse_backend="local",
+            port=0, tokenizer_path=qwen3_path, sglang_router_url=router_url or engine.url,
+            tool_call_parse_backend="local",
             reasoning_parse_backend="local", **config,
         )
         return await nursery.start(lambda task_status: run_proxy(proxy_config, store=store, task_status=task_status))

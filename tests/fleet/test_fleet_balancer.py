@@ -4,7 +4,7 @@ proxy that starts during the pause starts paused and joins the balancer's ring.
 
 - PostgreSQL: ``tests/postgres_server.py`` (Debian's package); HAProxy: Debian's ``haproxy`` package
   (``tests/debian_packages.py``), with a generated configuration on 127.0.0.1 ports: ``balance hdr(X-Session-Id)``
-  and ``hash-type consistent``, health checks every 300 ms. Either missing skips LOUDLY with the reason.
+  and ``hash-type consistent``, health checks every 500 ms. Either missing skips LOUDLY with the reason.
 - One upstream: the embedded engine served in this process on 127.0.0.1:0; every proxy process gets it as
   ``--sglang-router-url``.
 - 64 agents of a few turns each, through the balancer; an agent retries a request that failed on the way (a
@@ -62,7 +62,7 @@ def haproxy_config(port: int, proxy_ports: list[int]) -> str:
     """A balancer on 127.0.0.1:``port`` hashing the session header onto the proxies (consistent hashing: a proxy
     that goes or comes moves only its share of the sessions)."""
     servers = "\n".join(
-        f"    server proxy{index} 127.0.0.1:{proxy_port} check inter 300ms fall 2 rise 1"
+        f"    server proxy{index} 127.0.0.1:{proxy_port} check inter 500ms fall 2 rise 1"
         for index, proxy_port in enumerate(proxy_ports)
     )
     return f"""global
@@ -73,6 +73,7 @@ defaults
     timeout connect 2s
     timeout client 300s
     timeout server 300s
+    timeout check 5s
     retries 2
     option redispatch
 
@@ -124,7 +125,7 @@ class Fleet:
             str(EXE), "--host", "127.0.0.1", "--port", str(self.ports[index]), "--store", self.store_url,
             "--sglang-router-url", self.engine_url, "--tokenizer-path", str(self.tokenizer_path),
             "--proxy-id", f"proxy{index}", "--session-lease-seconds", str(LEASE_SECONDS),
-            "--dressage-partial-rollout", "--log-level", "info",
+            "--dressage-partial-rollout", "--log-level", "warning",
         ]
         env = {key: value for key, value in os.environ.items() if not key.startswith("DRESSAGE_PROXY_")}
         with log_path.open("wb") as log_file:
@@ -237,12 +238,12 @@ class Agent:
     async def run(self, client: httpx.AsyncClient, progress: Progress) -> None:
         self.messages.append({"role": "user", "content": f"Conversation {self.session}: tell me something."})
         for turn in range(TURNS):
-            body = {"model": "m", "messages": self.messages, "max_tokens": 12, "return_token_ids": True}
+            body = {"model": "m", "messages": self.messages, "max_tokens": 256, "return_token_ids": True}
             answer = await post_until_done(client, "/v1/chat/completions", body, self.session, progress,
                                            key=f"{self.session}-turn-{turn}")
             choice = answer["choices"][0]
             self.last_prompt_ids = list(answer["prompt_token_ids"])
-            self.last_output_ids = list(choice["token_ids"])
+            self.last_output_ids = list(answer["token_ids"])
             self.messages.append({"role": "assistant", "content": choice["message"]["content"]})
             if turn < TURNS - 1:
                 self.messages.append({"role": "user", "content": f"And then, after turn {turn}?"})
