@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import trio
@@ -92,3 +95,16 @@ async def test_the_fleet_command_prints_the_combined_result_and_fails_when_a_pro
     async with httpx.AsyncClient() as client:
         states = [(await client.get(m.url + "/v1/rollout/pause_state")).json() for m in members]
     assert [(s["state"], s["weight_version"]) for s in states] == [("RUNNING", "v7")] * 2
+
+
+def test_dressage_proxy_fleet_is_a_subcommand_that_exits_1_when_a_proxy_is_down():
+    exe = Path(sys.executable).parent / "dressage-proxy"
+    down = closed_port_url()
+    run = subprocess.run([str(exe), "fleet", "pause", "--urls", down], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr
+    printed = json.loads(run.stdout)
+    assert (printed["ok"], printed["failed"]) == (False, [down])
+    assert printed["proxies"][0]["code"] == "proxy_unreachable"
+    bad = subprocess.run([str(exe), "fleet", "pause", "--urls", "not-a-url"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "not an http(s) URL" in bad.stderr
