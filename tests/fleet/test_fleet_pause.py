@@ -6,6 +6,7 @@ as proxy processes share a PostgreSQL store (``test_fleet_balancer.py`` runs the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -108,3 +109,15 @@ def test_dressage_proxy_fleet_is_a_subcommand_that_exits_1_when_a_proxy_is_down(
     bad = subprocess.run([str(exe), "fleet", "pause", "--urls", "not-a-url"], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "not an http(s) URL" in bad.stderr
+
+
+async def test_proxy_fleet_runs_under_asyncio_too(start_member):
+    store = InMemoryTrajectoryStore(shared=True)
+    members = [await start_member(store) for _ in range(2)]
+
+    async def pause_and_resume() -> tuple[bool, bool]:
+        async with ProxyFleet([m.url for m in members]) as fleet:
+            return (await fleet.pause()).ok, (await fleet.resume()).ok
+
+    assert await trio.to_thread.run_sync(lambda: asyncio.run(pause_and_resume())) == (True, True)
+    assert await store.control() == ControlState(paused=False, weight_version=None)
