@@ -95,8 +95,11 @@ def open_sqlite(
     where = f"sqlite:///{path}"
     if read_only:
         return _open_read_only(path, where, clock, migrations)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = _lock(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = _lock(path)
+    except OSError as error:
+        raise StoreOpenError(f"{where}: cannot create or lock the store: {error}") from None
     try:
         connection = _connect(path, synchronous)
         try:
@@ -104,6 +107,9 @@ def open_sqlite(
         except BaseException:
             connection.close()
             raise
+    except sqlite3.Error as error:
+        lock.close()
+        raise StoreOpenError(f"{where}: {type(error).__name__}: {error}") from None
     except BaseException:
         lock.close()
         raise

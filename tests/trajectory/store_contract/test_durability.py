@@ -174,3 +174,14 @@ async def test_the_postgresql_password_never_shows_in_an_error_or_a_description(
     assert "not-the-password-7f3a" not in str(failed.value) and "password authentication failed" in str(failed.value)
     assert postgres_server.password not in parse_store_url(url).describe()
     assert StoreUrl("postgresql", dsn=url).describe().startswith("postgresql://127.0.0.1:")
+
+
+async def test_a_sqlite_path_that_cannot_hold_a_store_fails_with_a_clear_error(tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    with pytest.raises(StoreOpenError, match="cannot create or lock the store"):
+        async with open_store(f"sqlite:///{tmp_path / 'a-file' / 'store.sqlite3'}"):
+            pass
+    (tmp_path / "junk.sqlite3").write_bytes(b"this is not a database at all" * 100)
+    with pytest.raises(StoreOpenError, match="junk.sqlite3: DatabaseError: file is not a database"):
+        async with open_store(f"sqlite:///{tmp_path / 'junk.sqlite3'}"):
+            pass
