@@ -22,8 +22,8 @@ import psycopg
 import trio
 from psycopg.conninfo import conninfo_to_dict
 
-from proxy.trajectory.stores.errors import StoreOpenError, StoreUnavailableError, StoreVersionError
-from proxy.trajectory.stores.schema import MIGRATIONS, Migration, current_version, latest_version, migrate
+from proxy.trajectory.stores.errors import StoreOpenError, StoreUnavailableError
+from proxy.trajectory.stores.schema import MIGRATIONS, Migration, check_readable, current_version, migrate
 from proxy.trajectory.stores.sql import POSTGRESQL
 from proxy.trajectory.stores.sql_store import SqlTrajectoryStore
 from proxy.trajectory.stores.workers import ReaderPool, TransactionWriter
@@ -75,12 +75,7 @@ def open_postgres(
     connection = connect()
     try:
         if read_only:
-            found = current_version(connection) if _has_schema(connection) else 0
-            if found != latest_version(migrations):
-                raise StoreVersionError(
-                    f"{where} has schema version {found}, this dressage-proxy reads {latest_version(migrations)}: "
-                    "start a proxy on it once (it migrates the store) or use the release that wrote it"
-                )
+            check_readable(current_version(connection) if _has_schema(connection) else 0, where, migrations)
             connection.close()
         else:
             migrate(connection, POSTGRESQL, where, migrations)

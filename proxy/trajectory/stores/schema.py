@@ -139,6 +139,15 @@ def check_version(found: int, latest: int, where: str) -> None:
         )
 
 
+def check_readable(found: int, where: str, migrations: Sequence[Migration] = MIGRATIONS) -> None:
+    """A read-only open reads only the code's own version (it cannot migrate, and cannot know a newer schema)."""
+    if found != latest_version(migrations):
+        raise StoreVersionError(
+            f"{where} has schema version {found}, this dressage-proxy reads {latest_version(migrations)}: run a proxy "
+            "on it once (it migrates the store) or use the release that wrote it"
+        )
+
+
 def migrate(connection: Any, dialect: Dialect, where: str, migrations: Sequence[Migration] = MIGRATIONS) -> int:
     """Bring the store to the latest version (see the module docstring); returns the version it was at.
     ``connection`` is in autocommit mode (this function writes its own BEGIN/COMMIT); ``where`` names the store in
@@ -185,5 +194,5 @@ def _in_transaction(connection: Any, dialect: Dialect, body: Any) -> None:
     connection.execute("COMMIT")
 
 
-__all__ = ["MIGRATIONS", "Migration", "StoreVersionError", "check_version", "current_version", "latest_version",
+__all__ = ["MIGRATIONS", "Migration", "StoreVersionError", "check_readable", "check_version", "current_version", "latest_version",
            "migrate"]

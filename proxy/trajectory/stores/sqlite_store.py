@@ -28,8 +28,8 @@ from typing import IO
 
 import trio
 
-from proxy.trajectory.stores.errors import StoreInUseError, StoreOpenError, StoreVersionError
-from proxy.trajectory.stores.schema import MIGRATIONS, Migration, current_version, latest_version, migrate
+from proxy.trajectory.stores.errors import StoreInUseError, StoreOpenError
+from proxy.trajectory.stores.schema import MIGRATIONS, Migration, check_readable, current_version, migrate
 from proxy.trajectory.stores.sql import SQLITE
 from proxy.trajectory.stores.sql_store import SqlTrajectoryStore
 from proxy.trajectory.stores.workers import ReaderPool, TransactionWriter
@@ -130,11 +130,7 @@ def _open_read_only(path: Path, where: str, clock: Callable[[], float],
             found = current_version(connection)
         except sqlite3.DatabaseError as error:
             raise StoreOpenError(f"{where} is not a trajectory store ({error})") from None
-    if found != latest_version(migrations):
-        raise StoreVersionError(
-            f"{where} has schema version {found}, this dressage-proxy reads {latest_version(migrations)}: open it "
-            "once read-write (the proxy migrates it) or use the release that wrote it"
-        )
+    check_readable(found, where, migrations)
     writer = TransactionWriter(lambda: None, SQLITE.begin_write, refusal=f"{where} is open read-only")
     readers = ReaderPool(lambda: _reader(path, file_read_only=True), SQLITE.begin_read)
     return SqlTrajectoryStore(SQLITE, writer, readers, shared=False, description=where, clock=clock)

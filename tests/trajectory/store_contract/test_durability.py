@@ -185,3 +185,16 @@ async def test_a_sqlite_path_that_cannot_hold_a_store_fails_with_a_clear_error(t
     with pytest.raises(StoreOpenError, match="junk.sqlite3: DatabaseError: file is not a database"):
         async with open_store(f"sqlite:///{tmp_path / 'junk.sqlite3'}"):
             pass
+
+
+async def test_a_read_only_open_reads_only_this_codes_schema_version(durable_backend):
+    url = f"sqlite:///{durable_backend.target}" if durable_backend.kind == "sqlite" else durable_backend.target
+    async with open_store(url) as store:
+        await store.write("a", segments("a", 1))
+    async with open_store(url, read_only=True) as reader:
+        assert ids(await reader.read()) == ["a:0"]
+    raw_execute(durable_backend,
+                "INSERT INTO schema_version (version, description, applied_at) VALUES (2, 'from the future', 0)")
+    with pytest.raises(StoreVersionError, match="has schema version 2, this dressage-proxy reads 1"):
+        async with open_store(url, read_only=True):
+            pass
