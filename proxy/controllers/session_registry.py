@@ -501,7 +501,7 @@ class SessionRegistry(SessionUpkeep):
         return attrs.evolve(
             stats, export_failures=self._export_failures, export_failed_sessions=tuple(self._failed_exports),
             registry_sessions=registry.sessions, registry_tombstones=registry.tombstones,
-            registry_bytes=registry.approximate_bytes, approximate_bytes=registry.approximate_bytes + stats.bytes,
+            registry_bytes=registry.approximate_bytes, approximate_bytes=registry.approximate_bytes + (stats.bytes if self.store.in_memory else 0),
             idle_finalized_sessions=registry.idle_finalized,
             expired_tombstones=registry.expired_tombstones,
         )

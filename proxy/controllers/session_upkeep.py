@@ -95,7 +95,10 @@ class SessionUpkeep:
         )
 
     async def approximate_bytes(self) -> int:
-        """Approximate bytes held by sessions and the store's segments: what ``--memory-budget`` bounds."""
+        """Approximate bytes held by sessions, and by the store's segments when the store keeps them in memory: what
+        ``--memory-budget`` bounds (a durable store's segments are on disk, and sizing them would scan the store)."""
+        if not self.store.in_memory:
+            return self.held_bytes()
         return self.held_bytes() + (await self.store.statistics()).bytes
 
     # -- reporting ---------------------------------------------------------------------------------------------------

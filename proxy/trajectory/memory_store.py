@@ -77,6 +77,7 @@ class InMemoryTrajectoryStore:
     wall_clock: Callable[[], float] = time.time
     # True only in tests of the fleet logic: two registries over one store stand for two proxies.
     shared: bool = False
+    in_memory: bool = attrs.field(default=True, init=False)
     _sessions: dict[str, _Segments] = attrs.field(factory=dict, init=False)
     # trajectory_id -> session_id, for reads of one segment.
     _owners: dict[str, str] = attrs.field(factory=dict, init=False)

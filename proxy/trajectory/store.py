@@ -159,6 +159,9 @@ class TrajectoryStore(Protocol):
 
     #: True when several proxy processes may use the store at once (sessions are then claimed before use)
     shared: bool
+    #: True when the segments live in the proxy's memory (the memory store): they count against --memory-budget.
+    #: A durable store's segments are on disk, so /health neither counts them nor scans the store to size them.
+    in_memory: bool
 
     # -- live sessions -----------------------------------------------------------------------------------------------
 

@@ -55,6 +55,8 @@ class SqlTrajectoryStore:
     # What the store is, for messages and logs (``StoreUrl.describe()``: never a password).
     description: str
     clock: Callable[[], float] | None = None
+    # The segments are on disk: they do not count against --memory-budget (TrajectoryStore.in_memory).
+    in_memory: bool = attrs.field(default=False, init=False)
     # Run by flush() on a worker thread after the writer drained (SQLite: a checkpoint on a connection of its own,
     # which syncs the WAL's content into the database file; PostgreSQL: nothing, its commits are durable).
     sync: Callable[[], None] | None = None
