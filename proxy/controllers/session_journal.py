@@ -63,7 +63,9 @@ def step_record(
     """The journal record of a step whose commit just returned ``result``."""
     pending = Session.journal_facts(handle)
     record = step_journal.StepRecord(
-        step_id=result.step_id, chain_id=result.chain_id, generation_id=pending.generation_id, request=request,
+        step_id=result.step_id, chain_id=result.chain_id, generation_id=pending.generation_id,
+        # Only the messages after the newest checkpoint's: O(turn), not O(conversation), per record.
+        request=request.after_prefix(pending.prefix_step, pending.prefix_depth),
         context_ids=span.context_ids, context_mask=span.context_mask,
         tito_detail=pending.boundary_detail if pending.tito_failed else None,
         boundary_reason=pending.boundary_reason.value if pending.boundary_reason is not None else None,

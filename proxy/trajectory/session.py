@@ -130,6 +130,10 @@ class PendingStep:
     prepared: Moment | None = None
     restarted: Moment | None = None
     committed: Moment | None = None
+    # The newest checkpoint on the prompt's path at prepare, and its depth: the prompt's first ``depth`` messages
+    # are that step's prompt and answer (by trie key), so its journal record keeps only the messages after them.
+    prefix_step: int | None = None
+    prefix_depth: int = 0
 
 
 @attrs.frozen(eq=False)
@@ -218,6 +222,8 @@ class Session:
             boundary_reason=reason, boundary_detail=None, turn_id=turn_id, instance_id=instance_id,
             prepared=prepared,
         )
+        if base is not None:
+            pending.prefix_step, pending.prefix_depth = base.step_id, base.node.depth
         self._pending_steps[pending.generation_id] = pending
         handle = BranchHandle(self.session_id, pending.generation_id, pending)
         return handle, self._plan(pending, messages, context)

@@ -27,6 +27,7 @@ failed with the connection), Idempotency-Key records (``docs/storage.md``, "Reco
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from proxy.trajectory.message_keys import message_key, reasoning_variant
 from proxy.trajectory.session import BranchHandle, Session
@@ -56,21 +57,42 @@ def replay_session(
         events.append((record.committed.events, _COMMIT, record))
     events.sort(key=lambda event: (event[0], event[1]))
     handles: dict[int, BranchHandle] = {}
+    # Each step's whole prompt, and its record: a later record's prompt starts with an earlier step's prompt and
+    # answer (its prefix step, committed before it was prepared), then its own messages.
+    prompts: dict[int, list[Any]] = {}
+    by_step = {record.step_id: record for _, _, record in events}
     for _, kind, record in events:
         if kind == _PREPARE:
-            handles[record.step_id] = _prepare(session, record)
+            prompts[record.step_id] = _prompt(record, prompts, by_step)
+            handles[record.step_id] = _prepare(session, record, prompts[record.step_id])
         elif kind == _RESTART:
-            _restart(session, handles[record.step_id], record)
+            _restart(session, handles[record.step_id], record, prompts[record.step_id])
         else:
             _commit(session, handles.pop(record.step_id), record)
     return session
 
 
-def _prepare(session: Session, record: StepRecord) -> BranchHandle:
+def _prompt(record: StepRecord, prompts: dict[int, list[Any]], by_step: dict[int, StepRecord]) -> list[Any]:
+    """The step's whole prompt: its prefix step's prompt and answer, then its own messages."""
+    request = record.request
+    if request.prefix_step is None:
+        return list(request.messages)
+    base = by_step.get(request.prefix_step)
+    if base is None or request.prefix_step not in prompts:
+        raise ReplayMismatchError(f"step {record.step_id}: its prefix step {request.prefix_step} is not in the journal "
+                                  "before it")
+    prefix = [*prompts[request.prefix_step], base.assistant_message]
+    if len(prefix) != request.prefix_depth:
+        raise ReplayMismatchError(f"step {record.step_id}: prefix of {len(prefix)} messages, recorded "
+                                  f"{request.prefix_depth}")
+    return [*prefix, *request.messages]
+
+
+def _prepare(session: Session, record: StepRecord, messages: list[Any]) -> BranchHandle:
     request = record.request
     session.rewind(record.prepared)
     handle, _ = session.prepare(
-        request.messages, tools=request.tools, chat_template_kwargs=request.chat_template_kwargs,
+        messages, tools=request.tools, chat_template_kwargs=request.chat_template_kwargs,
         instance_id=request.instance_id, turn_id=request.turn_id,
     )
     if handle.generation_id != record.generation_id:
@@ -82,9 +104,9 @@ def _prepare(session: Session, record: StepRecord) -> BranchHandle:
     return handle
 
 
-def _restart(session: Session, handle: BranchHandle, record: StepRecord) -> None:
+def _restart(session: Session, handle: BranchHandle, record: StepRecord, messages: list[Any]) -> None:
     session.rewind(record.restarted)
-    session.restart_segment(handle, record.tito_detail or "", record.request.messages)
+    session.restart_segment(handle, record.tito_detail or "", messages)
     _set_context(session, handle, record)
 
 

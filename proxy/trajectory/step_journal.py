@@ -1,7 +1,8 @@
 """The step journal record: one committed step, as the opaque bytes ``TrajectoryStore.append_step`` keeps.
 
 A record holds everything a replay needs to commit the step again exactly (``session_replay.py``), and nothing it
-would have to compute again: the request (messages, tools, chat_template_kwargs, instance and turn ids), the context
+would have to compute again: the request (tools, chat_template_kwargs, instance and turn ids, and the messages after
+the prompt's newest checkpoint, which an earlier record holds: :meth:`JournaledRequest.after_prefix`), the context
 token ids the step actually used (a replay sets them, it never renders the conversation again: TITO continues
 with the recorded ids), whether its incremental encode failed (and the failure's detail), the boundary reason its prepare gave it, what
 it generated (ids,
@@ -60,6 +61,18 @@ class JournaledRequest:
     chat_template_kwargs: Mapping[str, Any] | None = None
     instance_id: str | None = None
     turn_id: str | None = None
+    # In a journal record: ``messages`` are only those after the first ``prefix_depth``, which are the prompt and
+    # answer of step ``prefix_step`` (the newest checkpoint on the prompt's path at prepare). A record then grows with
+    # the turn, not with the conversation; the replay puts the prefix back (``session_replay.py``).
+    prefix_step: int | None = None
+    prefix_depth: int = 0
+
+    def after_prefix(self, prefix_step: int | None, prefix_depth: int) -> JournaledRequest:
+        """The request as a journal record keeps it: without the messages the prefix step already holds."""
+        if prefix_step is None:
+            return self
+        return attrs.evolve(self, messages=list(self.messages[prefix_depth:]), prefix_step=prefix_step,
+                            prefix_depth=prefix_depth)
 
 
 @attrs.frozen(eq=False)
@@ -178,6 +191,7 @@ def encode(record: StepRecord) -> bytes:
         "step_id": record.step_id, "chain_id": record.chain_id, "generation_id": record.generation_id,
         "messages": list(request.messages), "tools": request.tools, "chat_template_kwargs": request.chat_template_kwargs,
         "instance_id": request.instance_id, "turn_id": request.turn_id,
+        "prefix": None if request.prefix_step is None else [request.prefix_step, request.prefix_depth],
         "mask": record.context_mask is not None, "tito_detail": record.tito_detail,
         "boundary_reason": record.boundary_reason,
         "logprobs": record.logprobs.typecode if record.logprobs is not None else None,
@@ -224,7 +238,9 @@ def decode(data: bytes) -> StepRecord:
         return StepRecord(
             step_id=int(header["step_id"]), chain_id=int(header["chain_id"]), generation_id=header["generation_id"],
             request=JournaledRequest(header["messages"], header["tools"], header["chat_template_kwargs"],
-                                     header["instance_id"], header["turn_id"]),
+                                     header["instance_id"], header["turn_id"],
+                                     *((int(header["prefix"][0]), int(header["prefix"][1])) if header["prefix"]
+                                       else ())),
             context_ids=_array("i", context), context_mask=mask if header["mask"] else None,
             tito_detail=header["tito_detail"], boundary_reason=header["boundary_reason"], generated_ids=_array("i", generated),
             logprobs=_array(header["logprobs"], logprobs) if header["logprobs"] is not None else None,

@@ -20,6 +20,7 @@ from proxy.trajectory.encode_plan import EncodeKind
 from proxy.trajectory.memory_store import InMemoryTrajectoryStore
 from proxy.trajectory.session_config import SessionConfig
 from proxy.trajectory.session_errors import SessionAbortedError, SessionFinalizedError
+from proxy.trajectory import step_journal
 from proxy.trajectory.store import LeaseLostError
 
 from tests.controllers.driving import answer_ids, logprobs_for, turn
@@ -248,3 +249,23 @@ async def test_a_finalize_during_a_commits_journal_write_waits_for_it_and_the_co
         store.gate.set()
     assert results["commit"].step_id == 2 and results["finalize"].steps == 2
     assert (await store.load_session("s")).state == "finalized"
+
+
+async def test_a_journal_record_keeps_the_turns_messages_not_the_whole_conversation():
+    # Each record names the checkpoint its prompt continues and keeps only the messages after it: a session's
+    # journal grows with its turns, not with their square. A restart still continues it exactly.
+    store = InMemoryTrajectoryStore()
+    reg = registry(store)
+    history = [SYS]
+    for n in range(12):
+        history.append({"role": "user", "content": f"question {n}"})
+        answer = {"role": "assistant", "content": f"answer {n}"}
+        await turn(reg, "long", list(history), answer)
+        history.append(answer)
+    records = [step_journal.decode(data) for data in (await store.load_session("long")).steps]
+    assert [len(record.request.messages) for record in records] == [2] + [1] * 11
+    assert [record.request.prefix_step for record in records] == [None, *range(1, 12)]
+    after = registry(store)
+    nxt = [*history, {"role": "user", "content": "one more"}]
+    continued, reference = await after.prepare("long", nxt), await reg.prepare("long", nxt)
+    assert continued.encode is EncodeKind.INCREMENTAL and continued.input_ids() == reference.input_ids()
