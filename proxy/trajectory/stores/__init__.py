@@ -8,8 +8,12 @@
 ``postgresql://…``        PostgreSQL (psycopg 3; ``postgres://`` too): several proxies share it (``docs/storage.md``)
 ========================  ==========================================================================================
 
-:func:`open_store` is an async context manager: a durable store runs its writer on worker threads for as long as it
-is open, and is flushed and closed when the block ends.
+:func:`open_store` is an async context manager: a durable store is opened (connected, and migrated to this code's
+schema: ``proxy/trajectory/stores/schema.py``), runs its writer on a thread of its own for as long as it is open, and
+is flushed and closed when the block ends. ``read_only`` (``dressage-proxy export``) opens a store without taking
+it: a SQLite file a running proxy holds can be read beside it, and nothing is migrated or written. A store that
+cannot be opened raises :class:`~proxy.trajectory.stores.errors.StoreOpenError` with a message that names it by
+:meth:`StoreUrl.describe` (never a password).
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from pathlib import Path
 
 import attrs
 
+import trio
+
 from proxy.trajectory.memory_store import InMemoryTrajectoryStore
 from proxy.trajectory.store import TrajectoryStore
+from proxy.trajectory.stores.errors import StoreOpenError
 
 #: the default ``--store``: SQLite in the data folder
 DEFAULT_STORE = "sqlite"
@@ -79,14 +86,40 @@ def parse_store_url(text: str) -> StoreUrl:
 
 
 @contextlib.asynccontextmanager
-async def open_store(url: str | StoreUrl) -> AsyncIterator[TrajectoryStore]:
-    """The store ``url`` names, open for the block (flushed and closed after it)."""
+async def open_store(url: str | StoreUrl, *, read_only: bool = False) -> AsyncIterator[TrajectoryStore]:
+    """The store ``url`` names, open for the block (flushed and closed after it, even when the block fails)."""
     parsed = parse_store_url(url) if isinstance(url, str) else url
     if parsed.kind == "memory":
-        store: TrajectoryStore = InMemoryTrajectoryStore()
-        yield store
+        yield InMemoryTrajectoryStore()
         return
-    raise StoreUrlError(f"--store {parsed.describe()}: the {parsed.kind} back end is not built yet (issue 16)")
+    store = await _open_durable(parsed, read_only)
+    try:
+        yield store
+    finally:
+        # Shielded: a cancelled proxy still commits what its writer holds and lets go of the file or connections.
+        with trio.CancelScope(shield=True):
+            try:
+                await store.flush()
+            finally:
+                await store.aclose()
 
 
-__all__ = ["DEFAULT_STORE", "StoreUrl", "StoreUrlError", "default_sqlite_path", "open_store", "parse_store_url"]
+async def _open_durable(parsed: StoreUrl, read_only: bool) -> TrajectoryStore:
+    # Imported here: the memory store (tests, `--store memory`) needs neither sqlite3 nor psycopg.
+    if parsed.kind == "sqlite":
+        from proxy.trajectory.stores.sqlite_store import open_sqlite_store
+
+        assert parsed.path is not None
+        return await open_sqlite_store(parsed.path, read_only=read_only)
+    if parsed.kind == "postgresql":
+        from proxy.trajectory.stores.postgres_store import open_postgres_store
+
+        assert parsed.dsn is not None
+        return await open_postgres_store(parsed.dsn, parsed.describe(), read_only=read_only)
+    raise StoreOpenError(f"--store {parsed.describe()}: no {parsed.kind} back end")
+
+
+__all__ = [
+    "DEFAULT_STORE", "StoreOpenError", "StoreUrl", "StoreUrlError", "default_sqlite_path", "open_store",
+    "parse_store_url",
+]
