@@ -83,6 +83,12 @@ class Phase:
     def rate(self) -> float:
         return self.tally.steps / self.seconds
 
+    @property
+    def shares(self) -> str:
+        """Each proxy's share of the proxies' CPU (how evenly the balancer spread the sessions)."""
+        total = max(self.cpu["proxies"], 1e-9)
+        return "/".join(f"{100 * self.cpu[f'p{i}'] / total:.0f}" for i in range(self.size))
+
     def ms_per_step(self, who: str) -> float:
         return 1000 * self.cpu[who] / max(self.tally.steps, 1)
 
@@ -93,6 +99,7 @@ async def run_phase(size: int, name: str, balancer_port: int, pids: dict[str, in
 
     def cpu() -> dict[str, float]:
         out = {who: sum(cpu_seconds(pid) for pid in ps) for who, ps in watched.items()}
+        out.update({f"p{i}": cpu_seconds(pids[f"p{i}"]) for i in range(size)})
         out["postgresql"] = process_tree_cpu(pids["postgresql"])
         return out
 
@@ -125,8 +132,8 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
     print(f"\n## Fleet of N proxies behind HAProxy over one PostgreSQL: {args.concurrency} concurrent sessions, "
           f"{args.turns} steps each then finalize + read + ack; {args.rounds} round(s) of {args.seconds:g} s\n")
     print("| N | steps/s (phases) | steps/s mean | / N=1 | proxy CPU ms/step (all N) | PostgreSQL ms/step | "
-          "HAProxy ms/step | engine ms/step | errors |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+          "HAProxy ms/step | engine ms/step | proxy CPU shares % | errors |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---|---:|")
     per_step: dict[int, dict[str, float]] = {}
     for size in sizes:
         runs = [p for p in phases if p.size == size]
@@ -136,7 +143,7 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
         row = per_step[size]
         print(f"| {size} | {', '.join(f'{p.rate:.0f}' for p in runs)} | {rate:.0f} | **{rate / base:.2f}** | "
               f"{row['proxies']:.2f} | {row['postgresql']:.2f} | {row['haproxy']:.2f} | {row['engine']:.2f} | "
-              f"{sum(p.tally.errors for p in runs)} |")
+              f"{', '.join(p.shares for p in runs)} | {sum(p.tally.errors for p in runs)} |")
     one = per_step[sizes[0]]
     print("\nProjection from per-step CPU (one core per proxy; the engine stands in for SGLang and is not counted):")
     for size in (1, 2, 3, 8, 16):
