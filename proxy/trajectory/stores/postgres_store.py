@@ -22,7 +22,7 @@ import psycopg
 import trio
 from psycopg.conninfo import conninfo_to_dict
 
-from proxy.trajectory.stores.errors import StoreUnavailableError, StoreVersionError
+from proxy.trajectory.stores.errors import StoreOpenError, StoreUnavailableError, StoreVersionError
 from proxy.trajectory.stores.schema import MIGRATIONS, Migration, current_version, latest_version, migrate
 from proxy.trajectory.stores.sql import POSTGRESQL
 from proxy.trajectory.stores.sql_store import SqlTrajectoryStore
@@ -77,6 +77,9 @@ def open_postgres(
             connection.close()
         else:
             migrate(connection, POSTGRESQL, where, migrations)
+    except StoreOpenError as error:
+        connection.close()
+        raise type(error)(_scrubbed(str(error), dsn)) from None
     except psycopg.Error as error:
         connection.close()
         raise StoreUnavailableError(f"{where}: {_scrubbed(str(error).strip(), dsn)}") from None

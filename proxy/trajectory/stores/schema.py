@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from proxy.trajectory.stores.errors import StoreVersionError
+from proxy.trajectory.stores.errors import StoreOpenError, StoreVersionError
 from proxy.trajectory.stores.sql import Dialect
 
 
@@ -158,7 +158,15 @@ def migrate(connection: Any, dialect: Dialect, where: str, migrations: Sequence[
                 {"v": step.version, "d": step.description, "t": time.time()},
             )
 
-        _in_transaction(connection, dialect, apply)
+        try:
+            _in_transaction(connection, dialect, apply)
+        except StoreVersionError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the database's reason, with which step failed
+            raise StoreOpenError(
+                f"{where}: migrating to schema version {step.version} ({step.description}) failed, the store is left "
+                f"at version {current_version(connection)}: {type(error).__name__}: {error}"
+            ) from None
     return started
 
 
