@@ -63,6 +63,7 @@ class ErrorCode(enum.StrEnum):
     INVALID_MESSAGES = "invalid_messages"
     SESSION_ABORTED = "session_aborted"
     EXPORT_FAILED = "export_failed"
+    STORE_UNAVAILABLE = "store_unavailable"
     RESPONSE_MASK_MISMATCH = "response_mask_mismatch"
     # -- the rollout gate
     RESUME_REFUSED = "resume_refused"
@@ -159,6 +160,11 @@ ERROR_TABLE: Mapping[ErrorCode, ErrorSpec] = {
         500, SERVER_ERROR,
         "finalize could not build or store the session's segments: a bug (logged with the session id, counted in "
         "`/trajectory/stats`); the session keeps every committed step and the next finalize retries the export",
+    ),
+    ErrorCode.STORE_UNAVAILABLE: ErrorSpec(
+        503, SERVER_ERROR,
+        "the step was committed but the trajectory store could not make it durable (store down, disk full): logged "
+        "with the session id; the step is kept and journaled by the session's next commit, or exported by finalize",
     ),
     ErrorCode.RESPONSE_MASK_MISMATCH: ErrorSpec(
         422, INVALID_REQUEST_ERROR,

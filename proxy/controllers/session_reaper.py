@@ -31,7 +31,7 @@ def expiry_policy(config: ProxyConfig) -> ExpiryPolicy:
 async def sweep(registry: SessionRegistry, policy: ExpiryPolicy) -> tuple[int, int]:
     """One pass: finalize idle sessions, then expire tombstones; returns (finalized, expired)."""
     finalized = await registry.finalize_idle(policy)
-    return len(finalized), registry.expire_tombstones(policy)
+    return len(finalized), await registry.expire_tombstones(policy)
 
 
 async def run_reaper(

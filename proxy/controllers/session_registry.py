@@ -58,7 +58,10 @@ import trio
 
 from proxy.controllers.idempotency import IdempotencyKeys
 from proxy.controllers.off_loop import run_off_loop, run_sized, runs_inline
+from proxy.controllers.session_entries import LockedSession, PreparedStep, RegistryStatistics, text_size
 from proxy.controllers.session_expiry import ExpiryPolicy
+from proxy.controllers.session_journal import load_session, result_json, step_record, write_journal
+from proxy.controllers.session_leases import SessionLeases, SoleOwner
 from proxy.observability.metrics import NO_METRICS, MetricsHooks
 from proxy.tokenization.results import TitoFailure
 from proxy.tokenization.tito import TitoTokenizer
@@ -77,7 +80,8 @@ from proxy.trajectory.session_errors import (
 )
 from proxy.trajectory.session_results import CommitResult, ExportJob, FinalizeResult, SessionDebugView, WaitForExport
 from proxy.trajectory.memory_store import InMemoryTrajectoryStore
-from proxy.trajectory.store import StoreStatistics, TrajectoryStore
+from proxy.trajectory.step_journal import JournaledRequest
+from proxy.trajectory.store import LeaseLostError, StoreStatistics, TrajectoryStore
 from proxy.trajectory.tokens import RoutedChunk, WorkingTokens
 from proxy.trajectory.version_stamp import VersionStamp
 
@@ -87,96 +91,6 @@ log = logging.getLogger("dressage_proxy.sessions")
 MAX_REPORTED_EXPORT_FAILURES = 100
 
 T = TypeVar("T")
-
-
-@attrs.frozen(eq=False)
-class PreparedStep:
-    """What prepare hands a generation: its opaque handle, its private token state and the encode decision."""
-
-    handle: BranchHandle
-    # The checkpoint it continues (shared, never copied) plus the context tokens this step adds.
-    tokens: WorkingTokens
-    encode: EncodeKind
-    # Set when this step starts a new segment (a full encode): why (boundaries.py), and the TITO failure detail.
-    boundary_reason: str | None
-    boundary_detail: str | None
-    # The incremental encode failed and the step fell back to a full encode.
-    tito_failed: bool
-
-    @property
-    def generation_id(self) -> str:
-        """``<session id>#g<n>``: unique within the session (the upstream request id is the generation's own)."""
-        return self.handle.generation_id
-
-    @property
-    def prompt_token_count(self) -> int:
-        """Tokens sent upstream."""
-        return self.tokens.prompt_length
-
-    @property
-    def context_token_count(self) -> int:
-        """Context tokens this step adds (the fragment, or the whole prompt of a full encode)."""
-        return self.tokens.context.context_count
-
-    def input_ids(self) -> list[int]:
-        """The ``input_ids`` for SGLang: O(prompt length), built on demand outside any lock."""
-        return self.tokens.input_ids()
-
-
-@attrs.frozen
-class RegistryStatistics:
-    """A frozen report for /health."""
-
-    sessions: int
-    # Sessions per state name (ACTIVE, FINALIZING, FINALIZED, DRAINED, ABORTED).
-    states: Mapping[str, int]
-    in_flight: int
-    steps: int
-    # Sessions that freed their data and keep only a tombstone (finalized, drained, aborted).
-    tombstones: int = 0
-    # Approximate bytes the sessions hold (their committed steps, and the tombstones), without the store.
-    approximate_bytes: int = 0
-    # Lifetime counters: sessions finalized for idleness (--session-idle-timeout), tombstones expired
-    # (--tombstone-ttl).
-    idle_finalized: int = 0
-    expired_tombstones: int = 0
-
-
-@attrs.define(eq=False)
-class LockedSession:
-    """One session on trio: the sync core, its lock, the event that ends its export, and its Idempotency-Key
-    records (created on first use; they live as long as the session's data, see ``idempotency_keys``)."""
-
-    session: Session
-    lock: trio.Lock = attrs.field(factory=trio.Lock)
-    export_done: trio.Event = attrs.field(factory=trio.Event)
-    idempotency: IdempotencyKeys | None = None
-    # The registry's clock when a request of the session last arrived or a generation of it last ended.
-    last_activity: float = 0.0
-    # When the session released its data for good (nothing in the store either): its tombstone's age counts
-    # from here. None while it holds steps or segments.
-    released_at: float | None = None
-
-    def drop_idempotency_if_freed(self) -> None:
-        """Drop the Idempotency-Key records once the session freed its data (finalized, aborted)."""
-        if self.session.trie is None:
-            self.idempotency = None
-
-
-def _text_size(messages: Any) -> int:
-    """Characters of string content, to decide whether an encode is worth a worker thread. Total: it runs before
-    the messages are validated (anything that is not text counts 0)."""
-    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
-        return 0
-    size = 0
-    for message in messages:
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if isinstance(content, str):
-            size += len(content)
-        elif isinstance(content, Sequence):
-            size += sum(len(text) for part in content if isinstance(part, Mapping)
-                        and isinstance(text := part.get("text"), str))
-    return size
 
 
 @attrs.define(eq=False)
@@ -197,15 +111,41 @@ class SessionRegistry:
     _expired_tombstones: int = attrs.field(default=0, init=False)
     #: where tokenization, TITO checks, store writes and finalized sessions are reported
     metrics: MetricsHooks = attrs.field(default=NO_METRICS, kw_only=True)
+    #: which proxy of a fleet owns a session (``session_leases.py``): every session is this proxy's by default
+    leases: SessionLeases = attrs.field(factory=SoleOwner, kw_only=True)
 
     def _locked(self, session_id: str) -> LockedSession:
-        """The session with its lock, created on first use."""
+        """The session with its lock, created in memory on first use (not loaded yet: see :meth:`_use`)."""
         locked = self._sessions.get(session_id)
         if locked is None:
             locked = LockedSession(Session(session_id, self.config, self.tokenizer.end_of_turn_id))
             locked.last_activity = self.clock()
             self._sessions[session_id] = locked
         return locked
+
+    async def _use(self, session_id: str) -> LockedSession:
+        """The session, this proxy's to use (its lease), loaded from the store on first use: new, rebuilt from its
+        journal, or a finalized / aborted tombstone (``session_journal.py``). Concurrent first uses load once."""
+        grant = await self.leases.acquire(session_id)
+        locked = self._sessions.get(session_id)
+        if grant.changed and locked is not None and locked.loaded:
+            # Another proxy owned the session since this copy was loaded: it is stale.
+            del self._sessions[session_id]
+        locked = self._locked(session_id)
+        locked.epoch = grant.epoch
+        async with locked.load_lock:
+            if not locked.loaded:
+                session = await load_session(self.store, session_id, self.config, self.tokenizer.end_of_turn_id)
+                locked.session, locked.loaded = session, True
+                if session.trie is None:
+                    locked.released_at = self.clock()
+        return locked
+
+    def _drop_copy(self, locked: LockedSession) -> None:
+        """Another proxy took the session: forget this proxy's copy (the next use loads it again)."""
+        session_id = locked.session.session_id
+        if self._sessions.get(session_id) is locked:
+            del self._sessions[session_id]
 
     def _active(self, locked: LockedSession) -> None:
         """A request arrived or a generation ended: the session's idle time starts again."""
@@ -235,14 +175,24 @@ class SessionRegistry:
         keys = await self._cpu(
             messages, partial(request_keys, messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
         )
-        locked = self._locked(session_id)
+        locked = await self._use(session_id)
         # Before waiting for the lock: an idle finalize that takes it first sees this request and keeps the session.
         self._active(locked)
-        async with locked.lock:
-            handle, plan = locked.session.prepare(
-                messages, tools=tools, chat_template_kwargs=chat_template_kwargs, instance_id=instance_id,
-                turn_id=turn_id, request_keys=keys,
-            )
+        self.leases.generation_started(session_id)
+        try:
+            async with locked.lock:
+                handle, plan = locked.session.prepare(
+                    messages, tools=tools, chat_template_kwargs=chat_template_kwargs, instance_id=instance_id,
+                    turn_id=turn_id, request_keys=keys,
+                )
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.leases.generation_ended(session_id)
+            raise
+        # What the step journal records of the request, kept until the generation commits or drops.
+        locked.requests[handle.generation_id] = JournaledRequest(
+            messages, tools, chat_template_kwargs, instance_id, turn_id
+        )
         try:
             ids, plan = await self._encode(locked, handle, plan, messages)
             if response_mask is not None and len(response_mask) != len(ids):
@@ -278,7 +228,7 @@ class SessionRegistry:
     async def _tokenize(self, plan: EncodePlan) -> array[int] | TitoFailure:
         """``tokenize_plan``, inline or off the loop as ``_cpu`` would run it, timed for the metrics (off the loop:
         the wait for a worker thread included)."""
-        size = _text_size(plan.messages)
+        size = text_size(plan.messages)
         began = trio.current_time()
         ids = await run_sized(size, self.config.thread_encode_chars, tokenize_plan, self.tokenizer, plan)
         self.metrics.tokenized(trio.current_time() - began,
@@ -288,7 +238,7 @@ class SessionRegistry:
     async def _cpu(self, messages: Sequence[Any], function: Callable[..., T], *args: Any) -> T:
         """Run a tokenizer call inline, or off the loop (``proxy/controllers/off_loop.py``) when its messages are
         long."""
-        return await run_sized(_text_size(messages), self.config.thread_encode_chars, function, *args)
+        return await run_sized(text_size(messages), self.config.thread_encode_chars, function, *args)
 
     async def commit(
         self,
@@ -329,12 +279,38 @@ class SessionRegistry:
         chunks = [RoutedChunk.of(chunk) for chunk in routed_experts or ()]
         span = Session.build_span(handle, generated_ids, logprobs if aligned else None, versions, chunks)
         self._active(locked)
-        async with locked.lock:
-            return locked.session.commit(
-                handle, span, finish_reason=finish_reason, assistant_message=assistant_message, key=key,
-                variant=reasoning_variant(assistant_message), logprobs_invalid=not aligned,
-                version_stamp=version_stamp,
-            )
+        # The journal lock orders the session's appends as its steps; prepares of the session do not wait for it.
+        async with locked.journal_lock:
+            try:
+                async with locked.lock:
+                    result = locked.session.commit(
+                        handle, span, finish_reason=finish_reason, assistant_message=assistant_message, key=key,
+                        variant=reasoning_variant(assistant_message), logprobs_invalid=not aligned,
+                        version_stamp=version_stamp,
+                    )
+            except SessionFinalizedError:
+                # The handle is spent (the commit was rejected): its generation ended.
+                await self._generation_ended(locked, handle)
+                raise
+            try:
+                record = step_record(
+                    locked.requests[handle.generation_id], handle, span, result, finish_reason=finish_reason,
+                    assistant_message=assistant_message, logprobs_invalid=not aligned, version_stamp=version_stamp,
+                )
+                # Durable before the response is released (issue 16 item 2).
+                await write_journal(self.store, locked, result.step_id, record)
+            except LeaseLostError:
+                self._drop_copy(locked)
+                raise
+            finally:
+                await self._generation_ended(locked, handle)
+        return result
+
+    async def _generation_ended(self, locked: LockedSession, handle: BranchHandle) -> None:
+        """A generation committed, was rejected or dropped: forget its request, tell the leases (shielded)."""
+        locked.requests.pop(handle.generation_id, None)
+        with trio.CancelScope(shield=True):
+            await self.leases.generation_ended(handle.session_id)
 
     @staticmethod
     def committed_step(handle: BranchHandle) -> int | None:
@@ -368,7 +344,9 @@ class SessionRegistry:
         self._active(locked)
         with trio.CancelScope(shield=True):
             async with locked.lock:
-                locked.session.drop(handle)
+                dropped = locked.session.drop(handle)
+            if dropped:
+                await self._generation_ended(locked, handle)
 
     # -- finalize and the store --------------------------------------------------------------------------------------
 
@@ -387,7 +365,7 @@ class SessionRegistry:
         aborted session, ``ExportFailedError`` when the export failed (the session keeps its steps; finalize again to
         retry: the export of the first call, its ``reward_info`` and ids included, is run again).
         """
-        locked = self._locked(session_id)
+        locked = await self._use(session_id)
         async with locked.lock:
             outcome = locked.session.begin_finalize(
                 reward_info=reward_info, instance_id=instance_id, rollout_id=rollout_id
@@ -415,8 +393,13 @@ class SessionRegistry:
                 segments = await run_off_loop(export_segments, job.export, self.config.export, self.tokenizer)
             else:
                 segments = export_segments(job.export, self.config.export, self.tokenizer)
+            result = FinalizeResult(
+                session.session_id, len(segments), job.steps, tuple(s["trajectory_id"] for s in segments),
+                job.export.reason.value,
+            )
             began = trio.current_time()
-            written = await self.store.write(session.session_id, segments)
+            # One transaction: the segments, the session finalized with its result, its journal dropped.
+            written = await self.store.write(session.session_id, segments, result=result_json(result))
             self.metrics.store_written(trio.current_time() - began, written)
         except Exception as exc:  # noqa: BLE001 - any failure is a bug: logged, counted, kept for a retry
             log.exception(
@@ -427,10 +410,6 @@ class SessionRegistry:
             async with locked.lock:
                 session.export_failed(type(exc).__name__)
         else:
-            result = FinalizeResult(
-                session.session_id, len(segments), job.steps, tuple(s["trajectory_id"] for s in segments),
-                job.export.reason.value,
-            )
             self._failed_exports.pop(session.session_id, None)
             self.metrics.session_exported(job.export, segments, self.config.export.export_all_checkpoints)
             # The line that answers "why did this session split into N segments": each segment's boundary reason.
@@ -500,15 +479,20 @@ class SessionRegistry:
 
     async def abort(self, session_id: str) -> bool:
         """Discard an active session without export; False if it was not active (unknown, finalized, aborted)."""
-        locked = self._sessions.get(session_id)
-        if locked is None:
+        if session_id not in self._sessions and await self.store.load_session(session_id) is None:
+            # Unknown here and in the store: nothing to abort (and no session is created for the id).
             return False
+        locked = await self._use(session_id)
         async with locked.lock:
             aborted = locked.session.abort()
             locked.drop_idempotency_if_freed()
             if aborted:
                 locked.released_at = self.clock()
-            return aborted
+            reason = locked.session.discarded
+        if aborted:
+            # A restart keeps the id aborted (and the store drops its journal).
+            await self.store.mark_aborted(session_id, reason or "aborted")
+        return aborted
 
     def forget(self, session_id: str) -> bool:
         """Drop the tombstone of a session that is no longer active (late requests then start a new session)."""
@@ -529,7 +513,7 @@ class SessionRegistry:
         # Sessions still holding their data (ACTIVE, or an export in progress or failed: the machine ignores the
         # idle timer in those), listed first: the loop below awaits, and sessions come and go meanwhile.
         idle = [sid for sid, locked in self._sessions.items()
-                if locked.session.trie is not None and policy.is_idle(locked.last_activity, now)]
+                if locked.loaded and locked.session.trie is not None and policy.is_idle(locked.last_activity, now)]
         return [sid for sid in idle if await self._finalize_if_idle(sid, policy)]
 
     async def _finalize_if_idle(self, session_id: str, policy: ExpiryPolicy) -> bool:
@@ -555,15 +539,18 @@ class SessionRegistry:
                  extra={"session_id": session_id, "reason": "idle_timeout", "idle_seconds": round(idle, 3)})
         return True
 
-    def expire_tombstones(self, policy: ExpiryPolicy) -> int:
-        """Forget the tombstones released ``policy.tombstone_ttl`` ago: a late step of such a session id then starts
-        a new session. Sync (no await): nothing can interleave. Returns how many were forgotten."""
+    async def expire_tombstones(self, policy: ExpiryPolicy) -> int:
+        """Forget the tombstones released ``policy.tombstone_ttl`` ago, here and in the store: a late step of such a
+        session id then starts a new session. Returns how many were forgotten."""
         now = self.clock()
+        # Chosen and removed with no await in between: nothing can interleave.
         expired = [sid for sid, locked in self._sessions.items()
                    if locked.released_at is not None and policy.is_expired(locked.released_at, now)]
         for sid in expired:
             del self._sessions[sid]
         self._expired_tombstones += len(expired)
+        if expired:
+            await self.store.forget_sessions(expired)
         return len(expired)
 
     def held_bytes(self) -> int:

@@ -84,6 +84,19 @@ def _position_of(step: Step | None) -> tuple[int, int] | None:
     return None if step is None else (step.chain_id, step.position)
 
 
+@attrs.frozen
+class Moment:
+    """The session's counters just before one of a generation's critical sections (prepare, restart, commit): the
+    step journal records them so a replay runs the critical sections of committed generations in their live order
+    and hands out the ids they got live (``session_replay.py``)."""
+
+    # Critical sections (prepares, restarts, commits) before this one: the replay's order.
+    events: int
+    # Generations prepared before (the generation id's counter) and the newest chain id.
+    generations: int
+    chains: int
+
+
 @attrs.define(eq=False)
 class PendingStep:
     """What the session knows of a generation's step from prepare to its commit or drop; reached only through the
@@ -107,6 +120,10 @@ class PendingStep:
     finished: bool = False
     # The step it committed (None: not committed).
     step_id: int | None = None
+    # The session's counters before its prepare, its restart (a TITO failure) and its commit (the step journal).
+    prepared: Moment | None = None
+    restarted: Moment | None = None
+    committed: Moment | None = None
 
 
 @attrs.frozen(eq=False)
@@ -146,6 +163,8 @@ class Session:
     version_stamp: VersionStamp | None = attrs.field(default=None, init=False)
     # Approximate bytes of the committed steps (session_memory.py); 0 once the session freed its data.
     held_bytes: int = attrs.field(default=0, init=False)
+    # Critical sections of generations so far (prepare, restart, commit): the step journal orders a replay by it.
+    _events: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.machine = session_sm.SessionMachine.new(self.config.max_steps_per_session)
@@ -173,6 +192,7 @@ class Session:
                 raise SessionFinalizedError(effect.reason)
         # Admitted (AdmitGeneration). From here to the return nothing raises: the trie holds the attach node for the
         # generation, and its commit or drop gives the hold back.
+        prepared = self._moment()
         kwargs = effective_template_kwargs(chat_template_kwargs, self.config.default_template_kwargs)
         ckey = context_key(tools, kwargs)
         trie = self.trie
@@ -190,6 +210,7 @@ class Session:
         pending = PendingStep(
             generation_id=f"{self.session_id}#g{self._next_generation}", attach=attach, claim=claim,
             boundary_reason=reason, boundary_detail=None, turn_id=turn_id, instance_id=instance_id,
+            prepared=prepared,
         )
         self._pending_steps[pending.generation_id] = pending
         handle = BranchHandle(self.session_id, pending.generation_id, pending)
@@ -231,6 +252,7 @@ class Session:
     def restart_segment(self, handle: BranchHandle, detail: str, messages: Sequence[Any]) -> EncodePlan:
         """The incremental encode failed: the generation moves to a new segment with a full encode."""
         pending = self._live(handle)
+        pending.restarted = self._moment()
         # A new pending chain; or, when the session left ACTIVE meanwhile, no chain (the commit will be rejected):
         # either way the plan is a full encode.
         effects = self.machine.send(session_sm.TitoFailed())
@@ -268,6 +290,28 @@ class Session:
     def committed_step(handle: BranchHandle) -> int | None:
         """The step the handle's generation committed, or None (not committed: in flight, dropped or rejected)."""
         return handle._pending.step_id
+
+    @staticmethod
+    def journal_facts(handle: BranchHandle) -> PendingStep:
+        """What the step journal records of a committed generation (``step_journal.py``): its pending step, read
+        only, once its commit returned (nothing changes it any more)."""
+        pending = handle._pending
+        if pending.step_id is None:
+            raise GenerationFinishedError(f"generation {handle.generation_id} did not commit")
+        return pending
+
+    def _moment(self) -> Moment:
+        """The counters before a critical section of a generation; counts the section."""
+        moment = Moment(self._events, self._next_generation, self._chains.last_id)
+        self._events += 1
+        return moment
+
+    def rewind(self, moment: Moment) -> None:
+        """Replay only (``session_replay.py``): set the counters to what they were before the recorded critical
+        section, so it hands out the generation and chain ids it did live (generations that never committed, and
+        are not in the journal, left gaps)."""
+        self._events, self._next_generation = moment.events, moment.generations
+        self._chains.rewind_ids(moment.chains)
 
     def _live(self, handle: BranchHandle) -> PendingStep:
         """The handle's pending step, refusing one that already committed or dropped."""
@@ -316,6 +360,7 @@ class Session:
             if isinstance(effect, session_sm.RejectCommit):
                 raise SessionFinalizedError(f"commit rejected: {effect.reason}")
         # Accepted (AcceptCommit).
+        pending.committed = self._moment()
         extendable = self._extendable(span, finish_reason)
         close = None
         if not extendable:
@@ -527,4 +572,4 @@ class Session:
         )
 
 
-__all__ = ["BranchHandle", "PendingStep", "Session"]
+__all__ = ["BranchHandle", "Moment", "PendingStep", "Session"]

@@ -39,6 +39,16 @@ class SessionChains:
         self._chains[chain.chain_id] = chain
         return chain
 
+    @property
+    def last_id(self) -> int:
+        """The id of the newest chain created so far (0: none)."""
+        return self._last_id
+
+    def rewind_ids(self, last_id: int) -> None:
+        """Replay only (``session_replay.py``): the next chain gets ``last_id + 1``, the id it got live (chains of
+        generations that never committed left gaps the journal does not hold)."""
+        self._last_id = last_id
+
     def forget(self, chain: SessionChain) -> None:
         """The chain owns no step and never will."""
         del self._chains[chain.chain_id]

@@ -24,6 +24,7 @@ NAMED = {
     ErrorCode.INVALID_MESSAGES: lambda: ApiError.of(ErrorCode.INVALID_MESSAGES, "no messages"),
     ErrorCode.SESSION_ABORTED: lambda: ApiError.of(ErrorCode.SESSION_ABORTED, "aborted"),
     ErrorCode.EXPORT_FAILED: lambda: ApiError.of(ErrorCode.EXPORT_FAILED, "the store failed; retry finalize"),
+    ErrorCode.STORE_UNAVAILABLE: lambda: ApiError.of(ErrorCode.STORE_UNAVAILABLE, "the store is down; retry"),
     ErrorCode.RESPONSE_MASK_MISMATCH: lambda: ApiError.response_mask_mismatch(expected=3, got=2),
     ErrorCode.UPSTREAM_UNAVAILABLE: lambda: ApiError.upstream_unavailable("connection refused"),
     ErrorCode.UPSTREAM_ERROR: lambda: ApiError.upstream_error("SGLang said 500"),
@@ -58,7 +59,7 @@ EXPECTED_STATUS = {
     ErrorCode.PAUSED_TIMEOUT: 503, ErrorCode.NOT_FOUND: 404, ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.REQUEST_TOO_LARGE: 413, ErrorCode.INTERNAL_ERROR: 500, ErrorCode.UPSTREAM_ABORTED: 502,
     ErrorCode.WEIGHT_VERSION_CHANGED: 502, ErrorCode.GENERATION_RESTARTED: 503, ErrorCode.RESUME_REFUSED: 409,
-    ErrorCode.EXPORT_FAILED: 500, ErrorCode.UPSTREAM_OVERLOADED: 503, ErrorCode.UPSTREAM_REJECTED: 400,
+    ErrorCode.EXPORT_FAILED: 500, ErrorCode.STORE_UNAVAILABLE: 503, ErrorCode.UPSTREAM_OVERLOADED: 503, ErrorCode.UPSTREAM_REJECTED: 400,
     ErrorCode.UPSTREAM_PROTOCOL_ERROR: 502, ErrorCode.INVALID_IDEMPOTENCY_KEY: 400, ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
     ErrorCode.TOO_MANY_MESSAGES: 400, ErrorCode.HEADERS_TOO_LARGE: 431, ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415, ErrorCode.UNAUTHORIZED: 401, ErrorCode.FORBIDDEN: 403,
@@ -79,7 +80,8 @@ def test_each_error_code_has_its_documented_status_and_openai_shape(code: ErrorC
     assert list(body["error"])[:4] == ["message", "type", "param", "code"]
     assert body["error"]["code"] == code.value
     server_side = (ErrorCode.PAUSED_TIMEOUT, ErrorCode.INTERNAL_ERROR, ErrorCode.WEIGHT_VERSION_CHANGED,
-                   ErrorCode.GENERATION_RESTARTED, ErrorCode.EXPORT_FAILED, ErrorCode.SHUTTING_DOWN)
+                   ErrorCode.GENERATION_RESTARTED, ErrorCode.EXPORT_FAILED, ErrorCode.SHUTTING_DOWN,
+                   ErrorCode.STORE_UNAVAILABLE)
     assert body["error"]["type"] == ("server_error" if code in server_side
                                      else "upstream_error" if code.value.startswith("upstream")
                                      and code is not ErrorCode.UPSTREAM_REJECTED

@@ -183,7 +183,7 @@ async def test_aborted_sessions_expire_too(autojump_clock):
     await turn(reg, "s", [SYS, U1], A1)
     assert await reg.abort("s")
     await trio.sleep(24 * HOUR)
-    assert reg.expire_tombstones(POLICY) == 1 and reg.debug_view("s") is None
+    assert await reg.expire_tombstones(POLICY) == 1 and reg.debug_view("s") is None
 
 
 # -- bytes -----------------------------------------------------------------------------------------------------------

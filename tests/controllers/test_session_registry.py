@@ -446,9 +446,9 @@ async def test_registry_finalize_during_export_waits_and_gets_the_same_result():
     gate = trio.Event()
 
     class SlowStore(InMemoryTrajectoryStore):
-        async def write(self, session_id, segments):
+        async def write(self, session_id, segments, *, result=None):
             await gate.wait()
-            await super().write(session_id, segments)
+            await super().write(session_id, segments, result=result)
 
     reg = SessionRegistry(FakeTokenizer(), SlowStore(), SessionConfig(max_steps_per_session=None))
     await turn(reg, "s", [SYS, U1], A1)
@@ -473,9 +473,9 @@ async def test_registry_finalize_survives_its_caller_being_cancelled():
     gate = trio.Event()
 
     class SlowStore(InMemoryTrajectoryStore):
-        async def write(self, session_id, segments):
+        async def write(self, session_id, segments, *, result=None):
             await gate.wait()
-            await super().write(session_id, segments)
+            await super().write(session_id, segments, result=result)
 
     reg = SessionRegistry(FakeTokenizer(), SlowStore(), SessionConfig(max_steps_per_session=None))
     await turn(reg, "s", [SYS, U1], A1)
@@ -496,13 +496,13 @@ class FlakyStore(InMemoryTrajectoryStore):
         super().__init__()
         self.failures, self.gate, self.attempts = failures, gate, 0
 
-    async def write(self, session_id, segments):
+    async def write(self, session_id, segments, *, result=None):
         self.attempts += 1
         if self.gate is not None:
             await self.gate.wait()
         if self.attempts <= self.failures:
             raise OSError(28, "No space left on device")
-        await super().write(session_id, segments)
+        await super().write(session_id, segments, result=result)
 
 
 async def test_registry_export_failure_keeps_the_steps_and_the_next_finalize_retries_it(caplog):

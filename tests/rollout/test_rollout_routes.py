@@ -223,10 +223,10 @@ class JournalStore(InMemoryTrajectoryStore):
         super().__init__()
         self.journal = journal
 
-    async def write(self, session_id, segments):
+    async def write(self, session_id, segments, *, result=None):
         with open(self.journal, "a", encoding="utf-8") as journal:
             journal.write(json.dumps({"session_id": session_id, "segments": list(segments)}) + "\n")
-        await super().write(session_id, segments)
+        await super().write(session_id, segments, result=result)
 
 
 async def test_export_failure_is_logged_counted_and_retried_without_losing_a_step(

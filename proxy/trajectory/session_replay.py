@@ -1,0 +1,108 @@
+"""Rebuild a live session from its step journal (``step_journal.py``): the trie, the chains, the checkpoints.
+
+The replay runs the same pure rules the live path runs, never a copy of them: for every committed step,
+:meth:`Session.prepare` with the recorded request, :meth:`Session.restart_segment` when its incremental encode
+failed, :meth:`Session.set_context` with the recorded context ids (nothing is rendered again: TITO continues
+after a restart with exactly the tokens the model saw) and :meth:`Session.commit` with what it generated.
+
+**Order.** The live session interleaves the critical sections of concurrent generations: a sibling prepared before
+another committed sees a different trie and different chains than one prepared after it (its boundary reason, its
+base checkpoint, whether it extends or forks). Each record carries the session's counters before each of its
+critical sections (:class:`~proxy.trajectory.session.Moment`), so the replay runs every prepare, restart and commit
+of the journal in the order they ran live, and :meth:`Session.rewind` makes each hand out the generation and chain
+ids it got live: generations that never committed (dropped, failed, in flight at a crash) are not in the journal,
+and the gaps they left in the ids stay gaps. What such a generation did to the session while it lived cannot change
+a committed step's placement: the chains decide on their step counts and close reasons, which only commits change,
+and the trie's checkpoints come only from commits. The replay checks each step's generation id, step id and chain
+id against the record and raises :class:`ReplayMismatchError` if one differs (a configuration that changes the
+rules, such as ``--ignore-cch-for-prefix-hash``, changed between the run and the restart).
+
+What a replay does not rebuild: generations in flight at the crash (they never committed, the agent's request
+failed with the connection), Idempotency-Key records (``docs/storage.md``, "Recovery").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from proxy.trajectory.message_keys import message_key, reasoning_variant
+from proxy.trajectory.session import BranchHandle, Session
+from proxy.trajectory.session_config import SessionConfig
+from proxy.trajectory.step_journal import StepRecord
+from proxy.trajectory.tokens import expand_runs
+
+
+class ReplayMismatchError(RuntimeError):
+    """A replayed step did not land where the live one did (see the module docstring)."""
+
+
+# The three critical sections of a generation, in their order when two share a counter (they never do live).
+_PREPARE, _RESTART, _COMMIT = 0, 1, 2
+
+
+def replay_session(
+    session_id: str, config: SessionConfig, end_of_turn_id: int | None, records: Iterable[StepRecord]
+) -> Session:
+    """A session holding exactly the committed steps of ``records`` (any order: they are sorted by their moments)."""
+    session = Session(session_id, config, end_of_turn_id)
+    events: list[tuple[int, int, StepRecord]] = []
+    for record in records:
+        events.append((record.prepared.events, _PREPARE, record))
+        if record.restarted is not None:
+            events.append((record.restarted.events, _RESTART, record))
+        events.append((record.committed.events, _COMMIT, record))
+    events.sort(key=lambda event: (event[0], event[1]))
+    handles: dict[int, BranchHandle] = {}
+    for _, kind, record in events:
+        if kind == _PREPARE:
+            handles[record.step_id] = _prepare(session, record)
+        elif kind == _RESTART:
+            _restart(session, handles[record.step_id], record)
+        else:
+            _commit(session, handles.pop(record.step_id), record)
+    return session
+
+
+def _prepare(session: Session, record: StepRecord) -> BranchHandle:
+    request = record.request
+    session.rewind(record.prepared)
+    handle, _ = session.prepare(
+        request.messages, tools=request.tools, chat_template_kwargs=request.chat_template_kwargs,
+        instance_id=request.instance_id, turn_id=request.turn_id,
+    )
+    if handle.generation_id != record.generation_id:
+        raise ReplayMismatchError(f"step {record.step_id}: generation {handle.generation_id}, "
+                                  f"recorded {record.generation_id}")
+    if record.restarted is None:
+        _set_context(session, handle, record)
+    return handle
+
+
+def _restart(session: Session, handle: BranchHandle, record: StepRecord) -> None:
+    session.rewind(record.restarted)
+    session.restart_segment(handle, record.tito_detail or "", record.request.messages)
+    _set_context(session, handle, record)
+
+
+def _set_context(session: Session, handle: BranchHandle, record: StepRecord) -> None:
+    mask = list(record.context_mask) if record.context_mask is not None else None
+    session.set_context(handle, record.context_ids, mask)
+
+
+def _commit(session: Session, handle: BranchHandle, record: StepRecord) -> None:
+    session.rewind(record.committed)
+    logprobs = record.logprobs.tolist() if record.logprobs is not None else None
+    span = Session.build_span(handle, record.generated_ids, logprobs, expand_runs(record.version_runs),
+                              record.routed_experts)
+    answer = record.assistant_message
+    result = session.commit(
+        handle, span, finish_reason=record.finish_reason, assistant_message=answer, key=message_key(answer),
+        variant=reasoning_variant(answer), logprobs_invalid=record.logprobs_invalid,
+        version_stamp=record.version_stamp,
+    )
+    if (result.step_id, result.chain_id) != (record.step_id, record.chain_id):
+        raise ReplayMismatchError(f"step {record.step_id} of chain {record.chain_id} replayed as step "
+                                  f"{result.step_id} of chain {result.chain_id}")
+
+
+__all__ = ["ReplayMismatchError", "replay_session"]
