@@ -33,3 +33,5 @@ async def test_random_kills_lose_and_duplicate_nothing(reference_run, qwen3_path
     assert killed.retries > 0
     comparison = compare(reference.outcome, killed.outcome)
     assert comparison.identical, f"seed {seed}, {KILLS} kills:\n{comparison.describe()}\n{killed.logs}"
+    # A session re-sends at most one commit per kill (a step durable and unanswered when the process died).
+    assert max(comparison.resent_commits.values(), default=0) <= KILLS, comparison.describe()
