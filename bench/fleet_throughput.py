@@ -11,7 +11,8 @@ One run:
   test's load balancer lives in ``tests/fleet/``);
 - the sessions of ``bench/store_throughput.py`` (``--concurrency`` clients, whole sessions: chat steps, finalize,
   two-phase read), every request carrying ``X-Session-Id``, through HAProxy;
-- phases N = 1, 2, 3, then 3, 2, 1 (``--rounds``), each ``--seconds`` long.
+- phases N = 1, 2, 3, then 3, 2, 1 (``--rounds``), each a fixed amount of work (every client runs ``--sessions``
+  sessions; the first phase is preceded by a warm-up of one session per client).
 
 **On two cores this shows overhead, not scaling**: every proxy, the engine, PostgreSQL, HAProxy and the load
 generator share the same two cores, so more proxies cannot add CPU; the steps/s per N show what a fleet costs
@@ -20,9 +21,10 @@ per-request CPU: each proxy process's CPU seconds per step (utime + stime from /
 backends) and HAProxy's. With one core per proxy, N proxies serve about N / (proxy CPU per step) steps/s until
 PostgreSQL's CPU per step (times the steps) or the upstream's fills the cores given to it; the report prints both.
 
-Bounded: each phase stops at its deadline; 127.0.0.1 only. ``--smoke``: N = 1 and 2, 4 clients, one short round.
+Bounded: a phase stops after ``--bound`` seconds (reported, and the run fails); 127.0.0.1 only. ``--smoke``: N = 1
+and 2, 4 clients, one session each, one round.
 
-    .venv/bin/python bench/fleet_throughput.py [--rounds 2] [--seconds 8] [--concurrency 64] [--turns 4] [--smoke]
+    .venv/bin/python bench/fleet_throughput.py [--rounds 2] [--sessions 2] [--concurrency 64] [--turns 3] [--smoke]
 """
 
 from __future__ import annotations
@@ -76,8 +78,10 @@ class Phase:
     size: int
     seconds: float
     tally: Tally
-    #: CPU seconds during the phase: "proxies" (the N in use), "postgresql", "haproxy", "engine"
+    #: CPU seconds during the phase: "proxies" (the N in use), "postgresql", "haproxy", "engine", "p0".."pN-1"
     cpu: dict[str, float]
+    #: True when the phase hit --bound before every client finished its sessions
+    cut: bool = False
 
     @property
     def rate(self) -> float:
@@ -105,14 +109,14 @@ async def run_phase(size: int, name: str, balancer_port: int, pids: dict[str, in
 
     tally = Tally()
     before, start = cpu(), time.perf_counter()
-    with trio.move_on_after(args.seconds):
+    with trio.move_on_after(args.bound) as bound:
         async with trio.open_nursery() as nursery:
             for client in range(args.concurrency):
-                nursery.start_soon(client_sessions, balancer_port, name, client, args.turns, args.max_tokens, tally)
+                nursery.start_soon(client_sessions, balancer_port, name, client, args, tally)
     seconds = time.perf_counter() - start
     after = cpu()
     await trio.sleep(0.5)
-    return Phase(size, seconds, tally, {who: after[who] - before[who] for who in after})
+    return Phase(size, seconds, tally, {who: after[who] - before[who] for who in after}, bound.cancelled_caught)
 
 
 def start_haproxy(tmp: Path, size: int, proxy_ports: list[int], procs: dict[str, subprocess.Popen]) -> int:
@@ -130,7 +134,8 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
     sizes = sorted({p.size for p in phases})
     base = statistics.mean(p.rate for p in phases if p.size == sizes[0])
     print(f"\n## Fleet of N proxies behind HAProxy over one PostgreSQL: {args.concurrency} concurrent sessions, "
-          f"{args.turns} steps each then finalize + read + ack; {args.rounds} round(s) of {args.seconds:g} s\n")
+          f"{args.turns} steps each then finalize + read + ack, {args.sessions} per client and phase; {args.rounds} "
+          "round(s)\n")
     print("| N | steps/s (phases) | steps/s mean | / N=1 | proxy CPU ms/step (all N) | PostgreSQL ms/step | "
           "HAProxy ms/step | engine ms/step | proxy CPU shares % | errors |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---|---:|")
@@ -189,32 +194,33 @@ async def main_async(args: argparse.Namespace) -> int:
                     pids = {name: proc.pid for name, proc in procs.items()}
                     pids["postgresql"] = server.process.pid
                     if round_ == 0 and size == sizes[0]:
-                        await run_phase(size, f"warm-{size}", balancer, pids,
-                                        argparse.Namespace(**{**vars(args), "seconds": min(2.0, args.seconds)}))
+                        await run_phase(size, f"warm-{size}", balancer, pids, argparse.Namespace(**{**vars(args),
+                                                                                                   "sessions": 1}))
                     phase = await run_phase(size, f"r{round_}-n{size}", balancer, pids, args)
                     phases.append(phase)
                     print(f"- round {round_} N={size}: {phase.tally.steps} steps in {phase.seconds:.1f} s "
-                          f"({phase.rate:.0f}/s), {phase.tally.sessions} sessions, {phase.tally.errors} errors",
-                          flush=True)
+                          f"({phase.rate:.0f}/s), {phase.tally.sessions} sessions, {phase.tally.errors} errors"
+                          + (f", CUT by --bound {args.bound:g} s" if phase.cut else ""), flush=True)
             report(phases, args)
         finally:
             stop_servers(procs, tmp, keep_logs=args.keep_logs)
-    return 1 if any(p.tally.errors for p in phases) or any(p.tally.steps == 0 for p in phases) else 0
+    return 1 if any(p.tally.errors or p.cut or not p.tally.steps for p in phases) else 0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--seconds", type=float, default=8.0, help="seconds per phase")
+    parser.add_argument("--sessions", type=int, default=2, help="sessions per client and phase")
+    parser.add_argument("--bound", type=float, default=300.0, help="seconds a phase may take at most")
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--max-proxies", type=int, default=3, choices=FLEET_SIZES)
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="N = 1 and 2, 4 clients, one short round")
     args = parser.parse_args()
     if args.smoke:
-        args.rounds, args.seconds, args.concurrency, args.max_proxies = 1, 2.0, 4, 2
+        args.rounds, args.sessions, args.concurrency, args.max_proxies = 1, 1, 4, 2
     raise SystemExit(trio.run(main_async, args))
 
 

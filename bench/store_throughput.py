@@ -11,18 +11,20 @@ One run:
   steps (each echoes the proxy's answer and adds a user turn), then ``/session/finalize``, then the trainer's
   two-phase read (``/trajectory/read`` with drain, then ``/trajectory/ack`` of its lease), so every store write of
   a session's life is on the path: a journal record per step, finalize's transaction, the lease and its deletion;
-- phases interleaved per round (memory, sqlite, postgresql, then the reverse order), each ``--seconds`` long, so
-  the machine's drift hits every store alike; the memory phases against each other (A/A) show the run's noise.
+- phases interleaved per round (memory, sqlite, postgresql, then the reverse order), so the machine's drift hits
+  every store alike; the memory phases against each other (A/A) show the run's noise.
 
 Reported per store: steps/s (committed chat steps; finalizes and reads are part of each session's cost but not
 counted as steps), the ratio to the mean of the memory phases, the proxy's CPU ms per step (utime + stime from
 /proc, the SQLite store's worker threads included), and for PostgreSQL the server's CPU ms per step (the postmaster
 and its backends).
 
-Bounded: each phase stops at its deadline (a session cut there counts its committed steps); 127.0.0.1 only.
-``--smoke``: one short round over memory and SQLite with 4 clients (the suite's check that the script runs).
+A phase is a fixed amount of work (every client runs ``--sessions`` sessions), so every store gets the same sessions
+to write; bounded by ``--bound`` seconds per phase (a phase cut there is reported and fails the run); 127.0.0.1
+only. Before the rounds, each proxy gets one session per client (warm-up, not reported). ``--smoke``: one round of
+one session per client over memory and SQLite with 4 clients (the suite's check that the script runs).
 
-    .venv/bin/python bench/store_throughput.py [--rounds 2] [--seconds 8] [--concurrency 64] [--turns 4]
+    .venv/bin/python bench/store_throughput.py [--rounds 2] [--sessions 2] [--concurrency 64] [--turns 3]
                                                [--stores memory,sqlite,postgresql] [--smoke]
 """
 
@@ -84,8 +86,8 @@ class Tally:
             self.error_samples.append(f"{what}: {status} {body[:200]!r}")
 
 
-async def client_sessions(port: int, phase: str, client: int, turns: int, max_tokens: int, tally: Tally) -> None:
-    """Whole sessions, one after another, until cancelled (the phase's deadline). Every request of a session
+async def client_sessions(port: int, phase: str, client: int, args: argparse.Namespace, tally: Tally) -> None:
+    """``args.sessions`` whole sessions of ``args.turns`` steps, one after another. Every request of a session
     carries its ``X-Session-Id`` (a load balancer in front of a fleet hashes it, ``bench/fleet_throughput.py``)."""
     conn = Connection("127.0.0.1", port)
 
@@ -93,13 +95,13 @@ async def client_sessions(port: int, phase: str, client: int, turns: int, max_to
         return await conn.request("POST", path, json.dumps(body).encode(), extra_headers=[("x-session-id", session_id)])
 
     try:
-        for number in range(10**9):
+        for number in range(args.sessions):
             session_id = f"{phase}-{client}-{number}"
             messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
-            for turn in range(turns):
+            for turn in range(args.turns):
                 messages.append({"role": "user", "content": f"Question {client}.{number}.{turn}: one fact, please."})
                 status, payload = await post("/v1/chat/completions", {
-                    "model": "m", "messages": messages, "max_tokens": max_tokens, "chat_template_kwargs": NO_THINKING,
+                    "model": "m", "messages": messages, "max_tokens": args.max_tokens, "chat_template_kwargs": NO_THINKING,
                 }, session_id)
                 if status != 200:
                     tally.error("chat", status, payload)
@@ -133,6 +135,8 @@ class Phase:
     tally: Tally
     proxy_cpu: float
     server_cpu: float | None
+    #: True when the phase hit --bound before every client finished its sessions
+    cut: bool = False
 
     @property
     def rate(self) -> float:
@@ -147,15 +151,15 @@ async def run_phase(store: str, name: str, port: int, proxy_pid: int, server_pid
     tally = Tally()
     before = cpu_seconds(proxy_pid), (process_tree_cpu(server_pid) if server_pid else None)
     start = time.perf_counter()
-    with trio.move_on_after(args.seconds):
+    with trio.move_on_after(args.bound) as bound:
         async with trio.open_nursery() as nursery:
             for client in range(args.concurrency):
-                nursery.start_soon(client_sessions, port, name, client, args.turns, args.max_tokens, tally)
+                nursery.start_soon(client_sessions, port, name, client, args, tally)
     seconds = time.perf_counter() - start
     proxy_cpu = cpu_seconds(proxy_pid) - before[0]
     server_cpu = process_tree_cpu(server_pid) - before[1] if server_pid else None
     await trio.sleep(0.5)  # cut requests wind down before the next phase
-    return Phase(store, seconds, tally, proxy_cpu, server_cpu)
+    return Phase(store, seconds, tally, proxy_cpu, server_cpu, bound.cancelled_caught)
 
 
 @contextlib.contextmanager
@@ -193,8 +197,8 @@ def start_proxies(tmp: Path, stores: list[str], server: Any, procs: dict[str, su
 def report(phases: list[Phase], args: argparse.Namespace, stores: list[str], server_pid: int | None) -> None:
     by_store = {store: [p for p in phases if p.store == store] for store in stores}
     memory_rate = statistics.mean(p.rate for p in by_store["memory"])
-    print(f"\n## {args.concurrency} concurrent sessions, {args.turns} steps each then finalize + read + ack; "
-          f"{args.rounds} round(s) of {args.seconds:g} s phases\n")
+    print(f"\n## {args.concurrency} concurrent sessions, {args.turns} steps each then finalize + read + ack, "
+          f"{args.sessions} per client and phase; {args.rounds} round(s)\n")
     print("| store | steps/s (phases) | steps/s mean | / memory | proxy CPU ms/step | server CPU ms/step | "
           "sessions | errors |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
@@ -239,31 +243,33 @@ async def main_async(args: argparse.Namespace) -> int:
                     phase = await run_phase(store, f"r{round_}-{store}", ports[store], procs[store].pid, pid, args)
                     phases.append(phase)
                     print(f"- round {round_} {store}: {phase.tally.steps} steps in {phase.seconds:.1f} s "
-                          f"({phase.rate:.0f}/s), {phase.tally.sessions} sessions, {phase.tally.errors} errors",
-                          flush=True)
+                          f"({phase.rate:.0f}/s), {phase.tally.sessions} sessions, {phase.tally.errors} errors"
+                          + (f", CUT by --bound {args.bound:g} s" if phase.cut else ""), flush=True)
             report(phases, args, stores, server_pid)
         finally:
             stop_servers(procs, tmp, keep_logs=args.keep_logs)
-    return 1 if any(p.tally.errors for p in phases) or any(p.tally.steps == 0 for p in phases) else 0
+    return 1 if any(p.tally.errors or p.cut or not p.tally.steps for p in phases) else 0
 
 
 def _short(args: argparse.Namespace) -> argparse.Namespace:
-    return argparse.Namespace(**{**vars(args), "seconds": min(2.0, args.seconds)})
+    """The warm-up's shape: one session per client."""
+    return argparse.Namespace(**{**vars(args), "sessions": 1})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stores", default=",".join(STORES), help="comma-separated, memory first")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--seconds", type=float, default=8.0, help="seconds per phase")
+    parser.add_argument("--sessions", type=int, default=2, help="sessions per client and phase")
+    parser.add_argument("--bound", type=float, default=300.0, help="seconds a phase may take at most")
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--turns", type=int, default=4, help="chat steps per session before its finalize")
+    parser.add_argument("--turns", type=int, default=3, help="chat steps per session before its finalize")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="one short round, memory and sqlite, 4 clients")
     args = parser.parse_args()
     if args.smoke:
-        args.stores, args.rounds, args.seconds, args.concurrency = "memory,sqlite", 1, 2.0, 4
+        args.stores, args.rounds, args.sessions, args.concurrency = "memory,sqlite", 1, 1, 4
     raise SystemExit(trio.run(main_async, args))
 
 
