@@ -154,8 +154,9 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
     for size in (1, 2, 3, 8, 16):
         proxy_bound = size / (per_step.get(size, per_step[sizes[-1]])["proxies"] / 1000)
         print(f"- {size} proxies: about {proxy_bound:.0f} steps/s proxy-bound")
-    print(f"- PostgreSQL's ceiling: about {1000 / max(one['postgresql'], 1e-9):.0f} steps/s per core it gets "
-          f"({one['postgresql']:.2f} ms/step); HAProxy's: about {1000 / max(one['haproxy'], 1e-9):.0f} per core")
+    for who, label in (("postgresql", "PostgreSQL"), ("haproxy", "HAProxy")):
+        ceiling = f"about {1000 / one[who]:.0f} steps/s per core it gets" if one[who] else "not measurable (0 CPU ticks)"
+        print(f"- {label}'s ceiling: {ceiling} ({one[who]:.2f} ms/step)")
     samples = [s for p in phases for s in p.tally.error_samples]
     if samples:
         print("\nErrors (samples):\n" + "\n".join(f"- {s}" for s in samples[:6]))
