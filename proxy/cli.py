@@ -24,13 +24,17 @@ from engine.cli import add_engine_arguments, engine_config_from_args
 from proxy.access import bind_warning
 from proxy.app import create_proxy_app
 from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args, sglang_ssl_context
+from proxy.controllers.fleet_control import join_fleet
 from proxy.controllers.lifecycle import LifecycleController
+from proxy.controllers.store_leases import run_lease_renewal
 from proxy.http_limits import http_limits
 from proxy.observability.logs import configure_proxy_logging
 from proxy.controllers.session_reaper import expiry_policy, run_reaper
 from proxy.service_flags import add_service_arguments, service_settings_from_args
 from proxy.services import ProxyServices
+from proxy.trajectory.store import TrajectoryStore
 from proxy.trajectory.stores import open_store
+from proxy.fleet_command import fleet_main
 from proxy.ui.view_command import view_main
 from proxy.upstream.client import SGLangClient
 from serving.http_server import serve_app
@@ -64,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Trajectory-recording OpenAI-compatible proxy in front of SGLang. Without "
         "--sglang-router-url it runs on its embedded SGLang-protocol engine (docs/engine.md).",
         epilog="dressage-proxy view EXPORT.jsonl|.parquet opens the trajectory viewer on an exported file "
-        "(dressage-proxy view --help).",
+        "(dressage-proxy view --help); dressage-proxy fleet pause|resume --urls URL,... pauses or resumes every "
+        "proxy of a fleet (dressage-proxy fleet --help).",
     )
     add_proxy_arguments(parser)
     add_service_arguments(parser)
@@ -80,6 +85,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
 async def run_proxy(
     config: ProxyConfig, engine_config: EngineConfig | None = None, *,
     stop_requests: AsyncIterable[object] | None = None, task_status: Any = trio.TASK_STATUS_IGNORED,
+    store: TrajectoryStore | None = None,
 ) -> None:
     """Run until stopped, or cancelled (which ends everything at once). Without a router URL the embedded engine
     serves on an ephemeral loopback port first, and the proxy talks to it over HTTP exactly as it would to SGLang
@@ -108,11 +114,15 @@ async def run_proxy(
             router_url, worker_urls, max_connections=config.upstream_max_connections, ssl_context=ssl_context,
             connect_timeout=config.upstream_connect_timeout, generation_read_timeout=config.upstream_read_timeout,
         ) as upstream:
-            store = await stack.enter_async_context(open_store(config.store))
+            if store is None:  # else the caller's (tests: several proxies over one shared store), not closed here
+                store = await stack.enter_async_context(open_store(config.store))
             # Loading the tokenizer takes about a second; keep the event loop (and the engine) responsive.
             services = await trio.to_thread.run_sync(ProxyServices.build, config, upstream, store)
             app = create_proxy_app(services)
             nursery.start_soon(run_reaper, services.sessions, expiry_policy(config))
+            # A shared store: start paused when the fleet is, and keep the leases of busy sessions alive.
+            await join_fleet(services.gate, store)
+            nursery.start_soon(run_lease_renewal, services.sessions.leases)
             # Known from the start when the upstream can say; otherwise asked again when a request needs it.
             await services.context_window.refresh()
             lifecycle = services.lifecycle
@@ -172,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     argv = sys.argv[1:] if argv is None else argv
     # Subcommands beside serving: the trajectory viewer on an exported file (proxy/ui/view_command.py).
-    subcommands = {"view": view_main}
+    subcommands = {"view": view_main, "fleet": fleet_main}
     if argv[:1] and argv[0] in subcommands:
         return subcommands[argv[0]](argv[1:])
     try:

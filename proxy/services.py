@@ -17,6 +17,7 @@ from proxy.controllers.gate import GateController
 from proxy.controllers.generation import GenerationController
 from proxy.controllers.lifecycle import LifecycleController
 from proxy.controllers.session_registry import SessionRegistry
+from proxy.controllers.store_leases import default_proxy_id, session_leases_for
 from proxy.observability.metrics import NO_METRICS, MetricsHooks, metrics_for
 from proxy.parsing import MessageParser, ParserConfig
 from proxy.tokenization import TitoTokenizer, load_tito_tokenizer
@@ -61,7 +62,11 @@ class ProxyServices:
             ignore_cch_for_prefix_hash=config.ignore_cch_for_prefix_hash,
         )
         metrics = metrics_for(config.metrics)
-        sessions = SessionRegistry(tokenizer, store or InMemoryTrajectoryStore(), session_config, metrics=metrics)
+        store = store or InMemoryTrajectoryStore()
+        # A shared store (a fleet): sessions are leased in it; else every session is this process's.
+        leases = session_leases_for(store, config.proxy_id or default_proxy_id(config.host, config.port),
+                                    config.session_lease_seconds)
+        sessions = SessionRegistry(tokenizer, store, session_config, metrics=metrics, leases=leases)
         parser = MessageParser(
             ParserConfig(
                 tool_call_type=config.effective_tool_call_type,

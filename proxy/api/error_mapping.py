@@ -8,7 +8,7 @@ row of :data:`~proxy.api.errors.ERROR_TABLE`, decided nowhere else.
 | internal error | code |
 |---|---|
 | :class:`~proxy.api.errors.ApiError` | itself (already an answer) |
-| :class:`CodedError` (the session layer's errors, ``proxy/trajectory/session_errors.py``) | the code it names; ``response_mask_mismatch`` keeps ``expected`` / ``got`` |
+| :class:`CodedError` (the session layer's errors, ``proxy/trajectory/session_errors.py``; the fleet's ``SessionBusyError`` and ``LeaseLostError``) | the code it names; ``response_mask_mismatch`` keeps ``expected`` / ``got``; one with a ``retry_after`` answers ``Retry-After`` |
 | :class:`~proxy.tokenization.TitoError` (the chat template refused the messages) | ``invalid_request``, ``param`` ``messages`` |
 | :class:`~proxy.upstream.errors.UpstreamError` | the upstream table below |
 | werkzeug's ``HTTPException`` (unknown route, wrong method, body over the limit) | 404 ``not_found``, 405 ``method_not_allowed``, 413 ``request_too_large``; any other 4xx ``invalid_request``, anything else ``internal_error`` |
@@ -35,6 +35,7 @@ above the API's shapes and already reads this package's table; naming its errors
 from __future__ import annotations
 
 import logging
+import math
 from typing import ClassVar
 
 from werkzeug.exceptions import HTTPException
@@ -68,6 +69,9 @@ class CodedError(Exception):
     """An inner layer's error that names its stable API ``code``; its message is written for the client."""
 
     code: ClassVar[str] = ErrorCode.INVALID_REQUEST.value
+    #: seconds after which a retry may succeed: answered as the ``Retry-After`` header and the ``retry_after`` member
+    #: (rounded up, at least 1); None: no such header
+    retry_after: float | None = None
 
 
 def api_error_for(error: BaseException) -> ApiError:
@@ -97,10 +101,17 @@ def coded_error(error: CodedError) -> ApiError:
     details = {}
     if code == ErrorCode.RESPONSE_MASK_MISMATCH:
         details = {key: getattr(error, key) for key in ("expected", "got") if hasattr(error, key)}
-    answer = ApiError.of(code, str(error), "response_mask" if details else None, details=details)
+    headers = {}
+    if error.retry_after is not None:
+        retry_after = max(1, math.ceil(error.retry_after)) if math.isfinite(error.retry_after) else 1
+        headers, details = {"Retry-After": str(retry_after)}, {**details, "retry_after": retry_after}
+    answer = ApiError.of(code, str(error), "response_mask" if code == ErrorCode.RESPONSE_MASK_MISMATCH and details
+                         else None, details=details, headers=headers)
     if answer.status >= 500:
-        log.error("request %s: answered %d %s: %s", current_request_id(), answer.status, answer.code, error,
-                  extra={"status": answer.status, "code": str(answer.code)})
+        # A fault, unless the client is told when to retry (a fleet's session_moved): then it is an event.
+        level = logging.INFO if error.retry_after is not None else logging.ERROR
+        log.log(level, "request %s: answered %d %s: %s", current_request_id(), answer.status, answer.code, error,
+                extra={"status": answer.status, "code": str(answer.code)})
     return answer
 
 

@@ -79,6 +79,9 @@ class ErrorCode(enum.StrEnum):
     UPSTREAM_ABORTED = "upstream_aborted"
     UPSTREAM_PROTOCOL_ERROR = "upstream_protocol_error"
     WEIGHT_VERSION_CHANGED = "weight_version_changed"
+    # -- the fleet (several proxies sharing one store)
+    SESSION_BUSY = "session_busy"
+    SESSION_MOVED = "session_moved"
     # -- routing and the server
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
@@ -231,6 +234,17 @@ ERROR_TABLE: Mapping[ErrorCode, ErrorSpec] = {
         502, SERVER_ERROR,
         "SGLang's weights changed under one running upstream request (not through the proxy's pause): the step "
         "would mix versions; nothing recorded",
+    ),
+    ErrorCode.SESSION_BUSY: ErrorSpec(
+        409, INVALID_REQUEST_ERROR,
+        "fleet mode: another proxy of the fleet holds the session's lease and kept it past the wait (the balancer "
+        "sent the session elsewhere while its owner is alive and busy); `Retry-After` header, extra member "
+        "`retry_after`",
+    ),
+    ErrorCode.SESSION_MOVED: ErrorSpec(
+        503, SERVER_ERROR,
+        "fleet mode: another proxy took the session's lease while this one generated; nothing of this step was "
+        "recorded; `Retry-After: 1`, retry (the request reaches the session's owner)",
     ),
     ErrorCode.NOT_FOUND: ErrorSpec(
         404, INVALID_REQUEST_ERROR,

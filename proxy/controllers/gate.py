@@ -130,6 +130,17 @@ class GateController:
         controller._paused.set()  # no pause in progress: wait_pause_settled() returns at once
         return controller
 
+    async def start_as(self, *, paused: bool, weight_version: str | None) -> None:
+        """Before serving, a proxy joining a fleet takes the fleet's state: its weight version (a fresh machine at
+        epoch 0, as :meth:`new` would make it), and paused when the fleet is (an ordinary ``PauseRequested`` with
+        nothing in flight: the machine's RUNNING -> PAUSED row, so the paused start is the machine's own path)."""
+        if self._in_flight or self._waiting or self._pauses:
+            raise RuntimeError("start_as() is for a gate that has not served yet")
+        if weight_version is not None:
+            self.machine = gate_sm.RolloutGate.new(weight_version)
+        if paused:
+            await self.pause()
+
     # -- what generations ask (synchronous) ----------------------------------------------------------------------
 
     def want_to_start(self, member: GateMember) -> gate_sm.Admit | gate_sm.Wait:

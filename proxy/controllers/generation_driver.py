@@ -68,6 +68,7 @@ from proxy.trajectory.session_errors import (
     SessionFinalizedError,
     TrajectoryVersionChangedError,
 )
+from proxy.trajectory.store import LeaseLostError
 from proxy.trajectory.tokens import routed_rows_end
 from proxy.trajectory.version_stamp import VersionStamp
 from proxy.upstream.errors import UpstreamError
@@ -576,6 +577,11 @@ class Generation:
                     output.finish.value, output.message.to_openai(), version_stamp=stamp,
                 )
             except SessionFinalizedError as exc:
+                self._feed(gen.CommitRejected(str(exc)))
+            except LeaseLostError as exc:
+                # Fleet: another proxy took the session; its journal refused this step (the registry dropped its
+                # stale copy). 503 session_moved, Retry-After: 1: the retry reaches the session's owner.
+                self.output.refusal = api_error_for(exc)
                 self._feed(gen.CommitRejected(str(exc)))
             except TrajectoryVersionChangedError as exc:
                 # Nothing was committed and the handle is still live: release it; answer with this code.

@@ -23,13 +23,19 @@ from typing import Protocol
 
 import attrs
 
+from proxy.api.error_mapping import CodedError
+from proxy.api.errors import ErrorCode
 
-class SessionBusyError(Exception):
+
+class SessionBusyError(CodedError):
     """Another proxy of the fleet holds the session's lease (answered 409 ``session_busy`` with Retry-After)."""
 
+    code = ErrorCode.SESSION_BUSY.value
+
     def __init__(self, session_id: str, owner: str | None, retry_after: float) -> None:
-        super().__init__(f"session {session_id!r} is served by another proxy ({owner}) for up to "
-                         f"{retry_after:.1f} s more")
+        # The holder's name (host:port:pid) is for the log, not for the client.
+        super().__init__(f"session {session_id!r} is being served by another proxy of the fleet for up to "
+                         f"{retry_after:.1f} s more; retry after that")
         self.session_id = session_id
         self.owner = owner
         self.retry_after = retry_after

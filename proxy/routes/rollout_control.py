@@ -2,8 +2,8 @@
 
 | route | body | answer |
 |---|---|---|
-| ``POST /v1/rollout/pause`` | none (ignored) | ``{"state": "PAUSED", "epoch", "weight_version", "aborted", "tokens_kept", "waiting", "already_paused", "force_cut", "seconds"}`` |
-| ``POST /v1/rollout/resume`` | ``{"weight_version"?}`` (or no body) | ``{"state": "RUNNING", "epoch", "weight_version", "admitted", "already_running"}`` |
+| ``POST /v1/rollout/pause`` | none (ignored) | ``{"state": "PAUSED", "epoch", "weight_version", "aborted", "tokens_kept", "waiting", "already_paused", "force_cut", "seconds", "fleet_recorded"}`` |
+| ``POST /v1/rollout/resume`` | ``{"weight_version"?}`` (or no body) | ``{"state": "RUNNING", "epoch", "weight_version", "admitted", "already_running", "fleet_recorded"}`` |
 | ``GET /v1/rollout/pause_state`` | | ``{"state", "epoch", "weight_version", "in_flight", "waiting", "pauses_total", "admitted_total", "parked_total"}`` |
 
 Everything is the :class:`~proxy.controllers.gate.GateController`'s (``services.gate``), which drives the
@@ -24,6 +24,10 @@ Everything is the :class:`~proxy.controllers.gate.GateController`'s (``services.
   nothing (``already_running: true``). Refused with 409 ``resume_refused``: a resume while a pause is still in
   progress (wait for the pause call to return), and a resume *while running* that announces another version
   (weights may change only inside a pause: pause, update, then resume with the version).
+- **Fleet** (a shared store, ``docs/storage.md`` "Fleet"): pause and resume also record the state in the store
+  (``proxy/controllers/fleet_control.py``), so a proxy that joins during a pause starts paused; ``fleet_recorded``
+  is false when the store refused that write (logged; the local gate changed anyway). A store only one process uses
+  records nothing (``fleet_recorded`` true).
 - **pause_state**: the gate's state (``RUNNING``, ``PAUSING``, ``PAUSED``), epoch, current weight version (null
   until one is announced), generations in flight and waiting, and lifetime counters.
 """
@@ -37,6 +41,7 @@ from quart_trio import QuartTrio
 from proxy.api import ApiError
 from proxy.api.errors import ErrorCode
 from proxy.api.rollout_requests import ResumeRequest
+from proxy.controllers.fleet_control import record_control
 from proxy.controllers.gate import GateController, ResumeRefusedError
 from proxy.routes.json_body import read_json_body
 from proxy.services import ProxyServices
@@ -44,10 +49,13 @@ from proxy.services import ProxyServices
 
 def register(app: QuartTrio, services: ProxyServices) -> None:
     gate: GateController = services.gate
+    store = services.sessions.store
 
     @app.post("/v1/rollout/pause")
     async def pause():
         began = trio.current_time()
+        # Recorded first: a proxy joining the fleet while this pause cuts generations starts paused.
+        recorded = await record_control(store, paused=True, weight_version=gate.statistics().weight_version)
         result = await gate.pause()
         stats = gate.statistics()
         return jsonify(
@@ -61,6 +69,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                 "already_paused": result.already_paused,
                 "force_cut": list(result.force_cut),
                 "seconds": round(trio.current_time() - began, 6),
+                "fleet_recorded": recorded,
             }
         )
 
@@ -71,6 +80,8 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
             result = await gate.resume(body.weight_version)
         except ResumeRefusedError as exc:
             raise ApiError.of(ErrorCode.RESUME_REFUSED, f"resume refused: {exc}") from None
+        # Recorded after the gate resumed: a refused resume leaves the fleet paused.
+        recorded = await record_control(store, paused=False, weight_version=result.weight_version)
         return jsonify(
             {
                 "state": "RUNNING",
@@ -78,6 +89,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                 "weight_version": result.weight_version,
                 "admitted": result.admitted,
                 "already_running": result.already_running,
+                "fleet_recorded": recorded,
             }
         )
 

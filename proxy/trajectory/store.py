@@ -44,12 +44,19 @@ from typing import Any, Protocol
 
 import attrs
 
+from proxy.api.error_mapping import CodedError
+from proxy.api.errors import ErrorCode
+
 #: seconds a draining read's lease lasts before its segments are readable again (``--read-lease-seconds``)
 DEFAULT_READ_LEASE_SECONDS = 300.0
 
 
-class LeaseLostError(Exception):
-    """Another proxy took the session's lease: this proxy's copy of the session is stale and must not be written."""
+class LeaseLostError(CodedError):
+    """Another proxy took the session's lease: this proxy's copy of the session is stale and must not be written.
+    Answered 503 ``session_moved`` with ``Retry-After: 1`` (the retry reaches the session's owner)."""
+
+    code = ErrorCode.SESSION_MOVED.value
+    retry_after = 1.0
 
     def __init__(self, session_id: str, epoch: int | None = None) -> None:
         super().__init__(f"session {session_id!r} is owned by another proxy now (lease epoch {epoch})")

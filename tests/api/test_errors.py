@@ -10,8 +10,10 @@ import pytest
 
 from proxy.api import error_mapping
 from proxy.api.errors import ERROR_TABLE, ApiError, ErrorCode, client_safe_text
+from proxy.controllers.session_leases import SessionBusyError
 from proxy.request_id import _current as current_request_id_var
 from proxy.trajectory import session_errors
+from proxy.trajectory.store import LeaseLostError
 
 NAMED = {
     ErrorCode.MISSING_SESSION_ID: lambda: ApiError.missing_session_id(),
@@ -49,6 +51,8 @@ NAMED = {
     ErrorCode.UNAUTHORIZED: lambda: ApiError.of(ErrorCode.UNAUTHORIZED, "no key"),
     ErrorCode.FORBIDDEN: lambda: ApiError.of(ErrorCode.FORBIDDEN, "foreign origin"),
     ErrorCode.SHUTTING_DOWN: lambda: ApiError.of(ErrorCode.SHUTTING_DOWN, "stopping"),
+    ErrorCode.SESSION_BUSY: lambda: error_mapping.api_error_for(SessionBusyError("s", "host:1:2", 2.5)),
+    ErrorCode.SESSION_MOVED: lambda: error_mapping.api_error_for(LeaseLostError("s", 3)),
 }
 
 EXPECTED_STATUS = {
@@ -63,7 +67,7 @@ EXPECTED_STATUS = {
     ErrorCode.UPSTREAM_PROTOCOL_ERROR: 502, ErrorCode.INVALID_IDEMPOTENCY_KEY: 400, ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
     ErrorCode.TOO_MANY_MESSAGES: 400, ErrorCode.HEADERS_TOO_LARGE: 431, ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415, ErrorCode.UNAUTHORIZED: 401, ErrorCode.FORBIDDEN: 403,
-    ErrorCode.SHUTTING_DOWN: 503,
+    ErrorCode.SHUTTING_DOWN: 503, ErrorCode.SESSION_BUSY: 409, ErrorCode.SESSION_MOVED: 503,
 }
 
 
@@ -81,7 +85,7 @@ def test_each_error_code_has_its_documented_status_and_openai_shape(code: ErrorC
     assert body["error"]["code"] == code.value
     server_side = (ErrorCode.PAUSED_TIMEOUT, ErrorCode.INTERNAL_ERROR, ErrorCode.WEIGHT_VERSION_CHANGED,
                    ErrorCode.GENERATION_RESTARTED, ErrorCode.EXPORT_FAILED, ErrorCode.SHUTTING_DOWN,
-                   ErrorCode.STORE_UNAVAILABLE)
+                   ErrorCode.SESSION_MOVED, ErrorCode.STORE_UNAVAILABLE)
     assert body["error"]["type"] == ("server_error" if code in server_side
                                      else "upstream_error" if code.value.startswith("upstream")
                                      and code is not ErrorCode.UPSTREAM_REJECTED
@@ -104,6 +108,14 @@ def test_response_mask_mismatch_is_422_with_expected_and_got() -> None:
 def test_paused_timeout_is_503_with_a_whole_second_retry_after_header(retry_after: float, header: str) -> None:
     error = ApiError.paused_timeout(12.0, retry_after)
     assert (error.status, dict(error.headers)) == (503, {"Retry-After": header})
+
+
+def test_the_fleets_errors_say_when_to_retry() -> None:
+    busy = error_mapping.api_error_for(SessionBusyError("s", "host:1:2", 2.5))
+    assert (dict(busy.headers), busy.to_json()["error"]["retry_after"]) == ({"Retry-After": "3"}, 3)
+    assert "host:1:2" not in busy.message
+    moved = error_mapping.api_error_for(LeaseLostError("s", 3))
+    assert (dict(moved.headers), moved.to_json()["error"]["retry_after"]) == ({"Retry-After": "1"}, 1)
 
 
 def test_a_known_code_has_the_tables_status_and_type_only() -> None:
