@@ -7,8 +7,8 @@ One run:
   that store (``--store postgresql://...``, ``--proxy-id p0..p2``), each routed to the engine;
 - HAProxy (Debian's package, installed on demand through ``tests/debian_packages.py``) in front of the first N of
   them, hashing the session header with consistent hashing (``balance hdr(X-Session-Id)``, ``hash-type
-  consistent``), restarted with a new configuration for each N. This is a minimal start-up of its own (the fleet
-  test's load balancer lives in ``tests/fleet/``);
+  consistent``, health checks on ``/health``: the configuration of the fleet test, ``tests/fleet/
+  test_fleet_balancer.py:haproxy_config``), restarted with a new configuration for each N;
 - the sessions of ``bench/store_throughput.py`` (``--concurrency`` clients, whole sessions: chat steps, finalize,
   two-phase read), every request carrying ``X-Session-Id``, through HAProxy;
 - phases N = 1, 2, 3, then 3, 2, 1 (``--rounds``), each a fixed amount of work (every client runs ``--sessions``
@@ -43,28 +43,11 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.servers import cpu_seconds, free_port, start_server, stop_servers, wait_listening  # noqa: E402
 from bench.store_throughput import LOCAL_PARSERS, Tally, client_sessions, process_tree_cpu  # noqa: E402
+# The fleet test's balancer configuration (session-header hashing, consistent, health-checked), reused as is.
+from tests.fleet.test_fleet_balancer import haproxy_config  # noqa: E402
 
 HAPROXY = Path("/usr/sbin/haproxy")
 FLEET_SIZES = (1, 2, 3)
-
-
-def haproxy_config(port: int, backends: list[int]) -> str:
-    servers = "\n".join(f"    server p{i} 127.0.0.1:{p}" for i, p in enumerate(backends))
-    return f"""global
-    maxconn 4096
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 120s
-    timeout server 120s
-frontend fleet
-    bind 127.0.0.1:{port}
-    default_backend proxies
-backend proxies
-    balance hdr(X-Session-Id)
-    hash-type consistent
-{servers}
-"""
 
 
 def ensure_haproxy() -> Path:
