@@ -356,7 +356,10 @@ async def check_proxy(outcome: Outcome, port: int, reply_ids: list[int], reply: 
             await conn.request("POST", "/session/finalize", json.dumps({"session_id": s.key}).encode())
             status, payload = await conn.request(
                 "POST", "/trajectory/read", json.dumps({"session_id": s.key, "drain": True}).encode())
-            segments = json.loads(payload).get("data", []) if status == 200 else []
+            answer = json.loads(payload) if status == 200 else {}
+            segments = answer.get("data", [])
+            if answer.get("lease_id"):  # two-phase drain: the ack deletes what the read leased
+                await conn.request("POST", "/trajectory/ack", json.dumps({"lease_id": answer["lease_id"]}).encode())
             generated = [t for seg in segments for t, m in zip(seg["token_ids"], seg["loss_mask"]) if m]
             if generated != reply_ids:
                 bad_records.append(s.key)

@@ -131,7 +131,11 @@ async def run_cycle(client: httpx.AsyncClient, cycle: int, settings: SoakSetting
     peak, peak_rss = await _stats(client), rss_bytes()
     idle = 0
     for session_id in ids:
-        segments = (await _post(client, "/trajectory/read", {"session_id": session_id, "drain": True}))["data"]
+        drained = await _post(client, "/trajectory/read", {"session_id": session_id, "drain": True})
+        segments = drained["data"]
+        # Two-phase drain: the segments leave the store (and the session becomes a tombstone) on the ack.
+        if drained["lease_id"] is not None:
+            await _post(client, "/trajectory/ack", {"lease_id": drained["lease_id"]})
         reasons = {segment["finalize_reason"] for segment in segments}
         expected = "idle_timeout" if session_id in abandoned else "requested"
         if not segments or reasons != {expected}:

@@ -27,6 +27,7 @@ from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_co
 from proxy.controllers.fleet_control import join_fleet
 from proxy.controllers.lifecycle import LifecycleController
 from proxy.controllers.store_leases import run_lease_renewal
+from proxy.export_command import export_main
 from proxy.http_limits import http_limits
 from proxy.observability.logs import configure_proxy_logging
 from proxy.controllers.session_reaper import expiry_policy, run_reaper
@@ -68,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Trajectory-recording OpenAI-compatible proxy in front of SGLang. Without "
         "--sglang-router-url it runs on its embedded SGLang-protocol engine (docs/engine.md).",
         epilog="dressage-proxy view EXPORT.jsonl|.parquet opens the trajectory viewer on an exported file "
-        "(dressage-proxy view --help); dressage-proxy fleet pause|resume --urls URL,... pauses or resumes every "
-        "proxy of a fleet (dressage-proxy fleet --help).",
+        "(dressage-proxy view --help); dressage-proxy export --store URL --out PATH writes a store's segments to "
+        "one (dressage-proxy export --help); dressage-proxy fleet pause|resume --urls URL,... pauses or resumes "
+        "every proxy of a fleet (dressage-proxy fleet --help).",
     )
     add_proxy_arguments(parser)
     add_service_arguments(parser)
@@ -181,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dressage-proxy: error: {exc}", file=sys.stderr)
         return 2
     argv = sys.argv[1:] if argv is None else argv
-    # Subcommands beside serving: the trajectory viewer on an exported file (proxy/ui/view_command.py).
-    subcommands = {"view": view_main, "fleet": fleet_main}
+    # Subcommands beside serving: the trajectory viewer on an exported file (proxy/ui/view_command.py), the
+    # export of a store to such a file (proxy/export_command.py), and the fleet's pause/resume fan-out.
+    subcommands = {"view": view_main, "export": export_main, "fleet": fleet_main}
     if argv[:1] and argv[0] in subcommands:
         return subcommands[argv[0]](argv[1:])
     try:

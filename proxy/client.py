@@ -7,20 +7,29 @@ connection pool belongs to the loop that opened it)::
     async with ProxyClient("http://127.0.0.1:8800") as proxy:
         answer = await proxy.chat_completions({"messages": [...], "tools": [...]}, session_id="s1")
         result = await proxy.finalize_session("s1", reward_info={"reward": 1.0})
-        segments = await proxy.read_trajectory(session_id="s1", drain=True)
+        async with proxy.drain_trajectories(session_id="s1") as segments:
+            train_on(segments)      # acknowledged only when this block succeeds
 
 | method | endpoint | returns |
 |---|---|---|
 | ``chat_completions(payload, session_id=, instance_id=, turn_id=)`` | ``POST /v1/chat/completions`` | the ``chat.completion`` dict |
 | ``stream_chat_completions(...)`` (async context manager) | the same with ``stream: true`` | an async iterator of ``chat.completion.chunk`` dicts |
 | ``finalize_session(session_id, instance_id=, reward_info=, rollout_id=)`` | ``POST /session/finalize`` | :class:`FinalizeResult` |
-| ``read_trajectory(session_id=, trajectory_id=, drain=)`` | ``POST /trajectory/read`` | ``list`` of segment dicts |
+| ``read_trajectory(session_id=, trajectory_id=, drain=)`` | ``POST /trajectory/read`` | :class:`TrajectoryRead` (a ``list`` of segment dicts with ``lease_id``, ``lease_seconds``) |
+| ``acknowledge(lease)`` | ``POST /trajectory/ack`` | segments deleted (``int``) |
+| ``drain_trajectories(session_id=, trajectory_id=)`` (async context manager) | read with drain, then ack | the :class:`TrajectoryRead` |
 | ``stats()`` | ``GET /trajectory/stats`` | :class:`TrajectoryStats` |
 | ``session_debug(session_id)`` | ``GET /session/<id>`` | the debug view dict |
 | ``health()`` | ``GET /health`` | the health dict |
 | ``models()`` | ``GET /v1/models`` | ``list`` of model cards (dicts) |
 | ``pause()``, ``resume(weight_version=)`` | ``POST /v1/rollout/pause``, ``/v1/rollout/resume`` | the answer dict |
 | ``pause_state()`` | ``GET /v1/rollout/pause_state`` | :class:`PauseState` |
+
+**Draining is two-phase** (``docs/api.md``, "Exactly once"): ``read_trajectory(..., drain=True)`` leases the
+segments it returns and deletes nothing; ``acknowledge(read)`` deletes them. Use :meth:`ProxyClient.drain_trajectories`,
+which acknowledges only when the caller's block succeeds: if the block raises, or the acknowledgement is lost, the
+lease expires and the same segments come again, so the trainer keeps the ``trajectory_id`` values it consumed and
+skips them (at-least-once delivery + deduplication = exactly once).
 
 The ``/v1/rollout/*`` methods drive the rollout gate (``docs/partial-rollout.md``); a refused resume raises
 :class:`ProxyError` with status 409 and code ``resume_refused``.
@@ -57,6 +66,7 @@ import attrs
 import httpx
 
 from proxy.api.errors import ERROR_TABLE, ErrorCode
+from proxy.api.trajectory_read import TrajectoryRead
 
 #: connect within 30 s; reads, writes and pool waits unbounded (see the module docstring)
 DEFAULT_TIMEOUT = httpx.Timeout(None, connect=30.0)
@@ -342,15 +352,46 @@ class ProxyClient:
 
     async def read_trajectory(
         self, session_id: str | None = None, trajectory_id: str | None = None, drain: bool = False
-    ) -> list[dict[str, Any]]:
-        """``POST /trajectory/read``: the finalized segments of a session (or one segment); ``drain`` removes them."""
+    ) -> TrajectoryRead:
+        """``POST /trajectory/read``: the finalized segments of a session (or one segment). ``drain`` leases them
+        (other draining readers skip them) until :meth:`acknowledge` deletes them or the lease expires; prefer
+        :meth:`drain_trajectories`, which acknowledges for you once your block succeeds."""
         body: dict[str, Any] = {"drain": drain}
         if session_id is not None:
             body["session_id"] = session_id
         if trajectory_id is not None:
             body["trajectory_id"] = trajectory_id
-        answer = await self._request("POST", "/trajectory/read", json_body=body)
-        return list(answer["data"])
+        return TrajectoryRead.from_json(await self._request("POST", "/trajectory/read", json_body=body))
+
+    async def acknowledge(self, lease: TrajectoryRead | str | None) -> int:
+        """``POST /trajectory/ack``: delete what a draining read leased (give the read or its ``lease_id``); returns
+        how many segments were deleted. Idempotent: a lease already acknowledged, expired or unknown deletes
+        nothing (0), and a read that leased nothing costs no request."""
+        lease_id = lease.lease_id if isinstance(lease, TrajectoryRead) else lease
+        if lease_id is None:
+            return 0
+        answer = await self._request("POST", "/trajectory/ack", json_body={"lease_id": lease_id})
+        return int(answer["acknowledged"])
+
+    @asynccontextmanager
+    async def drain_trajectories(
+        self, session_id: str | None = None, trajectory_id: str | None = None
+    ) -> AsyncIterator[TrajectoryRead]:
+        """Drain with the acknowledgement tied to your use of the segments::
+
+            async with proxy.drain_trajectories(session_id="s1") as segments:
+                fresh = [s for s in segments if s["trajectory_id"] not in consumed]
+                write_durably(fresh)          # then remember their ids with them
+            # here the segments are deleted from the proxy's store
+
+        The block gets the leased segments; they are acknowledged (deleted) only when it ends without an exception.
+        If it raises, nothing is acknowledged and the lease expires (``lease_seconds``), so the segments come again
+        to a later drain. If the acknowledgement itself fails (:class:`ProxyError`, raised here after the block),
+        the same happens: the trainer that keeps the ids it consumed skips them then (``docs/api.md``).
+        """
+        read = await self.read_trajectory(session_id, trajectory_id, drain=True)
+        yield read
+        await self.acknowledge(read)
 
     async def stats(self) -> TrajectoryStats:
         """``GET /trajectory/stats``."""
@@ -417,5 +458,5 @@ async def _sse_chunks(response: httpx.Response) -> AsyncIterator[dict[str, Any]]
 
 __all__ = [
     "DEFAULT_TIMEOUT", "FinalizeResult", "PauseState", "ProxyClient", "ProxyConnectionError", "ProxyError",
-    "TrajectoryStats", "session_headers",
+    "TrajectoryRead", "TrajectoryStats", "session_headers",
 ]

@@ -9,6 +9,7 @@ exception. Unknown fields are ignored; ``null`` means absent; ids follow :func:`
 |---|---|---|
 | ``POST /session/finalize`` | ``{"session_id", "instance_id"?, "rollout_id"?, "reward_info"?}`` | :class:`FinalizeRequest` |
 | ``POST /trajectory/read`` | ``{"session_id"?, "trajectory_id"?, "drain"?}``, at least one id | :class:`TrajectoryReadRequest` |
+| ``POST /trajectory/ack`` | ``{"lease_id"}`` | :class:`AckRequest` |
 | ``POST /v1/rollout/resume`` | ``{"weight_version"?}`` or no body | :class:`ResumeRequest` |
 
 Decisions:
@@ -17,9 +18,13 @@ Decisions:
   ``{"reward": 1.0}``): it is copied into every exported segment of the session, and an object is what trainers
   index into. It is checked to be JSON at most 100 levels deep.
 - ``/trajectory/read`` needs ``session_id`` or ``trajectory_id`` (both: the segment must belong to the session,
-  which the store checks). A read with neither would return, and with ``drain`` delete, every stored segment:
+  which the store checks). A read with neither would return, and with ``drain`` lease away, every stored segment:
   too easy to do by accident, so it is refused. ``drain`` defaults to false. A ``trajectory_id`` is
   ``"<session id>:<segment index>"``, so it may be up to 512 characters.
+- ``lease_id`` (``/trajectory/ack``) is the opaque id a draining read answered: a string of 1 to
+  :data:`MAX_LEASE_ID_LENGTH` printable ASCII characters (the proxy never made another kind). It is only looked up,
+  so an id the store does not hold (never leased, expired, acknowledged already) is not an error but
+  ``{"acknowledged": 0}``: acknowledging is idempotent and a trainer retrying a lost ack needs no special case.
 - ``weight_version`` is a non-empty string (SGLang reports versions as strings); an integer is accepted and taken as
   its decimal string, since trainers often count versions. An empty body, ``{}`` or ``null`` means "no new version".
 """
@@ -45,6 +50,8 @@ from proxy.api.fields import (
 
 #: a trajectory id is "<session id>:<segment index>"
 MAX_TRAJECTORY_ID_LENGTH = 2 * MAX_ID_LENGTH
+#: the longest accepted lease id (the stores make ids of a few dozen characters)
+MAX_LEASE_ID_LENGTH = 256
 #: the longest accepted weight-version label
 MAX_WEIGHT_VERSION_LENGTH = 256
 
@@ -80,7 +87,8 @@ class FinalizeRequest:
 
 @attrs.frozen
 class TrajectoryReadRequest:
-    """``POST /trajectory/read``: the finalized segments of a session, or one segment; ``drain`` removes them."""
+    """``POST /trajectory/read``: the finalized segments of a session, or one segment; ``drain`` leases them until
+    ``POST /trajectory/ack`` deletes them."""
 
     session_id: str | None = None
     trajectory_id: str | None = None
@@ -94,6 +102,24 @@ class TrajectoryReadRequest:
         if session_id is None and trajectory_id is None:
             raise ApiError.invalid_request("give session_id or trajectory_id (or both)", "session_id")
         return cls(session_id, trajectory_id, bool(optional_bool(body, "drain")))
+
+
+@attrs.frozen
+class AckRequest:
+    """``POST /trajectory/ack``: delete the segments a draining read leased (the second phase of a drain)."""
+
+    lease_id: str
+
+    @classmethod
+    def from_json(cls, body: Any) -> AckRequest:
+        body = require_object(body)
+        lease_id = body.get("lease_id")
+        if lease_id is None or lease_id == "":
+            raise ApiError.invalid_request("lease_id is required (the lease_id a draining read answered)", "lease_id")
+        if not isinstance(lease_id, str):
+            # An integer is no lease id the proxy made: refused rather than turned into a string that matches nothing.
+            raise ApiError.invalid_request(f"lease_id must be a string, not {json_type(lease_id)}", "lease_id")
+        return cls(identifier(lease_id, "lease_id", max_length=MAX_LEASE_ID_LENGTH))
 
 
 @attrs.frozen
@@ -123,4 +149,4 @@ class ResumeRequest:
         return cls(version)
 
 
-__all__ = ["FinalizeRequest", "ResumeRequest", "TrajectoryReadRequest"]
+__all__ = ["AckRequest", "FinalizeRequest", "ResumeRequest", "TrajectoryReadRequest"]

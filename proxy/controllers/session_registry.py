@@ -82,6 +82,8 @@ from proxy.trajectory.session_results import CommitResult, ExportJob, FinalizeRe
 from proxy.trajectory.memory_store import InMemoryTrajectoryStore
 from proxy.trajectory.step_journal import JournaledRequest
 from proxy.trajectory.store import LeaseLostError, StoreStatistics, TrajectoryStore
+from proxy.trajectory.store import DEFAULT_READ_LEASE_SECONDS, AckResult  # the two-phase reads
+from proxy.api.trajectory_read import TrajectoryRead
 from proxy.trajectory.tokens import RoutedChunk, WorkingTokens
 from proxy.trajectory.version_stamp import VersionStamp
 
@@ -449,19 +451,29 @@ class SessionRegistry:
         raise SessionAbortedError(session.discarded or "the session was not finalized")
 
     async def read(
-        self, *, session_id: str | None = None, trajectory_id: str | None = None, drain: bool = False
-    ) -> list[dict[str, Any]]:
-        """Finalized segments of a session, one segment, or all; ``drain`` removes them from the store."""
-        result = await self.store.read(session_id=session_id, trajectory_id=trajectory_id, drain=drain)
-        # Issue 16 scaffolding: still one phase (read and acknowledge at once) until the two-phase read lands.
-        acked = await self.store.acknowledge(result.lease_id) if result.lease_id is not None else None
-        for emptied in acked.emptied_sessions if acked is not None else ():
+        self, *, session_id: str | None = None, trajectory_id: str | None = None, drain: bool = False,
+        lease_seconds: float = DEFAULT_READ_LEASE_SECONDS,
+    ) -> TrajectoryRead:
+        """Finalized segments of a session, one segment, or all (a ``list``). ``drain`` is the first phase of a
+        two-phase read: the store leases what it returns for ``lease_seconds`` (other draining reads skip it) and
+        deletes nothing; the result's ``lease_id`` goes to :meth:`acknowledge`, which deletes. An unacknowledged
+        lease expires and its segments are readable again."""
+        result = await self.store.read(
+            session_id=session_id, trajectory_id=trajectory_id, drain=drain, lease_seconds=lease_seconds
+        )
+        return TrajectoryRead(result.segments, result.lease_id, result.lease_seconds)
+
+    async def acknowledge(self, lease_id: str) -> AckResult:
+        """The second phase of a drain: delete the lease's segments; a session left with none moves to DRAINED
+        (its tombstone's age counts from now). An unknown, expired or already acknowledged lease deletes nothing."""
+        acked = await self.store.acknowledge(lease_id)
+        for emptied in acked.emptied_sessions:
             locked = self._sessions.get(emptied)
             if locked is not None:
                 async with locked.lock:
                     locked.session.drained()
                     locked.released_at = self.clock()
-        return list(result.segments)
+        return acked
 
     async def store_statistics(self) -> StoreStatistics:
         """The store's sizes, for ``GET /trajectory/stats``, with the registry's export failures (how many export

@@ -1,10 +1,11 @@
-"""The rollout-facing endpoints (spec 4, 5.5): finalize a session, read and drain its segments, store statistics,
-and a per-session debug view.
+"""The rollout-facing endpoints (spec 4, 5.5): finalize a session, read and drain its segments (two-phase: lease,
+then acknowledge), store statistics, and a per-session debug view.
 
 | route | body | answer |
 |---|---|---|
 | ``POST /session/finalize`` | ``{"session_id", "instance_id"?, "rollout_id"?, "reward_info"?}`` | ``{"session_id", "segments", "steps", "trajectory_ids"}`` |
-| ``POST /trajectory/read`` | ``{"session_id"?, "trajectory_id"?, "drain"?}`` (at least one id) | ``{"data": [segment, ...]}`` |
+| ``POST /trajectory/read`` | ``{"session_id"?, "trajectory_id"?, "drain"?}`` (at least one id) | ``{"data": [segment, ...]}``; with drain also ``"lease_id", "lease_seconds"`` |
+| ``POST /trajectory/ack`` | ``{"lease_id"}`` | ``{"acknowledged": n}`` |
 | ``GET /trajectory/stats`` | | ``{"sessions", "segments", "tokens", "bytes", "written_sessions", "drained_segments", "cleaned_sessions", "leased_segments", "export_failures", "export_failed_sessions", "registry_sessions", "registry_tombstones", "registry_bytes", "approximate_bytes", "idle_finalized_sessions", "expired_tombstones"}`` |
 | ``GET /session/<session_id>`` | | the session's debug view (state, head, branches, in flight, trie size) |
 
@@ -15,6 +16,13 @@ Decisions:
   finalized empty (``segments: 0``) so a straggling request cannot start it afterwards. A session that was aborted
   answers 409 ``session_aborted``. An export that fails (a bug, or a store fault) answers 500 ``export_failed``
   and loses nothing: the session keeps its steps and the next finalize retries (``docs/sessions.md``).
+- **A drain is two-phase** (issue 16, item 4), so a response lost in transit loses nothing: ``drain: true`` leases
+  the segments it returns for ``--read-lease-seconds`` and answers the lease (``lease_id`` null when nothing was
+  leased); other draining reads skip leased segments; ``POST /trajectory/ack`` deletes them and answers how many
+  (``0`` for an unknown, expired or already acknowledged lease: idempotent); a session left with no segment moves
+  to ``DRAINED``. An unacknowledged lease expires and its segments are readable (and drainable) again. A read
+  without drain is unchanged: it returns leased segments too and leases nothing. The trainer's exactly-once
+  recipe (ack after durable use, skip the ``trajectory_id`` values already consumed) is in ``docs/api.md``.
 - **Stats** include the registry's export failures: ``export_failures`` (since start) and
   ``export_failed_sessions`` (still waiting for a retry, bounded); and its memory: the sessions it knows
   (``registry_sessions``, of which ``registry_tombstones`` keep only a tombstone), their approximate bytes
@@ -22,9 +30,10 @@ Decisions:
   and the lifetime counts of idle finalizes (``idle_finalized_sessions``) and expired tombstones
   (``expired_tombstones``); docs/operations.md, "Memory budget".
 - **Read of an unknown id is 404** ``not_found`` (a typo must not look like "not finalized yet" forever): a
-  ``trajectory_id`` that is not stored (never, or drained already), or a ``session_id`` that is neither in the
-  store nor known to the proxy. A session the proxy knows with no segment stored (still active, finalized with
-  nothing to export, or drained) answers ``{"data": []}``, so polling and drain loops need no special case.
+  ``trajectory_id`` that is not stored (never, or drained and acknowledged already), or a ``session_id`` that is
+  neither in the store nor known to the proxy. A session the proxy knows with no segment stored (still active,
+  finalized with nothing to export, or drained) answers ``{"data": []}``, and so does a draining read whose
+  segments another reader holds leased, so polling and drain loops need no special case.
 - **The debug view path** is ``GET /session/<session_id>`` (the id percent-encoded; ``/`` in an id is allowed);
   404 for a session the proxy does not know. ``GET`` never collides with ``POST /session/finalize``: a session
   named ``finalize`` is still readable with ``GET``.
@@ -41,6 +50,7 @@ from quart_trio import QuartTrio
 
 from proxy.api import ApiError, FinalizeRequest, TrajectoryReadRequest, report_json
 from proxy.api.fields import identifier
+from proxy.api.rollout_requests import AckRequest
 from proxy.routes.json_body import read_json_body
 from proxy.services import ProxyServices
 from proxy.session_context import set_current_session_id
@@ -69,13 +79,21 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     async def read_trajectory():
         body = await read_json_body(TrajectoryReadRequest.from_json)
         set_current_session_id(body.session_id)
-        segments = await sessions.read(session_id=body.session_id, trajectory_id=body.trajectory_id, drain=body.drain)
-        if not segments:
+        ids = {"session_id": body.session_id, "trajectory_id": body.trajectory_id}
+        result = await sessions.read(**ids, drain=body.drain, lease_seconds=services.config.read_lease_seconds)
+        # Nothing to drain because another reader holds it leased is "nothing for you now", not "unknown id".
+        if not result and not (body.drain and await sessions.read(**ids)):
             if body.trajectory_id is not None:
                 raise ApiError.not_found(f"no stored segment {body.trajectory_id!r}", "trajectory_id")
             if sessions.debug_view(body.session_id) is None:
                 raise ApiError.not_found(f"unknown session {body.session_id!r}", "session_id")
-        return jsonify({"data": segments})
+        return jsonify(result.answer_json(drain=body.drain))
+
+    @app.post("/trajectory/ack")
+    async def acknowledge_read():
+        body = await read_json_body(AckRequest.from_json)
+        acked = await sessions.acknowledge(body.lease_id)
+        return jsonify({"acknowledged": acked.segments})
 
     @app.get("/trajectory/stats")
     async def trajectory_stats():

@@ -5,9 +5,11 @@ Two formats, one segment each record, with the fields ``POST /trajectory/read`` 
 
 - JSONL: one segment object per line (a line holding a whole read answer, ``{"data": [...]}``, counts as its
   segments); blank lines are skipped;
-- Parquet (read with pyarrow): one row per segment. Lists of numbers may be any numeric type (issue 16 writes int32
-  ids, float32 logprobs, int8 masks, int32 versions); nested fields (``messages``, ``steps``, ``reward_info``...) may
-  be structs, lists, or JSON strings.
+- Parquet (read with pyarrow): one row per segment. A file ``dressage-proxy export`` wrote (its schema:
+  ``proxy/trajectory/parquet_schema.py``, recognized by its metadata) is decoded back into the segments
+  ``/trajectory/read`` returned (JSON columns parsed, weight versions as strings again, ``extra`` merged). Any other
+  Parquet file is read as it is: lists of numbers of any numeric type, nested fields (``messages``, ``steps``,
+  ``reward_info``...) as structs, lists, or JSON strings.
 
 Segments are grouped into sessions by ``parent_traj_id`` (the session id), else by their ``trajectory_id`` without
 its ``:<index>`` tail.
@@ -53,10 +55,16 @@ def _jsonl_segments(path: Path) -> list[dict[str, Any]]:
 def _parquet_segments(path: Path) -> list[dict[str, Any]]:
     import pyarrow.parquet  # only the view command reads Parquet: the proxy never pays for the import
 
+    from proxy.trajectory.parquet_schema import segments_of
+
     try:
-        return pyarrow.parquet.read_table(path).to_pylist()
+        table = pyarrow.parquet.read_table(path)
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise ExportFileError(f"{path}: not a readable Parquet file ({exc})") from None
+    try:
+        return segments_of(table)
+    except ValueError as exc:  # a JSON column that is not JSON: the file was changed by something else
+        raise ExportFileError(f"{path}: not a segment export ({exc})") from None
 
 
 def read_export(path: Path) -> list[dict[str, Any]]:

@@ -32,7 +32,8 @@ def test_client_works_under_asyncio(proxy_thread: ProxyThread) -> None:
             assert health["status"] == "ok" and models and debug["steps"] == 2
             result = await proxy.finalize_session("asyncio-1", "inst", {"reward": 2.0})
             assert result == FinalizeResult("asyncio-1", 1, 2, ("asyncio-1:0",))
-            (segment,) = await proxy.read_trajectory(session_id="asyncio-1", drain=True)
+            async with proxy.drain_trajectories(session_id="asyncio-1") as segments:
+                (segment,) = segments
             assert segment["instance_id"] == "inst" and segment["reward_info"] == {"reward": 2.0}
             assert (await proxy.stats()).drained_segments >= 1
             with pytest.raises(ProxyError) as caught:

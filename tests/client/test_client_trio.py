@@ -46,7 +46,15 @@ async def test_client_finalize_read_drain_and_debug_of_a_recorded_session(nurser
         assert segment["reward_info"] == {"reward": 1.0} and segment["rollout_id"] == "r1"
         stats = await proxy.stats()
         assert (stats.sessions, stats.segments, stats.tokens) == (1, 1, len(segment["token_ids"]))
-        assert await proxy.read_trajectory(session_id="s/1", drain=True) == [segment]
+        leased = await proxy.read_trajectory(session_id="s/1", drain=True)
+        assert leased == [segment] and leased.lease_id is not None and leased.lease_seconds == 300.0
+        # Leased, not deleted: a plain read still sees it, a second drain gets nothing (and no lease).
+        assert await proxy.read_trajectory(session_id="s/1") == [segment]
+        again = await proxy.read_trajectory(session_id="s/1", drain=True)
+        assert (again, again.lease_id) == ([], None)
+        assert (await proxy.stats()).leased_segments == 1
+        assert await proxy.acknowledge(leased) == 1
+        assert await proxy.acknowledge(leased.lease_id) == 0  # idempotent
         assert await proxy.read_trajectory(session_id="s/1") == []
         drained = await proxy.stats()  # a tombstone is all that is left of the session
         assert (drained.drained_segments, drained.registry_tombstones, drained.bytes) == (1, 1, 0)

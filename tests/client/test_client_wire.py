@@ -182,3 +182,45 @@ async def test_stream_only_error_codes_keep_their_status() -> None:
                 async for _chunk in chunks:
                     pass
     assert (caught.value.status, caught.value.code) == (503, "generation_restarted")
+
+
+def draining_proxy(segments: list[dict], lease_id: str | None) -> Handler:
+    """Answers a draining read with ``segments`` under ``lease_id``, and an ack with how many it held."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/trajectory/ack":
+            held = json.loads(request.content)["lease_id"] == lease_id
+            return httpx.Response(200, json={"acknowledged": len(segments) if held else 0})
+        if not json.loads(request.content)["drain"]:
+            return httpx.Response(200, json={"data": segments})
+        return httpx.Response(200, json={"data": segments, "lease_id": lease_id, "lease_seconds": 30.0})
+
+    return answer
+
+
+async def test_drain_trajectories_acknowledges_only_after_the_block_succeeds() -> None:
+    segments = [{"trajectory_id": "s:0"}, {"trajectory_id": "s:1"}]
+    seen, transport = recording(draining_proxy(segments, "lease-7"))
+    async with ProxyClient("http://proxy", transport=transport) as proxy:
+        with pytest.raises(RuntimeError):
+            async with proxy.drain_trajectories(session_id="s") as read:
+                assert (read, read.lease_id, read.lease_seconds) == (segments, "lease-7", 30.0)
+                raise RuntimeError("the trainer could not keep them")
+        assert [r.url.path for r in seen] == ["/trajectory/read"]  # no ack: the lease will expire
+        async with proxy.drain_trajectories(trajectory_id="s:1") as read:
+            assert read.trajectory_ids == ["s:0", "s:1"]
+        assert [r.url.path for r in seen] == ["/trajectory/read", "/trajectory/read", "/trajectory/ack"]
+        assert json.loads(seen[1].content) == {"drain": True, "trajectory_id": "s:1"}
+        assert json.loads(seen[2].content) == {"lease_id": "lease-7"}
+        # acknowledge takes the read or its id; a read that leased nothing costs no request.
+        assert await proxy.acknowledge("lease-7") == 2 and await proxy.acknowledge("other") == 0
+        assert await proxy.acknowledge(await proxy.read_trajectory(session_id="s")) == 0  # no drain: no lease
+    assert len(seen) == 6
+
+
+async def test_a_drain_of_nothing_sends_no_ack() -> None:
+    seen, transport = recording(draining_proxy([], None))
+    async with ProxyClient("http://proxy", transport=transport) as proxy:
+        async with proxy.drain_trajectories(session_id="s") as read:
+            assert (read, read.lease_id, read.lease_seconds) == ([], None, None)
+    assert [r.url.path for r in seen] == ["/trajectory/read"]

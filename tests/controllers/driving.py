@@ -70,6 +70,14 @@ async def turn(
     return Turn(prepared, context, tuple(ids), result)
 
 
+async def drain(registry: SessionRegistry, **ids: Any) -> list[dict[str, Any]]:
+    """A whole drain as a trainer does it: read with drain (leased), then acknowledge (deleted); the segments."""
+    read = await registry.read(**ids, drain=True)
+    if read.lease_id is not None:
+        await registry.acknowledge(read.lease_id)
+    return list(read)
+
+
 def segment_by_tip(segments: list[dict[str, Any]], tip: int) -> dict[str, Any]:
     """The exported segment whose last step is ``tip``."""
     (found,) = [segment for segment in segments if segment["tip_step"] == tip]

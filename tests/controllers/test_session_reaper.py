@@ -16,7 +16,7 @@ from proxy.trajectory.session_config import SessionConfig
 from proxy.trajectory.session_errors import SessionFinalizedError
 from proxy.trajectory.session_memory import TOMBSTONE_BYTES
 
-from .driving import answer_ids, turn
+from .driving import answer_ids, drain, turn
 from .fakes import FakeTokenizer
 
 SYS = {"role": "system", "content": "You are terse."}
@@ -157,7 +157,7 @@ async def test_tombstones_expire_after_the_ttl_counted_from_the_drain(autojump_c
     await reg.finalize("kept")
     await reg.finalize("drained")
     await reg.finalize("never-seen")
-    await reg.read(session_id="drained", drain=True)
+    await drain(reg, session_id="drained")
     await trio.sleep(24 * HOUR - MAX_SWEEP_SECONDS)
     # Within the TTL the tombstones refuse late steps.
     with pytest.raises(SessionFinalizedError):
@@ -170,7 +170,7 @@ async def test_tombstones_expire_after_the_ttl_counted_from_the_drain(autojump_c
     stats = await reg.store_statistics()
     assert (stats.expired_tombstones, stats.registry_sessions, stats.registry_tombstones) == (2, 1, 1)
     # Once drained, the TTL starts for it too.
-    await reg.read(session_id="kept", drain=True)
+    await drain(reg, session_id="kept")
     await trio.sleep(24 * HOUR + 2 * MAX_SWEEP_SECONDS)
     assert reg.debug_view("kept") is None
     # After expiry the id is free: a late step starts a new session.
@@ -209,7 +209,7 @@ async def test_registry_and_store_bytes_return_to_baseline_after_drain_and_expir
         # Finalize moved the data to the store: the registry keeps tombstones only.
         assert exported.registry_bytes == 5 * TOMBSTONE_BYTES and exported.bytes > 0
         assert exported.approximate_bytes == exported.registry_bytes + exported.bytes
-        await reg.read(drain=True)
+        await drain(reg)
         await trio.sleep(24 * HOUR + 2 * MAX_SWEEP_SECONDS)
         after = await reg.store_statistics()
         assert (after.registry_sessions, after.sessions, after.segments) == (0, 0, 0)

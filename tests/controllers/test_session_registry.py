@@ -611,10 +611,16 @@ async def test_registry_drain_moves_the_session_to_drained_and_reads_by_trajecto
     await turn(reg, "s", [{"role": "system", "content": "other"}, U1], A2)
     result = await reg.finalize("s")
     assert result.trajectory_ids == ("s:0", "s:1")
-    (one,) = await reg.read(trajectory_id="s:1", drain=True)
-    assert one["trajectory_id"] == "s:1" and reg.debug_view("s").state == "FINALIZED"
-    await reg.read(session_id="s", drain=True)
+    first = await reg.read(trajectory_id="s:1", drain=True)
+    (one,) = first
+    assert one["trajectory_id"] == "s:1" and first.lease_id is not None
+    assert (await reg.acknowledge(first.lease_id)).segments == 1 and reg.debug_view("s").state == "FINALIZED"
+    rest = await reg.read(session_id="s", drain=True)
+    # Two-phase: the lease deletes nothing, the session stays FINALIZED until the acknowledgement.
+    assert rest.trajectory_ids == ["s:0"] and reg.debug_view("s").state == "FINALIZED"
+    assert (await reg.acknowledge(rest.lease_id)).emptied_sessions == ("s",)
     assert reg.debug_view("s").state == "DRAINED"
+    assert (await reg.acknowledge(rest.lease_id)).segments == 0  # idempotent
     stats = await reg.store_statistics()
     assert (stats.sessions, stats.segments, stats.drained_segments) == (0, 0, 2)
 

@@ -91,7 +91,8 @@ async def test_admin_key_protects_rollout_control_and_trajectories_and_proxy_cli
         assert (await trainer.pause_state()).state == "PAUSED"
         assert (await trainer.resume("v2"))["weight_version"] == "v2"
         assert (await trainer.finalize_session("agent")).segments == 1
-        assert len(await trainer.read_trajectory("agent", drain=True)) == 1
+        async with trainer.drain_trajectories("agent") as segments:  # the read and its ack are admin calls
+            assert len(segments) == 1
         assert (await trainer.stats()).drained_segments == 1
     monkeypatch.setenv("DRESSAGE_ADMIN_KEY", ADMIN_KEY)
     async with ProxyClient(proxy.url) as from_env:
@@ -124,6 +125,7 @@ async def test_every_route_has_a_class_and_unknown_paths_need_the_admin_key(star
         "/v1/rollout/pause": RouteClass.ADMIN, "/v1/rollout/resume": RouteClass.ADMIN,
         "/v1/rollout/pause_state": RouteClass.ADMIN, "/session/finalize": RouteClass.ADMIN,
         "/session/<path:session_id>": RouteClass.ADMIN, "/trajectory/read": RouteClass.ADMIN,
+        "/trajectory/ack": RouteClass.ADMIN,
         "/trajectory/stats": RouteClass.ADMIN, "/metrics": RouteClass.ADMIN,
     }
     proxy = await start_proxy()

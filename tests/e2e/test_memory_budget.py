@@ -69,6 +69,8 @@ async def test_idle_session_is_finalized_and_its_tombstone_expires_over_http(sta
     # The trainer drains the segments, which say why the session ended.
     drained = await proxy.post("/trajectory/read", {"session_id": "idle-1", "drain": True})
     (segment,) = drained.json()["data"]
+    acked = await proxy.post("/trajectory/ack", {"lease_id": drained.json()["lease_id"]})
+    assert acked.json() == {"acknowledged": 1}
     assert segment["finalize_reason"] == "idle_timeout" and segment["reward_info"] is None
     await trio.sleep(TTL * 1.5)
     after = await get(proxy.url + "/trajectory/stats")

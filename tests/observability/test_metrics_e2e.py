@@ -131,6 +131,8 @@ async def test_metrics_count_requests_generations_tokens_and_a_finalized_session
     # The trainer drains the segment: the store is empty, the session a tombstone.
     drained = await proxy.post("/trajectory/read", {"session_id": "m1", "drain": True})
     assert len(drained.json()["data"]) == 1
+    acked = await proxy.post("/trajectory/ack", {"lease_id": drained.json()["lease_id"]})
+    assert acked.json() == {"acknowledged": 1}
     last = await scrape(proxy.url)
     assert (last.value("dressage_store_bytes"), last.value("dressage_store_segments")) == (0, 0)
     assert last.value("dressage_sessions", state="tombstone") == 1
@@ -282,7 +284,9 @@ async def test_metrics_count_idle_finalizes_and_expired_tombstones(start_proxy, 
     assert finalized.value("dressage_sessions_evicted_total", kind="idle_finalized") == 1
     assert finalized.value("dressage_sessions_evicted_total", kind="tombstone_expired") == 0
     assert finalized.value("dressage_sessions", state="finalized") == 1
-    await proxy.post("/trajectory/read", {"session_id": "idle", "drain": True})
+    drained = await proxy.post("/trajectory/read", {"session_id": "idle", "drain": True})
+    acked = await proxy.post("/trajectory/ack", {"lease_id": drained.json()["lease_id"]})
+    assert acked.json() == {"acknowledged": 1}
     await trio.sleep(ttl * 1.5)
     expired = await scrape(proxy.url)
     assert expired.value("dressage_sessions_evicted_total", kind="tombstone_expired") == 1

@@ -1,5 +1,5 @@
 """Hypothesis-generated bodies for the rollout endpoints: never a 5xx, always the OpenAI error shape, and a stored
-session the bodies do not name is never changed.
+session the bodies do not name is never changed (nor leased: a draining read of it still gets every segment).
 
 One proxy serves every example (``ProxyThread``: its own trio run in a background thread; the examples are sync).
 """
@@ -28,8 +28,13 @@ _ids = st.one_of(
 _leaves = st.none() | st.booleans() | st.floats(allow_nan=False) | st.integers() | st.text(max_size=6) | _ids
 _json = st.recursive(_leaves, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=5), kids,
                                                                                         max_size=3), max_leaves=6)
+# Lease ids: the shape the memory store makes (lease-<n>-<hex>), near misses, anything.
+_lease_ids = st.one_of(st.sampled_from(["lease-0", "lease-1-0", "lease-", " lease-1 ", "x" * 300]),
+                       st.builds(lambda n, h: f"lease-{n}-{h:x}", st.integers(0, 50), st.integers(0, 2**48)),
+                       st.text(max_size=8), st.integers(-3, 2**70))
 _fields = {"session_id": _ids | _json, "trajectory_id": _ids | _json, "instance_id": _ids | _json,
-           "rollout_id": _ids, "reward_info": _json, "drain": st.booleans() | _json}
+           "rollout_id": _ids, "reward_info": _json, "drain": st.booleans() | _json,
+           "lease_id": _lease_ids | _json}
 _bodies = st.one_of(
     st.binary(max_size=24),
     _json.map(lambda v: json.dumps(v).encode()),
@@ -37,7 +42,7 @@ _bodies = st.one_of(
     st.just(b'{"session_id": "s", "reward_info": {"a": ' * 120 + b"1" + b"}" * 240),
 )
 _requests = st.one_of(
-    st.tuples(st.sampled_from(["/session/finalize", "/trajectory/read"]), _bodies),
+    st.tuples(st.sampled_from(["/session/finalize", "/trajectory/read", "/trajectory/ack"]), _bodies),
     st.tuples(st.just("GET /session/"), st.text(max_size=10).filter(lambda s: not s.startswith(KEPT))),
     st.tuples(st.just("GET /trajectory/stats"), st.just(b"")),
 )
@@ -74,3 +79,6 @@ def test_rollout_endpoints_never_5xx_and_never_touch_other_sessions(http: httpx.
             assert set(error) >= {"message", "type", "param", "code"} and error["code"], error
             assert r.status_code in (400, 404, 405, 409), (target, body, r.text)
     assert http.post("/trajectory/read", json={"session_id": KEPT}).json() == before
+    # The kept session's segment is the only one stored (the bodies finalize no session with steps): a lease of
+    # anything is a lease of it.
+    assert http.get("/trajectory/stats").json()["leased_segments"] == 0

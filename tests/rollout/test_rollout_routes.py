@@ -147,8 +147,9 @@ async def test_read_by_trajectory_id_and_drain_remove_what_was_read(stack: Stack
     one = (await http.post("/trajectory/read", json={"trajectory_id": "s1:0"})).json()["data"]
     both = (await http.post("/trajectory/read", json={"session_id": "s1", "trajectory_id": "s1:0"})).json()["data"]
     assert len(one) == 1 and one == both
-    drained = (await http.post("/trajectory/read", json={"session_id": "s1", "drain": True})).json()["data"]
-    assert drained == one
+    leased = (await http.post("/trajectory/read", json={"session_id": "s1", "drain": True})).json()
+    assert leased["data"] == one and leased["lease_seconds"] == 300.0
+    assert (await http.post("/trajectory/ack", json={"lease_id": leased["lease_id"]})).json() == {"acknowledged": 1}
     # The session is known (drained): an empty list; the segment id is gone: 404.
     assert (await http.post("/trajectory/read", json={"session_id": "s1"})).json() == {"data": []}
     assert_error(await http.post("/trajectory/read", json={"trajectory_id": "s1:0"}), 404, "not_found",
@@ -209,8 +210,12 @@ async def test_stats_follow_finalize_and_drain(stack: Stack, http) -> None:
     (segment,) = (await http.post("/trajectory/read", json={"session_id": "s1"})).json()["data"]
     assert (full["sessions"], full["segments"], full["written_sessions"]) == (2, 2, 2)
     assert full["tokens"] == 2 * len(segment["token_ids"]) and full["bytes"] > 0
-    await http.post("/trajectory/read", json={"session_id": "s1", "drain": True})
+    leased = (await http.post("/trajectory/read", json={"session_id": "s1", "drain": True})).json()
+    held = (await http.get("/trajectory/stats")).json()
+    assert (held["segments"], held["leased_segments"], held["drained_segments"]) == (2, 1, 0)
+    await http.post("/trajectory/ack", json={"lease_id": leased["lease_id"]})
     after = (await http.get("/trajectory/stats")).json()
+    assert after["leased_segments"] == 0
     assert (after["sessions"], after["segments"], after["drained_segments"]) == (1, 1, 1)
     assert after["tokens"] == full["tokens"] // 2
 

@@ -139,6 +139,8 @@ async def test_unknown_session_is_404_and_drained_session_keeps_its_row(start_pr
     await proxy.finalize(SESSION)
     drained = await proxy.post("/trajectory/read", {"session_id": SESSION, "drain": True})
     assert len(drained.json()["data"]) == 3
+    acked = await proxy.post("/trajectory/ack", {"lease_id": drained.json()["lease_id"]})
+    assert acked.json() == {"acknowledged": 3}
     view = await api_session(proxy, SESSION)
     assert (view["session"]["state"], view["trie"], view["segments"]) == ("drained", None, [])
     assert "drained" in view["note"]

@@ -11,6 +11,7 @@ Points (where they are called):
 ``write.before``            finalize's transaction is about to run (the journal still holds the steps)
 ``write.after``             the segments are stored, finalize's response is not released yet
 ``acknowledge.after``       a lease's segments were deleted, the acknowledgement's response is not released yet
+``export.batch.after``      ``dressage-proxy export`` wrote a batch to its partial file, the export is not complete
 ==========================  ========================================================================================
 """
 

@@ -46,13 +46,14 @@ _V1_SQLITE = (
         epoch INTEGER NOT NULL DEFAULT 0,
         lease_until REAL NOT NULL DEFAULT 0
     )""",
-    # The step journal of active sessions (WITHOUT ROWID: the table is its primary key's B-tree, one lookup).
+    # The step journal of active sessions. A rowid table, not WITHOUT ROWID: records are kilobytes, and SQLite's
+    # WITHOUT ROWID B-tree is for small rows (measured: inserting 2 KB records ran 1.75x slower in it).
     """CREATE TABLE steps (
         session_id TEXT NOT NULL,
         step_id INTEGER NOT NULL,
         record BLOB NOT NULL,
         PRIMARY KEY (session_id, step_id)
-    ) WITHOUT ROWID""",
+    )""",
     # Finalized segments; seq is the finalize (and export) order. A draining read's lease lives on its rows.
     """CREATE TABLE segments (
         seq INTEGER PRIMARY KEY,

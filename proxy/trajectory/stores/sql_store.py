@@ -96,8 +96,11 @@ class SqlTrajectoryStore:
         record = bytes(record)
 
         def append(connection: Connection) -> Refused[Any] | None:
-            self._x(connection, sql.SESSION_ENSURE, {"sid": session_id})
-            state, _, _, epoch, _ = self._session(connection, session_id, self.dialect.lock_for_share)
+            row = self._session(connection, session_id, self.dialect.lock_for_share)
+            if row is None:  # the first step: one statement more, every later step saves it
+                self._x(connection, sql.SESSION_ENSURE, {"sid": session_id})
+                row = self._session(connection, session_id, self.dialect.lock_for_share)
+            state, _, _, epoch, _ = row
             if fence is not None and epoch != fence:
                 return Refused(LeaseLostError(session_id, epoch))
             if state != ACTIVE:
