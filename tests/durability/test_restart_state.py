@@ -1,7 +1,8 @@
 """What a restart after kill -9 must keep (issue 16, item 2 and 4), on a real proxy process over SQLite:
 
 - a finalized session id stays finalized: a late step gets the answer it got before the crash (and a drained one
-  too), and finalize answers as the first time;
+  too), finalize answers as the first time, and a read of a drained session answers "nothing stored", not "unknown
+  session", also when it was drained by the new process;
 - a drained-but-unacknowledged read survives the crash: its segments come back (after restart and lease expiry)
   with the same bytes, and acknowledging them then empties the store.
 """
@@ -46,16 +47,19 @@ async def test_a_finalized_session_stays_finalized_after_kill_9(qwen3_path: Path
                          flags=("--read-lease-seconds", str(LEASE)))
     with trio.fail_after(BOUND):
         await nursery.start(proxy.supervise)
-        for session_id in ("late-finalized", "late-drained"):
+        for session_id in ("late-finalized", "late-drained", "drained-after"):
             assert (await _step(proxy, session_id, "first question")).status_code == 200
         finalized = (await _post(proxy, "/session/finalize", {"session_id": "late-finalized"})).json()
-        await _post(proxy, "/session/finalize", {"session_id": "late-drained"})
+        for session_id in ("late-drained", "drained-after"):
+            await _post(proxy, "/session/finalize", {"session_id": session_id})
         drained = (await _post(proxy, "/trajectory/read", {"session_id": "late-drained", "drain": True})).json()
         if drained.get("lease_id"):
             await _post(proxy, "/trajectory/ack", {"lease_id": drained["lease_id"]})
         segments = (await _post(proxy, "/trajectory/read", {"session_id": "late-finalized"})).json()["data"]
         before = {sid: _refusal(await _step(proxy, sid, "a late question")) for sid in ("late-finalized", "late-drained")}
         assert all(status >= 400 for status, _ in before.values()), before
+        emptied = await _post(proxy, "/trajectory/read", {"session_id": "late-drained"})
+        assert (emptied.status_code, emptied.json()) == (200, {"data": []})
 
         assert await proxy.kill_and_restart()
 
@@ -64,6 +68,15 @@ async def test_a_finalized_session_stays_finalized_after_kill_9(qwen3_path: Path
         assert (await _post(proxy, "/session/finalize", {"session_id": "late-finalized"})).json() == finalized
         again = (await _post(proxy, "/trajectory/read", {"session_id": "late-finalized"})).json()["data"]
         assert [canonical(s) for s in again] == [canonical(s) for s in segments]
+        # The drained session is still known as such (nothing stored), not an unknown id; so is one finalized before
+        # the crash and drained after it, which the new process never loaded.
+        emptied = await _post(proxy, "/trajectory/read", {"session_id": "late-drained"})
+        assert (emptied.status_code, emptied.json()) == (200, {"data": []}), proxy.log_text()
+        drained_after = (await _post(proxy, "/trajectory/read", {"session_id": "drained-after", "drain": True})).json()
+        assert drained_after["data"] and drained_after["lease_id"]
+        await _post(proxy, "/trajectory/ack", {"lease_id": drained_after["lease_id"]})
+        emptied = await _post(proxy, "/trajectory/read", {"session_id": "drained-after"})
+        assert (emptied.status_code, emptied.json()) == (200, {"data": []}), emptied.text
     assert [d.killed_by_test for d in proxy.deaths] == [True]
 
 

@@ -13,7 +13,7 @@ retry (one request sent twice: the proxy refreshes the node). Every request carr
 Crash tolerance, as a real agent would do it: a connection error or a 5xx means "send the same request again once
 the proxy is back" (:meth:`ProxyProcess.wait_past`); the trainer's recipe is exactly-once by ``trajectory_id``: a
 segment read again (a lost response, an expired lease) must carry the same bytes, and a session is done when every
-trajectory id its finalize named was read and every lease acknowledged.
+trajectory id its finalize named was read and the session holds no segment any more.
 """
 
 from __future__ import annotations
@@ -258,9 +258,11 @@ async def run_agent(plan: Plan, client: Client, outcome: Outcome, finalized: tri
 
 
 async def drain_session(client: Client, session_id: str, expected: tuple[str, ...], outcome: Outcome) -> None:
-    """Read (drain) and acknowledge until every expected segment of the session was read (exactly-once by id)."""
-    missing = set(expected) - set(outcome.segments)
-    while missing:
+    """The trainer's recipe (docs/api.md, "Exactly once"): drain (read with ``drain``), keep what is new by
+    ``trajectory_id`` (a segment read again must carry the same bytes), acknowledge the lease; until every expected
+    segment was read AND the session holds nothing any more (a lost ack, or a lease that expired during a restart,
+    gives segments back: they are read again, skipped, and acknowledged then)."""
+    while True:
         response = await client.post("/trajectory/read", {"session_id": session_id, "drain": True})
         if response.status_code == 404:
             # The proxy does not know the session any more: what it held is lost (compare() reports it).
@@ -279,10 +281,15 @@ async def drain_session(client: Client, session_id: str, expected: tuple[str, ..
         if answer.get("lease_id"):
             ack = await client.post("/trajectory/ack", {"lease_id": answer["lease_id"]})
             assert ack.status_code == 200, f"ack {session_id}: {ack.status_code} {ack.text}"
-        missing = set(expected) - set(outcome.segments)
-        if missing and not answer["data"]:
-            # A read whose answer was lost holds them: they come back when its lease expires.
-            await trio.sleep(RELEASE_POLL)
+        if answer["data"]:
+            continue
+        if set(expected) <= set(outcome.segments):
+            left = await client.post("/trajectory/read", {"session_id": session_id})
+            assert left.status_code == 200, f"read {session_id}: {left.status_code} {left.text}"
+            if not left.json()["data"]:
+                return
+        # Leased by a read whose answer (or ack) was lost: they come back when its lease expires.
+        await trio.sleep(RELEASE_POLL)
 
 
 async def run_trainer(client: Client, finalized: trio.MemoryReceiveChannel, outcome: Outcome) -> None:
