@@ -22,7 +22,7 @@ from tests.durability.workload import PLANS, Outcome, Plan, Progress, run_worklo
 #: seconds one run may take before the test fails (2 busy cores; a run takes well under a minute)
 RUN_BOUND = 300.0
 #: HTTP exchanges of one run of :data:`PLANS` (agents' requests, finalizes, reads and acks), about
-EXCHANGES = 75
+EXCHANGES = 110
 #: proxy flags of every run: a short read lease, so a read whose answer a crash lost is given back soon
 FLAGS = ("--read-lease-seconds", "2")
 

@@ -41,12 +41,19 @@ def _refusal(response: httpx.Response) -> tuple[int, str | None]:
     return response.status_code, response.json().get("error", {}).get("code")
 
 
-async def test_a_finalized_session_stays_finalized_after_kill_9(qwen3_path: Path, tmp_path: Path,
-                                                               nursery: trio.Nursery) -> None:
+async def _start(nursery: trio.Nursery, qwen3_path: Path, tmp_path: Path) -> ProxyProcess:
+    """A supervised proxy process on a SQLite file, with a short read lease."""
     proxy = ProxyProcess(store=sqlite_url(tmp_path), tokenizer_path=qwen3_path, logs=tmp_path,
                          flags=("--read-lease-seconds", str(LEASE)))
     with trio.fail_after(BOUND):
         await nursery.start(proxy.supervise)
+    return proxy
+
+
+async def test_a_finalized_session_stays_finalized_after_kill_9(qwen3_path: Path, tmp_path: Path,
+                                                               nursery: trio.Nursery) -> None:
+    proxy = await _start(nursery, qwen3_path, tmp_path)
+    with trio.fail_after(BOUND):
         for session_id in ("late-finalized", "late-drained", "drained-after"):
             assert (await _step(proxy, session_id, "first question")).status_code == 200
         finalized = (await _post(proxy, "/session/finalize", {"session_id": "late-finalized"})).json()
@@ -82,10 +89,8 @@ async def test_a_finalized_session_stays_finalized_after_kill_9(qwen3_path: Path
 
 async def test_a_drained_but_unacknowledged_read_survives_kill_9(qwen3_path: Path, tmp_path: Path,
                                                                 nursery: trio.Nursery) -> None:
-    proxy = ProxyProcess(store=sqlite_url(tmp_path), tokenizer_path=qwen3_path, logs=tmp_path,
-                         flags=("--read-lease-seconds", str(LEASE)))
+    proxy = await _start(nursery, qwen3_path, tmp_path)
     with trio.fail_after(BOUND):
-        await nursery.start(proxy.supervise)
         for question in ("one", "two"):
             assert (await _step(proxy, "unacked", question)).status_code == 200
         assert (await _post(proxy, "/session/finalize", {"session_id": "unacked"})).status_code == 200
