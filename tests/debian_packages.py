@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 #: apt-get bounds, in seconds: a fresh machine may download ~100 MB (Chromium with its libraries). Their sum bounds
 #: one whole install, the retry after stale package lists included.
@@ -37,6 +39,21 @@ Say = Callable[[str], None]
 
 class PackageUnavailable(Exception):
     """A package the tests need is missing and could not be had; the message says why."""
+
+
+def terminal_say(pytestconfig: Any, log: logging.Logger) -> Say:
+    """A ``say`` for a session fixture: each line on the terminal as it happens (an install takes minutes), past
+    pytest's capture, and in the log."""
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+
+    def say(line: str) -> None:
+        log.warning("%s", line)
+        if reporter is not None and capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(line, yellow=True)
+
+    return say
 
 
 def runnable(path: Path) -> bool:

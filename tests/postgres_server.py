@@ -24,6 +24,7 @@ raises :class:`~tests.debian_packages.PackageUnavailable`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import logging
@@ -43,7 +44,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from tests.debian_packages import PackageUnavailable, ensure_installed, runnable
+from tests.debian_packages import PackageUnavailable, ensure_installed, runnable, terminal_say
 
 log = logging.getLogger("tests.postgres_server")
 
@@ -171,7 +172,8 @@ def start_postgres(*, fsync: bool = True, say: Say = log.warning, attempts: int 
     initdb = subprocess.run(
         [str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", f"--pwfile={pwfile}", "--auth-local=trust",
          "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C", "--no-sync"],
-        capture_output=True, text=True, timeout=120, **drop,  # type: ignore[arg-type]
+        # cwd: the server user may not enter the suite's working directory (root's home on CI)
+        capture_output=True, text=True, timeout=120, cwd=root, **drop,  # type: ignore[arg-type]
     )
     pwfile.unlink()
     if initdb.returncode != 0:
@@ -191,9 +193,11 @@ def start_postgres(*, fsync: bool = True, say: Say = log.warning, attempts: int 
         command += [arg for key, value in settings.items() for arg in ("-c", f"{key}={value}")]
         with open(log_path, "ab") as log_file:
             process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                                       **drop)  # type: ignore[arg-type]
+                                       cwd=root, **drop)  # type: ignore[arg-type]
         server = PostgresServer(bin_dir, root, port, password, process)
         if _wait_ready(server):
+            # Stopped at interpreter exit too, whatever path ended the run (stop() is idempotent).
+            atexit.register(server.stop)
             say(f"tests: PostgreSQL {bin_dir.parent.name} on 127.0.0.1:{port} (fsync {'on' if fsync else 'off'})")
             return server
         last_error = server.log_tail()
@@ -238,18 +242,9 @@ _outcome: PostgresServer | PackageUnavailable | None = None
 def postgres_server(pytestconfig: pytest.Config) -> Iterator[PostgresServer]:
     """One server for the test session (fsync off: see the module docstring); skips loudly when there is none."""
     global _outcome
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
-
-    def say(line: str) -> None:
-        log.warning("%s", line)
-        if reporter is not None and capture is not None:
-            with capture.global_and_fixture_disabled():
-                reporter.write_line(line, yellow=True)
-
     if _outcome is None:
         try:
-            _outcome = start_postgres(fsync=False, say=say)
+            _outcome = start_postgres(fsync=False, say=terminal_say(pytestconfig, log))
         except PackageUnavailable as error:
             _outcome = error
     if isinstance(_outcome, PackageUnavailable):

@@ -32,7 +32,7 @@ import pytest
 import trio
 from playwright.sync_api import Browser, sync_playwright
 
-from tests.debian_packages import PackageUnavailable, ensure_installed
+from tests.debian_packages import PackageUnavailable, ensure_installed, terminal_say
 
 log = logging.getLogger("tests.ui.browser")
 
@@ -72,18 +72,8 @@ def ensure_chromium(say: Callable[[str], None] = log.warning) -> Path:
 @pytest.fixture(scope="session")
 def chromium(pytestconfig: pytest.Config) -> Path:
     """The Chromium executable, installed on first use; skips every browser test, loudly, when it cannot be had."""
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
-
-    def say(line: str) -> None:
-        # On the terminal as it happens (an install takes minutes), past pytest's capture, and in the log.
-        log.warning("%s", line)
-        if reporter is not None and capture is not None:
-            with capture.global_and_fixture_disabled():
-                reporter.write_line(line, yellow=True)
-
     try:
-        return ensure_chromium(say)
+        return ensure_chromium(terminal_say(pytestconfig, log))
     except PackageUnavailable as error:
         pytest.skip(f"NO BROWSER, the viewer is untested in Chromium: {error}")
 

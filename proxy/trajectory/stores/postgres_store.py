@@ -22,14 +22,18 @@ import psycopg
 import trio
 from psycopg.conninfo import conninfo_to_dict
 
-from proxy.trajectory.stores.errors import StoreOpenError, StoreUnavailableError, StoreVersionError
-from proxy.trajectory.stores.schema import MIGRATIONS, Migration, current_version, latest_version, migrate
+from proxy.trajectory.stores.errors import StoreOpenError, StoreUnavailableError
+from proxy.trajectory.stores.schema import MIGRATIONS, Migration, check_readable, current_version, migrate
 from proxy.trajectory.stores.sql import POSTGRESQL
 from proxy.trajectory.stores.sql_store import SqlTrajectoryStore
 from proxy.trajectory.stores.workers import ReaderPool, TransactionWriter
 
 #: seconds to wait for the server when connecting
 CONNECT_TIMEOUT_SECONDS = 10
+#: Server settings of the store's sessions: a row lock held by a stalled proxy (alive, mid-transaction) fails a call
+#: after 10 s (it gets a store error, the registry answers 503) instead of stalling this proxy's writer, and a session
+#: left idle inside a transaction is ended by the server after a minute (its locks go with it).
+SESSION_OPTIONS = "-c lock_timeout=10000 -c idle_in_transaction_session_timeout=60000"
 
 
 def _scrubbed(text: str, dsn: str) -> str:
@@ -45,8 +49,11 @@ def _scrubbed(text: str, dsn: str) -> str:
 def _connector(dsn: str, where: str) -> Callable[[], psycopg.Connection[Any]]:
     def connect() -> psycopg.Connection[Any]:
         try:
+            # TCP keepalives: a server that vanished without closing the connection (a host gone, a partition)
+            # fails the waiting call within ~25 s instead of holding the writer forever.
             return psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                                   application_name="dressage-proxy")
+                                   application_name="dressage-proxy", options=SESSION_OPTIONS, keepalives=1,
+                                   keepalives_idle=10, keepalives_interval=5, keepalives_count=3)
         except psycopg.Error as error:
             reason = _scrubbed(str(error).strip(), dsn)
             raise StoreUnavailableError(f"{where}: cannot connect: {reason}") from None
@@ -68,12 +75,7 @@ def open_postgres(
     connection = connect()
     try:
         if read_only:
-            found = current_version(connection) if _has_schema(connection) else 0
-            if found != latest_version(migrations):
-                raise StoreVersionError(
-                    f"{where} has schema version {found}, this dressage-proxy reads {latest_version(migrations)}: "
-                    "start a proxy on it once (it migrates the store) or use the release that wrote it"
-                )
+            check_readable(current_version(connection) if _has_schema(connection) else 0, where, migrations)
             connection.close()
         else:
             migrate(connection, POSTGRESQL, where, migrations)
@@ -105,4 +107,4 @@ async def open_postgres_store(dsn: str, where: str, **options: Any) -> SqlTrajec
     return await trio.to_thread.run_sync(lambda: open_postgres(dsn, where, **options))
 
 
-__all__ = ["CONNECT_TIMEOUT_SECONDS", "open_postgres", "open_postgres_store"]
+__all__ = ["CONNECT_TIMEOUT_SECONDS", "SESSION_OPTIONS", "open_postgres", "open_postgres_store"]

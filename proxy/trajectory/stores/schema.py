@@ -100,6 +100,8 @@ _V1_POSTGRESQL = (
         lease_id TEXT,
         lease_until DOUBLE PRECISION
     )""",
+    # Already zlib-compressed (rows.py): TOAST stores it out of line without trying pglz on it again.
+    "ALTER TABLE segments ALTER COLUMN segment SET STORAGE EXTERNAL",
     "CREATE INDEX segments_by_session ON segments (session_id, seq)",
     "CREATE INDEX segments_by_lease ON segments (lease_id) WHERE lease_id IS NOT NULL",
     "CREATE TABLE counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)",
@@ -134,6 +136,15 @@ def check_version(found: int, latest: int, where: str) -> None:
         raise StoreVersionError(
             f"{where} has schema version {found}, newer than this dressage-proxy's {latest}: it was written by a newer "
             "release; run that release (or a newer one) on it, a store is never migrated backwards"
+        )
+
+
+def check_readable(found: int, where: str, migrations: Sequence[Migration] = MIGRATIONS) -> None:
+    """A read-only open reads only the code's own version (it cannot migrate, and cannot know a newer schema)."""
+    if found != latest_version(migrations):
+        raise StoreVersionError(
+            f"{where} has schema version {found}, this dressage-proxy reads {latest_version(migrations)}: run a proxy "
+            "on it once (it migrates the store) or use the release that wrote it"
         )
 
 
@@ -183,5 +194,5 @@ def _in_transaction(connection: Any, dialect: Dialect, body: Any) -> None:
     connection.execute("COMMIT")
 
 
-__all__ = ["MIGRATIONS", "Migration", "StoreVersionError", "check_version", "current_version", "latest_version",
+__all__ = ["MIGRATIONS", "Migration", "StoreVersionError", "check_readable", "check_version", "current_version", "latest_version",
            "migrate"]

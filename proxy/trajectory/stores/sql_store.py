@@ -289,16 +289,24 @@ class SqlTrajectoryStore:
         await self.writer.run(renew)
 
     async def release_session(self, session_id: str, owner: str) -> None:
-        await self.writer.run(lambda connection: self._x(connection, sql.SESSION_RELEASE,
-                                                         {"sid": session_id, "owner": owner}) and None)
+        def release(connection: Connection) -> None:
+            self._x(connection, sql.SESSION_RELEASE, {"sid": session_id, "owner": owner})
+
+        await self.writer.run(release)
 
     async def control(self) -> ControlState:
-        return await self.readers.run(lambda connection: rows.control_from_row(self._x(connection, sql.CONTROL)
-                                                                                 .fetchone()))
+        def control(connection: Connection) -> ControlState:
+            return rows.control_from_row(self._x(connection, sql.CONTROL).fetchone())
+
+        return await self.readers.run(control)
 
     async def set_control(self, state: ControlState) -> None:
         params = rows.control_params(state)
-        await self.writer.run(lambda connection: self._x(connection, sql.CONTROL_SET, params) and None)
+
+        def set_control(connection: Connection) -> None:
+            self._x(connection, sql.CONTROL_SET, params)
+
+        await self.writer.run(set_control)
 
     # -- life --------------------------------------------------------------------------------------------------------
 

@@ -28,8 +28,8 @@ from typing import IO
 
 import trio
 
-from proxy.trajectory.stores.errors import StoreInUseError, StoreOpenError, StoreVersionError
-from proxy.trajectory.stores.schema import MIGRATIONS, Migration, current_version, latest_version, migrate
+from proxy.trajectory.stores.errors import StoreInUseError, StoreOpenError
+from proxy.trajectory.stores.schema import MIGRATIONS, Migration, check_readable, current_version, migrate
 from proxy.trajectory.stores.sql import SQLITE
 from proxy.trajectory.stores.sql_store import SqlTrajectoryStore
 from proxy.trajectory.stores.workers import ReaderPool, TransactionWriter
@@ -95,8 +95,11 @@ def open_sqlite(
     where = f"sqlite:///{path}"
     if read_only:
         return _open_read_only(path, where, clock, migrations)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = _lock(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = _lock(path)
+    except OSError as error:
+        raise StoreOpenError(f"{where}: cannot create or lock the store: {error}") from None
     try:
         connection = _connect(path, synchronous)
         try:
@@ -104,6 +107,9 @@ def open_sqlite(
         except BaseException:
             connection.close()
             raise
+    except sqlite3.Error as error:
+        lock.close()
+        raise StoreOpenError(f"{where}: {type(error).__name__}: {error}") from None
     except BaseException:
         lock.close()
         raise
@@ -124,11 +130,7 @@ def _open_read_only(path: Path, where: str, clock: Callable[[], float],
             found = current_version(connection)
         except sqlite3.DatabaseError as error:
             raise StoreOpenError(f"{where} is not a trajectory store ({error})") from None
-    if found != latest_version(migrations):
-        raise StoreVersionError(
-            f"{where} has schema version {found}, this dressage-proxy reads {latest_version(migrations)}: open it "
-            "once read-write (the proxy migrates it) or use the release that wrote it"
-        )
+    check_readable(found, where, migrations)
     writer = TransactionWriter(lambda: None, SQLITE.begin_write, refusal=f"{where} is open read-only")
     readers = ReaderPool(lambda: _reader(path, file_read_only=True), SQLITE.begin_read)
     return SqlTrajectoryStore(SQLITE, writer, readers, shared=False, description=where, clock=clock)

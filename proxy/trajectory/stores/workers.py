@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import attrs
-import outcome
 import trio
 
 log = logging.getLogger("proxy.trajectory.stores")
@@ -51,12 +50,21 @@ class Refused(Generic[T]):
     error: BaseException
 
 
+@attrs.frozen
+class _Failed:
+    """An operation's error, carried from the writer thread to its caller."""
+
+    error: BaseException
+
+
 @attrs.define(eq=False)
 class _Job:
     operation: Operation
     token: trio.lowlevel.TrioToken
     done: trio.Event = attrs.field(factory=trio.Event)
-    result: outcome.Outcome | None = None
+    # The operation's return value, or _Failed (once ``answered``).
+    result: Any = None
+    answered: bool = False
 
 
 _STOP = object()
@@ -99,8 +107,9 @@ class TransactionWriter:
         self._queue.put(job)
         with trio.CancelScope(shield=True):
             await job.done.wait()
-        assert job.result is not None
-        value = job.result.unwrap()
+        value = job.result
+        if isinstance(value, _Failed):
+            raise value.error
         if isinstance(value, Refused):
             raise value.error
         return value
@@ -141,37 +150,44 @@ class TransactionWriter:
                 self._connection = None
 
     def _run(self, jobs: list[_Job]) -> None:
-        if len(jobs) == 1:
-            jobs[0].result = self._transaction([jobs[0].operation])[0]
-        else:
-            results = self._transaction([job.operation for job in jobs])
-            if any(isinstance(result, outcome.Error) for result in results):
-                # One failed: the group rolled back. Each runs alone, so the others commit and only it fails.
-                results = [self._transaction([job.operation])[0] for job in jobs]
-            for job, result in zip(jobs, results, strict=True):
-                job.result = result
+        try:
+            if len(jobs) == 1:
+                jobs[0].result, jobs[0].answered = self._transaction([jobs[0].operation])[0], True
+            else:
+                results = self._transaction([job.operation for job in jobs])
+                if any(isinstance(result, _Failed) for result in results):
+                    # One failed: the group rolled back. Each runs alone, so the others commit and only it fails.
+                    results = [self._transaction([job.operation])[0] for job in jobs]
+                for job, result in zip(jobs, results, strict=True):
+                    job.result, job.answered = result, True
+        except Exception as error:  # noqa: BLE001 - a bug here must not leave callers waiting forever
+            log.exception("trajectory store writer: a group failed outside its transaction")
+            for job in jobs:
+                if not job.answered:
+                    job.result, job.answered = _Failed(error), True
         for job in jobs:
             with contextlib.suppress(trio.RunFinishedError):
                 job.token.run_sync_soon(job.done.set)
 
-    def _transaction(self, operations: list[Operation]) -> list[outcome.Outcome]:
-        """Run ``operations`` in one transaction: every result when it committed, else the error for all of them."""
+    def _transaction(self, operations: list[Operation]) -> list[Any]:
+        """Run ``operations`` in one transaction: every result when it committed, else the error (``_Failed``) for
+        all of them."""
         try:
             connection = self._open()
             connection.execute(self.begin)
         except Exception as error:  # noqa: BLE001 - the store is down: every caller gets the reason
             self._drop_if_broken()
-            return [outcome.Error(error)] * len(operations)
-        results: list[outcome.Outcome] = []
+            return [_Failed(error)] * len(operations)
+        results: list[Any] = []
         try:
             for operation in operations:
-                results.append(outcome.Value(operation(connection)))
+                results.append(operation(connection))
             connection.execute("COMMIT")
         except Exception as error:  # noqa: BLE001 - rolled back; reported to the caller(s), who decide
             with contextlib.suppress(Exception):
                 connection.execute("ROLLBACK")
             self._drop_if_broken()
-            return [outcome.Error(error)] * len(operations)
+            return [_Failed(error)] * len(operations)
         self.transactions += 1
         self.operations += len(operations)
         return results

@@ -174,3 +174,27 @@ async def test_the_postgresql_password_never_shows_in_an_error_or_a_description(
     assert "not-the-password-7f3a" not in str(failed.value) and "password authentication failed" in str(failed.value)
     assert postgres_server.password not in parse_store_url(url).describe()
     assert StoreUrl("postgresql", dsn=url).describe().startswith("postgresql://127.0.0.1:")
+
+
+async def test_a_sqlite_path_that_cannot_hold_a_store_fails_with_a_clear_error(tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    with pytest.raises(StoreOpenError, match="cannot create or lock the store"):
+        async with open_store(f"sqlite:///{tmp_path / 'a-file' / 'store.sqlite3'}"):
+            pass
+    (tmp_path / "junk.sqlite3").write_bytes(b"this is not a database at all" * 100)
+    with pytest.raises(StoreOpenError, match="junk.sqlite3: DatabaseError: file is not a database"):
+        async with open_store(f"sqlite:///{tmp_path / 'junk.sqlite3'}"):
+            pass
+
+
+async def test_a_read_only_open_reads_only_this_codes_schema_version(durable_backend):
+    url = f"sqlite:///{durable_backend.target}" if durable_backend.kind == "sqlite" else durable_backend.target
+    async with open_store(url) as store:
+        await store.write("a", segments("a", 1))
+    async with open_store(url, read_only=True) as reader:
+        assert ids(await reader.read()) == ["a:0"]
+    raw_execute(durable_backend,
+                "INSERT INTO schema_version (version, description, applied_at) VALUES (2, 'from the future', 0)")
+    with pytest.raises(StoreVersionError, match="has schema version 2, this dressage-proxy reads 1"):
+        async with open_store(url, read_only=True):
+            pass

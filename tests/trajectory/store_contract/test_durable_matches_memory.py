@@ -1,4 +1,4 @@
-"""Random call sequences give the same answers on SQLite as on the memory store (the reference).
+"""Random call sequences give the same answers on SQLite and PostgreSQL as on the memory store (the reference).
 
 Hypothesis draws a sequence of store calls over a few sessions (journal, finalize, draining reads and
 acknowledgements, cleanup, claims, fences, renewals, releases, control, clock moves) and runs it on both stores with
@@ -11,12 +11,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.trajectory.memory_store import InMemoryTrajectoryStore
 from proxy.trajectory.store import ControlState, ReadResult
+from proxy.trajectory.stores.postgres_store import open_postgres_store
 from proxy.trajectory.stores.sqlite_store import open_sqlite_store
 from tests.trajectory.store_contract.conftest import Clock, segments
 
@@ -75,31 +78,55 @@ async def contents(store: Any) -> Any:
     return sessions, (await store.read()).segments, exported, await store.statistics(), await store.control()
 
 
-async def run_both(calls: list[tuple[Any, ...]]) -> None:
+EMPTY_TABLES = ("DELETE FROM sessions", "DELETE FROM steps", "DELETE FROM segments", "DELETE FROM control",
+                "UPDATE counters SET value = 0")
+
+
+async def open_durable(target: str | None, folder: str, clock: Clock) -> Any:
+    """SQLite in ``folder``, or the PostgreSQL database ``target`` emptied (one database serves every example)."""
+    if target is None:
+        return await open_sqlite_store(Path(folder) / "s.sqlite3", clock=clock)
+    with psycopg.connect(target, autocommit=True) as connection:
+        if connection.execute("SELECT to_regclass('sessions')").fetchone()[0] is not None:
+            for statement in EMPTY_TABLES:
+                connection.execute(statement)
+    return await open_postgres_store(target, "postgresql://compare", clock=clock)
+
+
+async def run_both(calls: list[tuple[Any, ...]], target: str | None) -> None:
     clock = Clock()
     memory = InMemoryTrajectoryStore(clock=clock, wall_clock=clock)
     with tempfile.TemporaryDirectory() as folder:
-        sqlite = await open_sqlite_store(Path(folder) / "s.sqlite3", clock=clock)
+        durable = await open_durable(target, folder, clock)
         try:
             memory_leases: list[str | None] = []
-            sqlite_leases: list[str | None] = []
+            durable_leases: list[str | None] = []
             for index, step in enumerate(calls):
                 if step[0] == "advance":
                     clock.advance(step[1])
                     continue
                 answers = []
-                for store, leases in ((memory, memory_leases), (sqlite, sqlite_leases)):
+                for store, leases in ((memory, memory_leases), (durable, durable_leases)):
                     try:
                         answers.append(("ok", await call(store, leases, step)))
                     except Exception as error:  # noqa: BLE001 - compared by type
                         answers.append(("error", type(error).__name__))
-                assert answers[0] == answers[1], f"call {index} {step}: memory {answers[0]} != sqlite {answers[1]}"
-            assert await contents(memory) == await contents(sqlite)
+                assert answers[0] == answers[1], f"call {index} {step}: memory {answers[0]} != durable {answers[1]}"
+            assert await contents(memory) == await contents(durable)
         finally:
-            await sqlite.aclose()
+            await durable.aclose()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.fixture(params=["sqlite", "postgresql"])
+def durable_target(request: pytest.FixtureRequest) -> str | None:
+    """None for SQLite (a file per example), a database's URL for PostgreSQL."""
+    if request.param == "sqlite":
+        return None
+    return request.getfixturevalue("postgres_server").fresh_database("compare")
+
+
+@settings(max_examples=50, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(CALLS, max_size=25))
-def test_sqlite_answers_every_call_sequence_as_the_memory_store_does(calls):
-    trio.run(run_both, calls)
+def test_a_durable_store_answers_every_call_sequence_as_the_memory_store_does(durable_target, calls):
+    trio.run(run_both, calls, durable_target)
