@@ -56,6 +56,7 @@ from proxy.controllers.context_budget import StepBudget, plan_step_budget
 from proxy.controllers.context_window import ContextWindow
 from proxy.controllers.gate import GateController
 from proxy.controllers.lifecycle import shutting_down_error
+from proxy.controllers.session_journal import StoreUnavailableError
 from proxy.controllers.session_registry import PreparedStep, SessionRegistry
 from proxy.controllers.step_output import ChoiceSlot, StepOutput
 from proxy.controllers.upstream_request import UpstreamRequest, failure_event
@@ -587,6 +588,11 @@ class Generation:
                 # Nothing was committed and the handle is still live: release it; answer with this code.
                 await sessions.drop(self.prepared.handle)
                 self.output.refusal = ApiError.trajectory_version_changed(str(exc))
+                self._feed(gen.CommitRejected(str(exc)))
+            except (StoreUnavailableError, LeaseLostError) as exc:
+                # The step is in memory but not durable (503 store_unavailable), or another proxy owns the session
+                # now (503 session_moved): either way the agent is answered an error it may retry.
+                self.output.refusal = api_error_for(exc)
                 self._feed(gen.CommitRejected(str(exc)))
             except (ValueError, GenerationFinishedError) as exc:
                 # Nothing was committed; the handle may still be live: release it, then fail closed.

@@ -89,8 +89,9 @@ class LockedSession:
     load_lock: trio.Lock = attrs.field(factory=trio.Lock)
     # The lease epoch of this proxy's latest grant (the fence of ``append_step``; None: the store is not shared).
     epoch: int | None = None
-    # Requests of generations between prepare and commit, by generation id: the step journal records them.
-    requests: dict[str, JournaledRequest] = attrs.field(factory=dict)
+    # Generations between prepare and their end, by generation id: the handle (a handle of another copy of the
+    # session is refused) and the request, which the step journal records.
+    requests: dict[str, tuple[BranchHandle, JournaledRequest]] = attrs.field(factory=dict)
     # Journal records not yet durable (a failed append), in step order: the next commit writes them first, so the
     # journal never has a gap.
     unjournaled: list[tuple[int, bytes]] = attrs.field(factory=list)

@@ -66,6 +66,7 @@ def step_record(
         step_id=result.step_id, chain_id=result.chain_id, generation_id=pending.generation_id, request=request,
         context_ids=span.context_ids, context_mask=span.context_mask,
         tito_detail=pending.boundary_detail if pending.tito_failed else None,
+        boundary_reason=pending.boundary_reason.value if pending.boundary_reason is not None else None,
         generated_ids=span.generated_ids, logprobs=span.logprobs, logprobs_invalid=logprobs_invalid,
         version_runs=span.version_runs, routed_experts=span.routed_experts, finish_reason=finish_reason,
         assistant_message=assistant_message, version_stamp=version_stamp,

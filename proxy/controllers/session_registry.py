@@ -33,16 +33,16 @@ ids of the sessions still waiting for a retry, in :meth:`SessionRegistry.store_s
 :class:`~proxy.trajectory.session_errors.ExportFailedError` (500 ``export_failed``). The session keeps every committed step
 (state EXPORT_FAILED) and the next finalize retries the same export.
 
-**Memory has a budget** (``docs/operations.md``). Every session records its last activity (a request arriving, a
-generation committing or dropping) and, once it holds nothing any more (finalized with no segment, its last segment
-drained, aborted), when it released its data. The reaper (``session_reaper.py``) calls :meth:`finalize_idle`
-(the idle session is finalized under its lock exactly as by ``finalize``, reason ``idle_timeout``, unless a
-generation is in flight) and :meth:`expire_tombstones`; :meth:`approximate_bytes` is what sessions and the store
-hold (``session_memory.py`` says how it is estimated).
+**Durable** (issue 16, ``docs/storage.md`` "Recovery"). A commit returns only once its step journal record is in
+the store (``store_unavailable`` when the store fails: the step stays in memory and the next commit journals it);
+a session id not in memory is loaded from the store on its first use (new, rebuilt from its journal, or a finalized
+or aborted tombstone); finalize stores its result with the segments, abort is recorded, an expired tombstone is
+forgotten in the store too. Which proxy of a fleet may use a session is the ``leases`` collaborator's answer
+(``session_leases.py``). The journal and load path is ``session_journal.py``.
 
-At about 560 lines this module is over the house's ~500: the idle finalize and the tombstone expiry need the
-session's lock, its export and the registry's table, so they stay methods here; the decisions they take are pure and
-live in ``session_expiry.py``.
+**Memory has a budget** (``docs/operations.md``): the idle finalize, the tombstone expiry and the reports are
+``session_upkeep.py``'s (a mixin of the registry); the records of a session and of a prepared step are
+``session_entries.py``'s.
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ import trio
 from proxy.controllers.idempotency import IdempotencyKeys
 from proxy.controllers.off_loop import run_off_loop, run_sized, runs_inline
 from proxy.controllers.session_entries import LockedSession, PreparedStep, RegistryStatistics, text_size
-from proxy.controllers.session_expiry import ExpiryPolicy
 from proxy.controllers.session_journal import load_session, result_json, step_record, write_journal
 from proxy.controllers.session_leases import SessionLeases, SoleOwner
+from proxy.controllers.session_upkeep import SessionUpkeep
 from proxy.observability.metrics import NO_METRICS, MetricsHooks
 from proxy.tokenization.results import TitoFailure
 from proxy.tokenization.tito import TitoTokenizer
@@ -71,20 +71,20 @@ from proxy.trajectory.export import export_segments
 from proxy.trajectory.message_keys import MessageKeyError, message_key, reasoning_variant
 from proxy.trajectory.session import BranchHandle, Session
 from proxy.trajectory.session_config import SessionConfig
-from proxy.trajectory.session_memory import TOMBSTONE_BYTES
 from proxy.trajectory.session_errors import (
     ExportFailedError,
+    GenerationFinishedError,
     ResponseMaskMismatchError,
     SessionAbortedError,
     SessionFinalizedError,
 )
-from proxy.trajectory.session_results import CommitResult, ExportJob, FinalizeResult, SessionDebugView, WaitForExport
+from proxy.trajectory.session_results import CommitResult, ExportJob, FinalizeResult, WaitForExport
 from proxy.trajectory.memory_store import InMemoryTrajectoryStore
 from proxy.trajectory.step_journal import JournaledRequest
 from proxy.trajectory.store import LeaseLostError, StoreStatistics, TrajectoryStore
 from proxy.trajectory.store import DEFAULT_READ_LEASE_SECONDS, AckResult  # the two-phase reads
 from proxy.api.trajectory_read import TrajectoryRead
-from proxy.trajectory.tokens import RoutedChunk, WorkingTokens
+from proxy.trajectory.tokens import RoutedChunk
 from proxy.trajectory.version_stamp import VersionStamp
 
 log = logging.getLogger("dressage_proxy.sessions")
@@ -96,7 +96,7 @@ T = TypeVar("T")
 
 
 @attrs.define(eq=False)
-class SessionRegistry:
+class SessionRegistry(SessionUpkeep):
     """Every session of the proxy, by session id (see the module docstring)."""
 
     # The model's TITO tokenizer: it encodes every step's context, and builds last_step exports.
@@ -192,8 +192,8 @@ class SessionRegistry:
                 await self.leases.generation_ended(session_id)
             raise
         # What the step journal records of the request, kept until the generation commits or drops.
-        locked.requests[handle.generation_id] = JournaledRequest(
-            messages, tools, chat_template_kwargs, instance_id, turn_id
+        locked.requests[handle.generation_id] = (
+            handle, JournaledRequest(messages, tools, chat_template_kwargs, instance_id, turn_id)
         )
         try:
             ids, plan = await self._encode(locked, handle, plan, messages)
@@ -268,6 +268,12 @@ class SessionRegistry:
         locked = self._sessions.get(handle.session_id)
         if locked is None:
             raise SessionFinalizedError("the session was forgotten")
+        request = self._request_of(locked, handle)
+        if request is None:
+            # Ended already, or prepared on a copy of the session this proxy dropped (another proxy owned it since):
+            # committing it here would mix two copies.
+            raise GenerationFinishedError(f"generation {handle.generation_id} already ended or belongs to a dropped "
+                                          "copy of its session")
         count = len(generated_ids)
         aligned = logprobs is not None and len(logprobs) == count and all(v is not None for v in logprobs)
         if versions is None:
@@ -296,7 +302,7 @@ class SessionRegistry:
                 raise
             try:
                 record = step_record(
-                    locked.requests[handle.generation_id], handle, span, result, finish_reason=finish_reason,
+                    request, handle, span, result, finish_reason=finish_reason,
                     assistant_message=assistant_message, logprobs_invalid=not aligned, version_stamp=version_stamp,
                 )
                 # Durable before the response is released (issue 16 item 2).
@@ -307,6 +313,12 @@ class SessionRegistry:
             finally:
                 await self._generation_ended(locked, handle)
         return result
+
+    @staticmethod
+    def _request_of(locked: LockedSession, handle: BranchHandle) -> JournaledRequest | None:
+        """The request of a generation prepared on this copy of its session and not ended yet (else None)."""
+        entry = locked.requests.get(handle.generation_id)
+        return entry[1] if entry is not None and entry[0] is handle else None
 
     async def _generation_ended(self, locked: LockedSession, handle: BranchHandle) -> None:
         """A generation committed, was rejected or dropped: forget its request, tell the leases (shielded)."""
@@ -341,7 +353,8 @@ class SessionRegistry:
         """The generation ends without committing (upstream failure, client gone): release its branch. Idempotent,
         shielded from cancellation."""
         locked = self._sessions.get(handle.session_id)
-        if locked is None:
+        if locked is None or self._request_of(locked, handle) is None:
+            # Unknown, ended already, or prepared on a dropped copy of the session: nothing of this copy to release.
             return
         self._active(locked)
         with trio.CancelScope(shield=True):
@@ -399,10 +412,15 @@ class SessionRegistry:
                 session.session_id, len(segments), job.steps, tuple(s["trajectory_id"] for s in segments),
                 job.export.reason.value,
             )
-            began = trio.current_time()
-            # One transaction: the segments, the session finalized with its result, its journal dropped.
-            written = await self.store.write(session.session_id, segments, result=result_json(result))
-            self.metrics.store_written(trio.current_time() - began, written)
+            # After the journal appends of steps committed before the finalize (they hold the journal lock from
+            # their commit to their append): a step appended after the write would meet a finalized session.
+            async with locked.journal_lock:
+                began = trio.current_time()
+                # One transaction: the segments, the session finalized with its result, its journal dropped.
+                written = await self.store.write(session.session_id, segments, result=result_json(result))
+                self.metrics.store_written(trio.current_time() - began, written)
+                # Records a failed append kept are exported now: nothing is left to journal.
+                locked.unjournaled.clear()
         except Exception as exc:  # noqa: BLE001 - any failure is a bug: logged, counted, kept for a retry
             log.exception(
                 "export of session %r failed; its %d committed step(s) are kept and the next finalize retries it",
@@ -503,7 +521,8 @@ class SessionRegistry:
             reason = locked.session.discarded
         if aborted:
             # A restart keeps the id aborted (and the store drops its journal).
-            await self.store.mark_aborted(session_id, reason or "aborted")
+            async with locked.journal_lock:
+                await self.store.mark_aborted(session_id, reason or "aborted")
         return aborted
 
     def forget(self, session_id: str) -> bool:
@@ -513,100 +532,6 @@ class SessionRegistry:
             return False
         del self._sessions[session_id]
         return True
-
-    # -- the memory budget: idle sessions and tombstones (session_reaper.py calls these) --------------------------
-
-    async def finalize_idle(self, policy: ExpiryPolicy) -> list[str]:
-        """Finalize every session idle for ``policy.idle_timeout`` (reason ``idle_timeout``, no reward), as
-        ``finalize`` would: its segments wait in the store. A session with a generation in flight is left alone
-        (its machine says so); one a request reached since the sweep looked keeps going. Returns the finalized ids
-        (an export that fails is counted as finalize counts it, and the session waits for a finalize to retry)."""
-        now = self.clock()
-        # Sessions still holding their data (ACTIVE, or an export in progress or failed: the machine ignores the
-        # idle timer in those), listed first: the loop below awaits, and sessions come and go meanwhile.
-        idle = [sid for sid, locked in self._sessions.items()
-                if locked.loaded and locked.session.trie is not None and policy.is_idle(locked.last_activity, now)]
-        return [sid for sid in idle if await self._finalize_if_idle(sid, policy)]
-
-    async def _finalize_if_idle(self, session_id: str, policy: ExpiryPolicy) -> bool:
-        """Finalize one session if it is still idle once its lock is held (no step can arrive in between)."""
-        locked = self._sessions.get(session_id)
-        if locked is None:
-            return False
-        async with locked.lock:
-            if not policy.is_idle(locked.last_activity, self.clock()):
-                return False
-            job = locked.session.begin_idle_finalize()
-            if job is None:
-                return False
-            locked.export_done = trio.Event()
-        # As in finalize: the export runs to its end (a POST /session/finalize meanwhile waits for it).
-        with trio.CancelScope(shield=True):
-            await self._export(locked, job)
-        if locked.session.result is None:
-            return False
-        self._idle_finalized += 1
-        idle = self.clock() - locked.last_activity
-        log.info("session %r finalized after %.0f s without a request (idle_timeout)", session_id, idle,
-                 extra={"session_id": session_id, "reason": "idle_timeout", "idle_seconds": round(idle, 3)})
-        return True
-
-    async def expire_tombstones(self, policy: ExpiryPolicy) -> int:
-        """Forget the tombstones released ``policy.tombstone_ttl`` ago, here and in the store: a late step of such a
-        session id then starts a new session. Returns how many were forgotten."""
-        now = self.clock()
-        # Chosen and removed with no await in between: nothing can interleave.
-        expired = [sid for sid, locked in self._sessions.items()
-                   if locked.released_at is not None and policy.is_expired(locked.released_at, now)]
-        for sid in expired:
-            del self._sessions[sid]
-        self._expired_tombstones += len(expired)
-        if expired:
-            await self.store.forget_sessions(expired)
-        return len(expired)
-
-    def held_bytes(self) -> int:
-        """Approximate bytes the sessions hold: their committed steps, and ``TOMBSTONE_BYTES`` per tombstone."""
-        return sum(
-            locked.session.held_bytes if locked.session.trie is not None else TOMBSTONE_BYTES
-            for locked in self._sessions.values()
-        )
-
-    async def approximate_bytes(self) -> int:
-        """Approximate bytes held by sessions and the store's segments: what ``--memory-budget`` bounds."""
-        return self.held_bytes() + (await self.store.statistics()).bytes
-
-    # -- reporting ---------------------------------------------------------------------------------------------------
-
-    def debug_view(self, session_id: str) -> SessionDebugView | None:
-        """The session at a glance, or None if unknown."""
-        locked = self._sessions.get(session_id)
-        return locked.session.debug_view() if locked is not None else None
-
-    def session_ids(self) -> list[str]:
-        """Every session the registry knows, tombstones included, oldest first (the trajectory viewer's list)."""
-        return list(self._sessions)
-
-    def peek(self, session_id: str) -> Session | None:
-        """The session's sync core for read-only reporting (``proxy/ui/registry_source.py``), or None if unknown.
-        Callers read it in one go, without an await in between, and change nothing."""
-        locked = self._sessions.get(session_id)
-        return locked.session if locked is not None else None
-
-    def statistics(self) -> RegistryStatistics:
-        """Sessions by state, generations in flight, steps committed."""
-        states: dict[str, int] = {}
-        in_flight = steps = tombstones = 0
-        for locked in self._sessions.values():
-            stats = locked.session.machine.statistics()
-            states[stats.state] = states.get(stats.state, 0) + 1
-            in_flight += stats.in_flight
-            steps += stats.steps
-            tombstones += locked.session.trie is None
-        return RegistryStatistics(
-            len(self._sessions), states, in_flight, steps, tombstones, self.held_bytes(), self._idle_finalized,
-            self._expired_tombstones,
-        )
 
 
 __all__ = ["LockedSession", "PreparedStep", "RegistryStatistics", "SessionRegistry"]

@@ -78,6 +78,12 @@ from statemachines import session as session_sm
 EncodingSignature = tuple[str] | tuple[str, int]
 
 
+#: the reasons a prompt with no checkpoint on its path gets from how much of it the trie holds (pending nodes too)
+_PROMPT_HISTORY_REASONS = frozenset(
+    {BoundaryReason.NEW_CONVERSATION, BoundaryReason.RESAMPLE, BoundaryReason.HISTORY_REWRITTEN}
+)
+
+
 def _position_of(step: Step | None) -> tuple[int, int] | None:
     """Where a checkpoint sits: (chain, position), None for no checkpoint (a full encode). Steps that share a
     position answer the same prompt over the same checkpoint position, so they are interchangeable in a segment."""
@@ -312,6 +318,20 @@ class Session:
         are not in the journal, left gaps)."""
         self._events, self._next_generation = moment.events, moment.generations
         self._chains.rewind_ids(moment.chains)
+
+    def restore_boundary_reason(self, handle: BranchHandle, reason: str | None) -> None:
+        """Replay only: the boundary reason the live prepare gave a step with no checkpoint on its path. Whether its
+        prompt was a resample, a rewritten history or a new conversation depends on how much of it the trie held,
+        pending nodes of generations that never committed included (they are not in the journal), so the journal
+        keeps the live answer; any other difference is a replay bug (ValueError)."""
+        pending = self._live(handle)
+        recorded = BoundaryReason(reason) if reason is not None else None
+        if pending.boundary_reason is recorded:
+            return
+        if {pending.boundary_reason, recorded} <= _PROMPT_HISTORY_REASONS:
+            pending.boundary_reason = recorded
+            return
+        raise ValueError(f"replayed boundary reason {pending.boundary_reason}, recorded {recorded}")
 
     def _live(self, handle: BranchHandle) -> PendingStep:
         """The handle's pending step, refusing one that already committed or dropped."""

@@ -13,7 +13,10 @@ of the journal in the order they ran live, and :meth:`Session.rewind` makes each
 ids it got live: generations that never committed (dropped, failed, in flight at a crash) are not in the journal,
 and the gaps they left in the ids stay gaps. What such a generation did to the session while it lived cannot change
 a committed step's placement: the chains decide on their step counts and close reasons, which only commits change,
-and the trie's checkpoints come only from commits. The replay checks each step's generation id, step id and chain
+and the trie's checkpoints come only from commits. One thing it can change: the boundary reason of a step with no
+checkpoint on its path (``new_conversation``, ``resample`` or ``history_rewritten``: how much of its prompt the trie
+held, pending nodes of a failed generation included), so the record keeps the reason the live prepare gave and the
+replay restores it (:meth:`Session.restore_boundary_reason`, which refuses any other difference). The replay checks each step's generation id, step id and chain
 id against the record and raises :class:`ReplayMismatchError` if one differs (a configuration that changes the
 rules, such as ``--ignore-cch-for-prefix-hash``, changed between the run and the restart).
 
@@ -74,6 +77,7 @@ def _prepare(session: Session, record: StepRecord) -> BranchHandle:
         raise ReplayMismatchError(f"step {record.step_id}: generation {handle.generation_id}, "
                                   f"recorded {record.generation_id}")
     if record.restarted is None:
+        session.restore_boundary_reason(handle, record.boundary_reason)
         _set_context(session, handle, record)
     return handle
 

@@ -3,7 +3,8 @@
 A record holds everything a replay needs to commit the step again exactly (``session_replay.py``), and nothing it
 would have to compute again: the request (messages, tools, chat_template_kwargs, instance and turn ids), the context
 token ids the step actually used (a replay sets them, it never renders the conversation again: TITO continues
-with the recorded ids), whether its incremental encode failed (and the failure's detail), what it generated (ids,
+with the recorded ids), whether its incremental encode failed (and the failure's detail), the boundary reason its prepare gave it, what
+it generated (ids,
 logprobs, weight versions, routed-expert chunks), the answer (finish reason, assistant message), its version stamp,
 its generation id, step id and chain id (checked by the replay), and the session's counters before each of its
 critical sections (:class:`~proxy.trajectory.session.Moment`: the replay's order and the ids it hands out).
@@ -11,7 +12,8 @@ critical sections (:class:`~proxy.trajectory.session.Moment`: the replay's order
 Layout (format 1), little-endian::
 
     u8   FORMAT_VERSION
-    u32  length of the header, then the header: UTF-8 JSON (every field that is not a number array)
+    u32  length of the header, then the header: ``o`` + orjson's JSON, or ``j`` + the standard library's (every
+         field that is not a number array)
     u32  length, then the bytes, for each blob in order: context ids (int32), generated ids (int32), logprobs
          (float32 or float64, as the header's ``logprobs`` typecode says), the context loss mask (0/1 bytes), then one
          per routed-expert chunk (its raw bytes)
@@ -74,6 +76,8 @@ class StepRecord:
     context_mask: bytes | None
     # The incremental encode failed and the step restarted with a full encode: the failure's detail.
     tito_detail: str | None
+    # The boundary reason its prepare gave it (``Session.restore_boundary_reason`` says why a replay needs it).
+    boundary_reason: str | None
     generated_ids: array
     # None when absent or misaligned (then ``logprobs_invalid``).
     logprobs: array | None
@@ -98,7 +102,7 @@ class StepRecord:
 
         return (
             self.step_id, self.chain_id, self.generation_id, self.request, arr(self.context_ids), self.context_mask,
-            self.tito_detail, arr(self.generated_ids), arr(self.logprobs), self.logprobs_invalid, self.version_runs,
+            self.tito_detail, self.boundary_reason, arr(self.generated_ids), arr(self.logprobs), self.logprobs_invalid, self.version_runs,
             self.routed_experts, self.finish_reason, _dumps(self.assistant_message), self.version_stamp,
             self.prepared, self.restarted, self.committed,
         )
@@ -119,11 +123,25 @@ def _dumps(value: Any) -> bytes:
         return json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
-def _loads(data: bytes) -> Any:
+#: the header's first byte: which JSON library wrote it (orjson reads integers over 64 bits back as floats, so
+#: what the standard library wrote it reads back)
+_ORJSON, _STDLIB = b"o", b"j"
+
+
+def _dumps_header(value: Any) -> bytes:
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data.decode("utf-8"))
+        return _ORJSON + orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return _STDLIB + json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+def _loads_header(data: bytes) -> Any:
+    kind, body = data[:1], data[1:]
+    if kind == _ORJSON:
+        return orjson.loads(body)
+    if kind == _STDLIB:
+        return json.loads(body.decode("ascii"))
+    raise JournalFormatError(f"unknown header encoding {kind!r}")
 
 
 def _little(values: array) -> bytes:
@@ -161,6 +179,7 @@ def encode(record: StepRecord) -> bytes:
         "messages": list(request.messages), "tools": request.tools, "chat_template_kwargs": request.chat_template_kwargs,
         "instance_id": request.instance_id, "turn_id": request.turn_id,
         "mask": record.context_mask is not None, "tito_detail": record.tito_detail,
+        "boundary_reason": record.boundary_reason,
         "logprobs": record.logprobs.typecode if record.logprobs is not None else None,
         "logprobs_invalid": record.logprobs_invalid,
         "version_runs": [list(run) for run in record.version_runs],
@@ -174,7 +193,7 @@ def encode(record: StepRecord) -> bytes:
              _little(record.logprobs) if record.logprobs is not None else b"", record.context_mask or b""]
     blobs += [chunk.data for chunk in record.routed_experts]
     parts = [bytes([FORMAT_VERSION])]
-    for blob in (_dumps(header), *blobs):
+    for blob in (_dumps_header(header), *blobs):
         parts += [_LENGTH.pack(len(blob)), blob]
     return b"".join(parts)
 
@@ -197,7 +216,7 @@ def decode(data: bytes) -> StepRecord:
         blobs.append(bytes(view[offset:offset + length]))
         offset += length
     try:
-        header = _loads(blobs[0])
+        header = _loads_header(blobs[0])
         context, generated, logprobs, mask = blobs[1:5]
         chunks = tuple(RoutedChunk(data, int(rows), int(start))
                        for data, (rows, start) in zip(blobs[5:], header["routed"], strict=True))
@@ -207,7 +226,7 @@ def decode(data: bytes) -> StepRecord:
             request=JournaledRequest(header["messages"], header["tools"], header["chat_template_kwargs"],
                                      header["instance_id"], header["turn_id"]),
             context_ids=_array("i", context), context_mask=mask if header["mask"] else None,
-            tito_detail=header["tito_detail"], generated_ids=_array("i", generated),
+            tito_detail=header["tito_detail"], boundary_reason=header["boundary_reason"], generated_ids=_array("i", generated),
             logprobs=_array(header["logprobs"], logprobs) if header["logprobs"] is not None else None,
             logprobs_invalid=bool(header["logprobs_invalid"]),
             version_runs=tuple((version, int(count)) for version, count in header["version_runs"]),

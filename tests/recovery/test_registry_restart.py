@@ -24,15 +24,8 @@ from proxy.trajectory.store import LeaseLostError
 
 from tests.controllers.driving import answer_ids, logprobs_for, turn
 from tests.controllers.fakes import FakeTokenizer
+from tests.controllers.test_session_registry import A1, A2, A3, SYS, T1, U1, U2
 
-SYS = {"role": "system", "content": "You are terse."}
-U1 = {"role": "user", "content": "add 5 and 3"}
-A1 = {"role": "assistant", "content": "", "tool_calls": [
-    {"id": "call_0", "type": "function", "function": {"name": "add", "arguments": '{"a": 5, "b": 3}'}}]}
-T1 = {"role": "tool", "tool_call_id": "call_0", "content": "8"}
-A2 = {"role": "assistant", "content": "It is 8."}
-U2 = {"role": "user", "content": "thanks"}
-A3 = {"role": "assistant", "content": "You are welcome."}
 U3 = {"role": "user", "content": "and 2 and 2?"}
 A4 = {"role": "assistant", "content": "4."}
 
@@ -218,3 +211,40 @@ async def test_a_commit_after_another_proxy_took_the_session_fails_with_lease_lo
     with pytest.raises(LeaseLostError):
         await first.commit(prepared.handle, ids, None, None, None, "stop", A3)
     assert first.debug_view("s") is None
+
+
+class GatedJournalStore(InMemoryTrajectoryStore):
+    """A store whose journal writes wait at a gate while ``gate`` is set (a slow disk)."""
+
+    gate: trio.Event | None = None
+
+    async def append_step(self, session_id, step_id, record, *, fence=None):
+        if self.gate is not None:
+            await self.gate.wait()
+        await super().append_step(session_id, step_id, record, fence=fence)
+
+
+async def test_a_finalize_during_a_commits_journal_write_waits_for_it_and_the_commit_succeeds():
+    store = GatedJournalStore()
+    reg = registry(store)
+    await turn(reg, "s", [SYS, U1], A1)
+    prepared = await reg.prepare("s", [SYS, U1, A1, T1])
+    store.gate = trio.Event()
+    results = {}
+
+    async def commit():
+        ids = answer_ids(reg.tokenizer, A2)
+        results["commit"] = await reg.commit(prepared.handle, ids, None, None, None, "stop", A2)
+
+    async def finalize():
+        results["finalize"] = await reg.finalize("s")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(commit)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(finalize)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not results
+        store.gate.set()
+    assert results["commit"].step_id == 2 and results["finalize"].steps == 2
+    assert (await store.load_session("s")).state == "finalized"
