@@ -307,7 +307,8 @@ async def export_until_signalled(args: argparse.Namespace, out: Path, form: str)
 
 
 def say(message: str) -> None:
-    print(f"dressage-proxy export: {message}", file=sys.stderr, flush=True)
+    """One line on stderr (a driver's multi-line message, e.g. libpq's hint, is joined into it)."""
+    print(f"dressage-proxy export: {' '.join(message.split())}", file=sys.stderr, flush=True)
 
 
 def export_main(argv: list[str]) -> int:

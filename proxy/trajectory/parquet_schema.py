@@ -31,12 +31,15 @@ column                      type               from the segment
 ``extra``                   string (JSON)      an object of every other field: fields a later proxy adds, and any
                                                value that does not fit its column's type (kept exactly, never
                                                dropped); null when there is none
+``absent_fields``           list<string>       the columns' fields this segment does not have (null: it has every
+                                               one a segment always has; a proxy's segments always do)
 ==========================  =================  =================================================================
 
 Reading a row back (:func:`segment_from_row`) gives the segment dict ``/trajectory/read`` returned: JSON columns
-parsed, the versions as strings again (from whichever column holds them), ``extra`` merged, and the fields a
-segment carries only sometimes (:data:`SOMETIMES_FIELDS`) left out when null. The one change is the logprobs'
-float32 rounding. A file written by something else (no :data:`SCHEMA_KEY` in its metadata) is read as it is.
+parsed, the versions as strings again (from whichever column holds them), ``extra`` merged, the fields a segment
+carries only sometimes (:data:`SOMETIMES_FIELDS`) left out when null, and ``absent_fields`` left out. The one
+change is the logprobs' float32 rounding (``tests/export/test_parquet_schema.py`` checks the round trip on
+arbitrary segments). A file written by something else (no :data:`SCHEMA_KEY` in its metadata) is read as it is.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 #: the schema's name and version in the Parquet file's key-value metadata
 SCHEMA_KEY = b"dressage.segments"
@@ -67,7 +71,7 @@ JSON_FIELDS = (
 SOMETIMES_FIELDS = frozenset({
     "weight_versions", "routed_experts", "routed_experts_chunks", "routed_experts_parts", "last_step_error",
 })
-VERSIONS, VERSIONS_TEXT, EXTRA = "weight_versions", "weight_versions_text", "extra"
+VERSIONS, VERSIONS_TEXT, EXTRA, ABSENT = "weight_versions", "weight_versions_text", "extra", "absent_fields"
 
 #: every column, in file order
 SCHEMA = pa.schema(
@@ -84,10 +88,12 @@ SCHEMA = pa.schema(
         pa.field(VERSIONS_TEXT, pa.list_(pa.string())),
     ]
     + [pa.field(name, pa.string()) for name in JSON_FIELDS]
-    + [pa.field(EXTRA, pa.string())],
+    + [pa.field(EXTRA, pa.string()), pa.field(ABSENT, pa.list_(pa.string()))],
     metadata={SCHEMA_KEY: SCHEMA_VERSION},
 )
-_TYPED = frozenset(SCHEMA.names) - {VERSIONS_TEXT, EXTRA}
+_TYPED = frozenset(SCHEMA.names) - {VERSIONS_TEXT, EXTRA, ABSENT}
+#: the fields every segment has (absent ones are listed in ``absent_fields``)
+_ALWAYS = tuple(sorted(_TYPED - SOMETIMES_FIELDS))
 _CANONICAL_INT = re.compile(r"0|-?[1-9][0-9]{0,9}")
 _INT32_RANGE = range(-(2**31), 2**31)
 
@@ -121,7 +127,9 @@ def _row_values(segment: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     row: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for key, value in segment.items():
-        if key in JSON_FIELDS:
+        if value is None and key in SOMETIMES_FIELDS:
+            extra[key] = None  # present and null, which a null column would read back as absent
+        elif key in JSON_FIELDS:
             row[key] = None if value is None else json_text(value)
         elif key == VERSIONS:
             numbers = _int32_versions(value) if isinstance(value, list) else None
@@ -138,35 +146,72 @@ def _row_values(segment: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return row, extra
 
 
+class _DoesNotFit(Exception):
+    """A value its column's type cannot hold exactly."""
+
+
+def _fits(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether values pyarrow inferred as ``source`` convert to ``target`` without changing kind: no float into an
+    integer column (pyarrow would truncate 1.5 to 1), no bool into a number, no integer-only list into a float one."""
+    if pa.types.is_null(source):
+        return True
+    if pa.types.is_list(target):
+        return pa.types.is_list(source) and _fits(source.value_type, target.value_type)
+    if pa.types.is_integer(target):
+        return pa.types.is_integer(source)
+    if pa.types.is_floating(target):
+        return pa.types.is_floating(source)
+    return pa.types.is_string(source) and pa.types.is_string(target)
+
+
+def _typed(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """``values`` as ``kind``, exactly (floats rounded to float32 and nothing else), or :class:`_DoesNotFit`."""
+    try:
+        inferred = pa.array(values)
+        if not _fits(inferred.type, kind):
+            raise _DoesNotFit
+        converted = inferred.cast(kind)  # a safe cast: an integer out of range raises
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        raise _DoesNotFit from None
+    if pa.types.is_list(inferred.type) and pa.types.is_floating(kind.value_type):
+        # float64 -> float32 turns a finite value beyond float32's range into infinity, silently: not a rounding.
+        before, after = inferred.flatten(), converted.flatten()
+        if pc.sum(pc.is_inf(before)).as_py() != pc.sum(pc.is_inf(after)).as_py():
+            raise _DoesNotFit
+    return converted
+
+
 def _column(name: str, values: list[Any], extras: list[dict[str, Any]]) -> pa.Array:
     """One column of a batch. A value its type cannot hold (a wrong type, an id beyond int32) goes to the row's
-    ``extra`` instead: found row by row, only when the whole column fails to convert."""
+    ``extra`` instead: found row by row, only when the whole column does not convert."""
     kind = SCHEMA.field(name).type
     try:
-        return pa.array(values, type=kind)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return _typed(values, kind)
+    except _DoesNotFit:
         pass
     kept = []
     for index, value in enumerate(values):
         try:
-            pa.array([value], type=kind)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            _typed([value], kind)
+        except _DoesNotFit:
             extras[index][name] = value
             value = None
         kept.append(value)
-    return pa.array(kept, type=kind)
+    return _typed(kept, kind)
 
 
 def table_of(segments: Sequence[Mapping[str, Any]]) -> pa.Table:
     """A batch of segments as a table of :data:`SCHEMA` (one Parquet row group when written at once)."""
-    rows, extras = [], []
+    rows, extras, absent = [], [], []
     for segment in segments:
         row, extra = _row_values(segment)
         rows.append(row)
         extras.append(extra)
+        absent.append([name for name in _ALWAYS if name not in segment] or None)
     columns = {name: _column(name, [row.get(name) for row in rows], extras)
-               for name in SCHEMA.names if name != EXTRA}
+               for name in SCHEMA.names if name not in (EXTRA, ABSENT)}
     columns[EXTRA] = pa.array([json_text(extra) if extra else None for extra in extras], type=pa.string())
+    columns[ABSENT] = pa.array(absent, type=pa.list_(pa.string()))
     return pa.Table.from_pydict(columns, schema=SCHEMA)
 
 
@@ -178,8 +223,9 @@ def is_segment_table(schema: pa.Schema) -> bool:
 def segment_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """A row of :data:`SCHEMA` (``Table.to_pylist()``) back into the segment dict (see the module docstring)."""
     segment: dict[str, Any] = {}
+    absent = frozenset(row.get(ABSENT) or ())
     for key, value in row.items():
-        if key in (VERSIONS, VERSIONS_TEXT, EXTRA):
+        if key in (VERSIONS, VERSIONS_TEXT, EXTRA, ABSENT) or key in absent:
             continue
         if key in JSON_FIELDS and value is not None:
             value = json.loads(value)

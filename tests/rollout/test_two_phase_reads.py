@@ -31,13 +31,17 @@ async def stack(nursery, qwen3_path: Path) -> Stack:
     return await nursery.start(serve_stack, qwen3_path)
 
 
+@pytest.fixture(params=["memory", "sqlite"])
+def store_url(request, tmp_path) -> str:
+    """The tests of expiry and concurrency run on the memory store and on SQLite (the command line's default)."""
+    return "memory" if request.param == "memory" else f"sqlite:///{tmp_path / 'store.sqlite3'}"
+
+
 @pytest.fixture
-async def short_stack(nursery, qwen3_path: Path) -> Stack:
+async def short_stack(nursery, qwen3_path: Path, store_url: str) -> Stack:
     """A proxy whose leases expire after LEASE_SECONDS."""
-    return await nursery.start(
-        lambda task_status: serve_stack(qwen3_path, config={"read_lease_seconds": LEASE_SECONDS},
-                                        task_status=task_status)
-    )
+    config = {"read_lease_seconds": LEASE_SECONDS, "store": store_url}
+    return await nursery.start(lambda task_status: serve_stack(qwen3_path, config=config, task_status=task_status))
 
 
 @pytest.fixture
@@ -168,9 +172,10 @@ async def test_a_trainer_that_fails_before_its_ack_gets_the_segments_again(short
         assert (await trainer.stats()).segments == 0
 
 
-async def test_concurrent_draining_readers_never_get_the_same_segment(nursery, qwen3_path: Path) -> None:
+async def test_concurrent_draining_readers_never_get_the_same_segment(nursery, qwen3_path: Path, store_url) -> None:
     # The default lease (300 s): every lease holds for the whole test, however slow the machine.
-    stack = await nursery.start(serve_stack, qwen3_path)
+    stack = await nursery.start(lambda task_status: serve_stack(qwen3_path, config={"store": store_url},
+                                                                task_status=task_status))
     async with httpx.AsyncClient(base_url=stack.url) as http:
         sessions = [f"c{i}" for i in range(6)]
         every_id: set[str] = set()
