@@ -32,11 +32,12 @@ async def join_fleet(gate: GateController, store: TrajectoryStore) -> ControlSta
     return state
 
 
-async def record_control(store: TrajectoryStore, *, paused: bool, weight_version: str | None) -> bool:
-    """Record the gate's state for the fleet (shared stores only). False when the store refused: the local gate
-    changed anyway and the answer says so (``fleet_recorded``); the store's fault is logged, never a 500."""
+async def record_control(store: TrajectoryStore, *, paused: bool, weight_version: str | None) -> bool | None:
+    """Record the gate's state for the fleet (shared stores only: None otherwise, nothing to record). False when
+    the store refused: the local gate changed anyway and the answer says so (``fleet_recorded``); the store's fault
+    is logged, never a 500."""
     if not store.shared:
-        return True
+        return None
     try:
         await store.set_control(ControlState(paused=paused, weight_version=weight_version))
     except Exception:

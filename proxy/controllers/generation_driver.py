@@ -579,11 +579,6 @@ class Generation:
                 )
             except SessionFinalizedError as exc:
                 self._feed(gen.CommitRejected(str(exc)))
-            except LeaseLostError as exc:
-                # Fleet: another proxy took the session; its journal refused this step (the registry dropped its
-                # stale copy). 503 session_moved, Retry-After: 1: the retry reaches the session's owner.
-                self.output.refusal = api_error_for(exc)
-                self._feed(gen.CommitRejected(str(exc)))
             except TrajectoryVersionChangedError as exc:
                 # Nothing was committed and the handle is still live: release it; answer with this code.
                 await sessions.drop(self.prepared.handle)

@@ -44,7 +44,8 @@ class SessionBusyError(CodedError):
 @attrs.frozen
 class LeaseGrant:
     """This proxy may use the session: its fence (None when the store is not shared) and whether the owner changed
-    since this proxy last held it (the in-memory copy must then be reloaded)."""
+    since this proxy last held it (the in-memory copy must then be reloaded; ``StoreLeases`` also says so when it
+    has no record of holding the session, so a copy it cannot vouch for is never trusted)."""
 
     epoch: int | None = None
     changed: bool = False

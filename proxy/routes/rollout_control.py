@@ -2,8 +2,8 @@
 
 | route | body | answer |
 |---|---|---|
-| ``POST /v1/rollout/pause`` | none (ignored) | ``{"state": "PAUSED", "epoch", "weight_version", "aborted", "tokens_kept", "waiting", "already_paused", "force_cut", "seconds", "fleet_recorded"}`` |
-| ``POST /v1/rollout/resume`` | ``{"weight_version"?}`` (or no body) | ``{"state": "RUNNING", "epoch", "weight_version", "admitted", "already_running", "fleet_recorded"}`` |
+| ``POST /v1/rollout/pause`` | none (ignored) | ``{"state": "PAUSED", "epoch", "weight_version", "aborted", "tokens_kept", "waiting", "already_paused", "force_cut", "seconds", "fleet_recorded"?}`` |
+| ``POST /v1/rollout/resume`` | ``{"weight_version"?}`` (or no body) | ``{"state": "RUNNING", "epoch", "weight_version", "admitted", "already_running", "fleet_recorded"?}`` |
 | ``GET /v1/rollout/pause_state`` | | ``{"state", "epoch", "weight_version", "in_flight", "waiting", "pauses_total", "admitted_total", "parked_total"}`` |
 
 Everything is the :class:`~proxy.controllers.gate.GateController`'s (``services.gate``), which drives the
@@ -26,8 +26,8 @@ Everything is the :class:`~proxy.controllers.gate.GateController`'s (``services.
   (weights may change only inside a pause: pause, update, then resume with the version).
 - **Fleet** (a shared store, ``docs/storage.md`` "Fleet"): pause and resume also record the state in the store
   (``proxy/controllers/fleet_control.py``), so a proxy that joins during a pause starts paused; ``fleet_recorded``
-  is false when the store refused that write (logged; the local gate changed anyway). A store only one process uses
-  records nothing (``fleet_recorded`` true).
+  (only with a shared store) is false when the store refused that write (logged; the local gate changed anyway).
+  A store only one process uses records nothing and the answers have no ``fleet_recorded``.
 - **pause_state**: the gate's state (``RUNNING``, ``PAUSING``, ``PAUSED``), epoch, current weight version (null
   until one is announced), generations in flight and waiting, and lifetime counters.
 """
@@ -45,6 +45,11 @@ from proxy.controllers.fleet_control import record_control
 from proxy.controllers.gate import GateController, ResumeRefusedError
 from proxy.routes.json_body import read_json_body
 from proxy.services import ProxyServices
+
+
+def fleet_field(recorded: bool | None) -> dict[str, bool]:
+    """``fleet_recorded`` for a proxy of a fleet (a shared store); nothing for a proxy on its own."""
+    return {} if recorded is None else {"fleet_recorded": recorded}
 
 
 def register(app: QuartTrio, services: ProxyServices) -> None:
@@ -69,7 +74,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                 "already_paused": result.already_paused,
                 "force_cut": list(result.force_cut),
                 "seconds": round(trio.current_time() - began, 6),
-                "fleet_recorded": recorded,
+                **fleet_field(recorded),
             }
         )
 
@@ -89,7 +94,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                 "weight_version": result.weight_version,
                 "admitted": result.admitted,
                 "already_running": result.already_running,
-                "fleet_recorded": recorded,
+                **fleet_field(recorded),
             }
         )
 
