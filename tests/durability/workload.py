@@ -27,14 +27,8 @@ import httpx
 import trio
 
 from tests.durability.proxy_process import ProxyProcess
+from tests.e2e.harness import CALCULATOR_TOOLS
 
-CALCULATOR_TOOLS = [
-    {"type": "function", "function": {
-        "name": name, "description": f"{name} two integers",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                       "required": ["a", "b"]}}}
-    for name in ("add", "multiply")
-]
 NO_THINKING = {"enable_thinking": False}
 #: every request's answer bound (the default policy's answers are shorter; a tool call is never cut)
 MAX_TOKENS = 200
