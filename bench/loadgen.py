@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -39,14 +39,16 @@ class Connection:
             self.stream = None
 
     async def request(
-        self, method: str, path: str, body: bytes, on_data: Callable[[bytes], None] | None = None
+        self, method: str, path: str, body: bytes, on_data: Callable[[bytes], None] | None = None,
+        extra_headers: Sequence[tuple[str, str]] = (),
     ) -> tuple[int, bytes]:
-        """Send one request; ``on_data`` sees each body piece as it arrives (for streaming: time to first token)."""
+        """Send one request; ``on_data`` sees each body piece as it arrives (for streaming: time to first token);
+        ``extra_headers`` go after the usual ones (a session header a load balancer hashes, say)."""
         if self.stream is None or self.conn.our_state is h11.MUST_CLOSE:
             await self.aclose()
             await self.open()
         headers = [("host", f"{self.host}:{self.port}"), ("content-type", "application/json"),
-                   ("content-length", str(len(body)))]
+                   ("content-length", str(len(body))), *extra_headers]
         out = self.conn.send(h11.Request(method=method, target=path, headers=headers))
         out += self.conn.send(h11.Data(data=body)) + self.conn.send(h11.EndOfMessage())
         await self.stream.send_all(out)

@@ -85,7 +85,9 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         if not result and not (body.drain and await sessions.read(**ids)):
             if body.trajectory_id is not None:
                 raise ApiError.not_found(f"no stored segment {body.trajectory_id!r}", "trajectory_id")
-            if sessions.debug_view(body.session_id) is None:
+            # Known to this process, or to the store (a session drained after a restart was never loaded here).
+            known_here = sessions.debug_view(body.session_id) is not None
+            if not known_here and await sessions.store.load_session(body.session_id) is None:
                 raise ApiError.not_found(f"unknown session {body.session_id!r}", "session_id")
         return jsonify(result.answer_json(drain=body.drain))
 
