@@ -9,7 +9,7 @@ session's lock exactly as its own methods do; the decisions they take are pure a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -32,9 +32,9 @@ class SessionUpkeep:
     _expired_tombstones: int
     store: TrajectoryStore
     clock: Callable[[], float]
+    # The registry's export of a finalized session (SessionRegistry._export): the idle finalize runs it too.
+    _export: Callable[[LockedSession, ExportJob], Awaitable[None]]
 
-    async def _export(self, locked: LockedSession, job: ExportJob) -> None:  # pragma: no cover - the registry's
-        raise NotImplementedError
 
     # -- the memory budget: idle sessions and tombstones (session_reaper.py calls these) --------------------------
 

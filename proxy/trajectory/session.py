@@ -50,7 +50,7 @@ from proxy.trajectory.encode_plan import EncodeKind, EncodePlan, request_keys
 from proxy.trajectory.export import FinalizeReason, SessionExport
 from proxy.trajectory.message_keys import MessageKey, context_key, effective_template_kwargs
 from proxy.trajectory.prefix_trie import PrefixTrie, TrieNode
-from proxy.trajectory.session_chains import SessionChain, SessionChains
+from proxy.trajectory.session_chains import SessionChains
 from proxy.trajectory.session_config import SessionConfig
 from proxy.trajectory.session_memory import step_bytes
 from proxy.trajectory.session_errors import (
@@ -68,15 +68,12 @@ from proxy.trajectory.session_results import (
     SessionDebugView,
     WaitForExport,
 )
+from proxy.trajectory.pending_step import BranchHandle, Moment, PendingStep
 from proxy.trajectory.tokens import RoutedChunk, Step, TokenSpan, WorkingTokens, committed_span, context_span
 from proxy.trajectory.version_stamp import VersionStamp
 from statemachines import branching
 from statemachines import chain as chain_sm
 from statemachines import session as session_sm
-
-#: The signature of a shared context encoding on its attach node: ``("full",)`` or ``("after", base step id)``.
-EncodingSignature = tuple[str] | tuple[str, int]
-
 
 #: the reasons a prompt with no checkpoint on its path gets from how much of it the trie holds (pending nodes too)
 _PROMPT_HISTORY_REASONS = frozenset(
@@ -88,61 +85,6 @@ def _position_of(step: Step | None) -> tuple[int, int] | None:
     """Where a checkpoint sits: (chain, position), None for no checkpoint (a full encode). Steps that share a
     position answer the same prompt over the same checkpoint position, so they are interchangeable in a segment."""
     return None if step is None else (step.chain_id, step.position)
-
-
-@attrs.frozen
-class Moment:
-    """The session's counters just before one of a generation's critical sections (prepare, restart, commit): the
-    step journal records them so a replay runs the critical sections of committed generations in their live order
-    and hands out the ids they got live (``session_replay.py``)."""
-
-    # Critical sections (prepares, restarts, commits) before this one: the replay's order.
-    events: int
-    # Generations prepared before (the generation id's counter) and the newest chain id.
-    generations: int
-    chains: int
-
-
-@attrs.define(eq=False)
-class PendingStep:
-    """What the session knows of a generation's step from prepare to its commit or drop; reached only through the
-    generation's handle."""
-
-    generation_id: str
-    attach: TrieNode
-    # Where its step will attach among the chains (the branching rule's decision at prepare).
-    claim: branching.BranchClaim[SessionChain, Step]
-    boundary_reason: BoundaryReason | None
-    boundary_detail: str | None
-    turn_id: str | None
-    tito_failed: bool = False
-    # The request's instance id: the session takes it when the step commits (a failed request leaves nothing).
-    instance_id: str | None = None
-    # The context tokens this step adds (set after tokenization), and the shared-encoding entry they are held in on
-    # the attach node (its signature), given back if the generation fails.
-    context: TokenSpan | None = None
-    encoding: EncodingSignature | None = None
-    # Committed or dropped: a handle ends exactly once (architecture invariant 4).
-    finished: bool = False
-    # The step it committed (None: not committed).
-    step_id: int | None = None
-    # The session's counters before its prepare, its restart (a TITO failure) and its commit (the step journal).
-    prepared: Moment | None = None
-    restarted: Moment | None = None
-    committed: Moment | None = None
-    # The newest checkpoint on the prompt's path at prepare, and its depth: the prompt's first ``depth`` messages
-    # are that step's prompt and answer (by trie key), so its journal record keeps only the messages after them.
-    prefix_step: int | None = None
-    prefix_depth: int = 0
-
-
-@attrs.frozen(eq=False)
-class BranchHandle:
-    """Opaque: what prepare hands a generation and commit or drop takes back. Never inspect it."""
-
-    session_id: str
-    generation_id: str
-    _pending: PendingStep = attrs.field(repr=False)
 
 
 @attrs.define(eq=False)
@@ -598,4 +540,4 @@ class Session:
         )
 
 
-__all__ = ["BranchHandle", "Moment", "PendingStep", "Session"]
+__all__ = ["BranchHandle", "PendingStep", "Session"]

@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 import orjson
 
-from proxy.trajectory.session import Moment
+from proxy.trajectory.pending_step import Moment
 from proxy.trajectory.tokens import RoutedChunk
 from proxy.trajectory.version_stamp import VersionStamp
 

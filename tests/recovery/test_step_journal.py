@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.trajectory.session import Moment
+from proxy.trajectory.pending_step import Moment
 from proxy.trajectory.step_journal import FORMAT_VERSION, JournalFormatError, JournaledRequest, StepRecord, decode, encode
 from proxy.trajectory.tokens import RoutedChunk, exact_logprobs
 from proxy.trajectory.version_stamp import VersionStamp
