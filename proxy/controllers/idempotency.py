@@ -32,6 +32,17 @@ The rules (``docs/api.md`` has them for clients):
 Replays are answered before the session layer: a repeat of a recorded request is answered even when the session has
 meanwhile reached its step limit. Only the first request's response headers that matter to the client are replayed
 (the content type, and the stream headers for SSE).
+
+**Across a restart** (``docs/storage.md``, "Recovery"). The recorded bytes live in memory only, but the key and
+the fingerprint are journaled with the step the request committed, in the same durable record
+(``proxy/trajectory/step_journal.py``: the route names them to the registry's prepare through
+:func:`set_request_key`). When a restarted proxy (or the next owner in a fleet) loads the session, the journal's
+keys come back (:meth:`IdempotencyKeys.restore`) holding their committed step instead of bytes; a repeat is then
+answered from the step (``proxy/controllers/committed_answer.py``: rendered again from the recorded message and
+tokens, 200 with ``Idempotent-Replayed: true``, no generation, no step), and that rendering is what later repeats
+get. A repeat with another body is 422 as before; a key whose step never became durable is unknown after the
+restart, so its repeat runs normally. An ``n > 1`` request is not answered from its steps (its choices are journaled
+as separate steps): a repeat after a restart runs again.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import attrs
@@ -46,6 +58,7 @@ import trio
 
 from proxy.api import ApiError
 from proxy.api.errors import ErrorCode
+from proxy.trajectory.session_replay import KeyedStep
 
 #: the request header
 HEADER = "Idempotency-Key"
@@ -116,6 +129,21 @@ def fingerprint(body: Any) -> str:
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
+#: the key and fingerprint of the request this task runs (set by the chat route; read by the registry's prepare,
+#: which journals them with the step, ``proxy/controllers/session_registry.py``)
+_REQUEST_KEY: ContextVar[tuple[str, str] | None] = ContextVar("dressage_idempotency_key", default=None)
+
+
+def set_request_key(key: str, request_fingerprint: str) -> None:
+    """The request of this task (and of the generations it starts: trio copies the context) has this key."""
+    _REQUEST_KEY.set((key, request_fingerprint))
+
+
+def request_key() -> tuple[str, str] | None:
+    """The key and fingerprint of the request this task runs, or None."""
+    return _REQUEST_KEY.get()
+
+
 @attrs.frozen
 class RecordedResponse:
     """A committed request's answer, as it was sent."""
@@ -134,6 +162,8 @@ class _Entry:
     fingerprint: str
     done: trio.Event = attrs.field(factory=trio.Event)
     recorded: RecordedResponse | None = None
+    # Restored from the journal after a restart: the step the key committed (no bytes yet, see the docstring).
+    committed: KeyedStep | None = None
 
 
 @attrs.define(eq=False)
@@ -174,12 +204,32 @@ class IdempotencyKeys:
     def __len__(self) -> int:
         return len(self._entries)
 
-    async def claim(self, key: str, request_fingerprint: str) -> Claim | RecordedResponse:
-        """The recorded answer of ``key``, or a :class:`Claim` to run the request (after waiting for a run of the
-        same request to end). Raises ``idempotency_key_reused`` (422) for another request under the same key."""
+    @classmethod
+    def restore(cls, steps: Mapping[str, KeyedStep]) -> IdempotencyKeys:
+        """The keys of a session loaded from its journal, each ended and holding the step it committed."""
+        keys = cls()
+        for key, step in steps.items():
+            entry = keys._entries[key] = _Entry(step.fingerprint, committed=step)
+            entry.done.set()
+        return keys
+
+    def remember(self, key: str, response: RecordedResponse) -> None:
+        """The answer rendered from a restored key's step: later repeats get these bytes."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.committed is not None and entry.recorded is None:
+            entry.recorded = response
+
+    async def claim(
+        self, key: str, request_fingerprint: str, *, from_step: bool = True
+    ) -> Claim | RecordedResponse | KeyedStep:
+        """The recorded answer of ``key``, the step a restored key committed (``from_step``: the caller answers
+        from it; else the request runs again), or a :class:`Claim` to run the request (after waiting for a run of
+        the same request to end). Raises ``idempotency_key_reused`` (422) for another request under the same
+        key."""
         while True:
             entry = self._entries.get(key)
-            if entry is None:
+            if entry is None or (entry.committed is not None and entry.recorded is None and not from_step
+                                 and entry.fingerprint == request_fingerprint):
                 entry = self._entries[key] = _Entry(request_fingerprint)
                 return Claim(self, key, entry)
             if entry.fingerprint != request_fingerprint:
@@ -191,6 +241,8 @@ class IdempotencyKeys:
                 )
             if entry.recorded is not None:
                 return entry.recorded
+            if entry.committed is not None:
+                return entry.committed
             # The same request is running: wait for its end, then replay it or run (if it recorded nothing).
             await entry.done.wait()
 
@@ -261,5 +313,6 @@ def replay_headers(response: RecordedResponse, stream_headers: Mapping[str, str]
 
 __all__ = [
     "HEADER", "INVALID_KEY", "KEY_REUSED", "MAX_KEY_LENGTH", "REPLAYED_HEADER", "Claim", "IdempotencyKeys",
-    "RecordedResponse", "RecordingBody", "fingerprint", "key_from_headers", "parse_key", "replay_headers",
+    "KeyedStep", "RecordedResponse", "RecordingBody", "fingerprint", "key_from_headers", "parse_key",
+    "replay_headers", "request_key", "set_request_key",
 ]

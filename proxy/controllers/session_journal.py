@@ -5,8 +5,8 @@ loaded on its first use after a restart (``session_registry.py`` calls these; ``
   :func:`write_journal` appends the session's records not yet durable, in step order (a failed append keeps its
   record for the next commit, so the journal never has a gap), shielded from cancellation;
 - :func:`load_session` asks the store what it knows of a session id: nothing (a new session), an active journal
-  (rebuilt by ``session_replay.py``, off the event loop when long), or a finalized, drained or aborted record (a
-  tombstone that answers as before the restart);
+  (rebuilt by ``session_replay.py``, off the event loop when long, with the steps its Idempotency-Keys committed),
+  or a finalized, drained or aborted record (a tombstone that answers as before the restart);
 - :func:`result_json` / :func:`result_from_json`: the ``FinalizeResult`` as the store keeps it.
 """
 
@@ -25,7 +25,7 @@ from proxy.trajectory import step_journal
 from proxy.trajectory.session import BranchHandle, Session
 from proxy.trajectory.session_config import SessionConfig
 from proxy.trajectory.session_errors import SessionError
-from proxy.trajectory.session_replay import replay_session
+from proxy.trajectory.session_replay import KeyedStep, replay_journal
 from proxy.trajectory.session_results import CommitResult, FinalizeResult
 from proxy.trajectory.store import ABORTED, ACTIVE, DRAINED, LeaseLostError, TrajectoryStore
 from proxy.trajectory.tokens import TokenSpan
@@ -118,12 +118,13 @@ def result_from_json(session_id: str, stored: Mapping[str, Any] | None) -> Final
 
 async def load_session(
     store: TrajectoryStore, session_id: str, config: SessionConfig, end_of_turn_id: int | None
-) -> Session:
-    """The session as the store knows it (see the module docstring). Raises ``JournalFormatError`` and
-    ``ReplayMismatchError`` for a journal this proxy cannot rebuild (never silently a new session)."""
+) -> tuple[Session, dict[str, KeyedStep]]:
+    """The session as the store knows it (see the module docstring), and the newest step of each Idempotency-Key
+    its journal holds. Raises ``JournalFormatError`` and ``ReplayMismatchError`` for a journal this proxy cannot
+    rebuild (never silently a new session)."""
     stored = await store.load_session(session_id)
     if stored is None:
-        return Session(session_id, config, end_of_turn_id)
+        return Session(session_id, config, end_of_turn_id), {}
     if stored.state == ACTIVE:
         if len(stored.steps) > THREAD_REPLAY_STEPS:
             return await run_off_loop(_rebuild, session_id, config, end_of_turn_id, stored.steps)
@@ -131,19 +132,22 @@ async def load_session(
     session = Session(session_id, config, end_of_turn_id)
     if stored.state == ABORTED:
         session.abort()
-        return session
+        return session, {}
     # Finalized (or drained): the tombstone answers every finalize with the stored result, and rejects late steps.
     session.begin_finalize()
     result = result_from_json(session_id, stored.result)
     session.export_completed(result)
     if stored.state == DRAINED and result.segments:
         session.drained()
-    return session
+    # A tombstone has no keys: a request to it meets the session's refusal (``idempotency.py``).
+    return session, {}
 
 
-def _rebuild(session_id: str, config: SessionConfig, end_of_turn_id: int | None, steps: tuple[bytes, ...]) -> Session:
+def _rebuild(
+    session_id: str, config: SessionConfig, end_of_turn_id: int | None, steps: tuple[bytes, ...]
+) -> tuple[Session, dict[str, KeyedStep]]:
     """Decode the journal and replay it (pure: a worker thread may run it)."""
-    return replay_session(session_id, config, end_of_turn_id, [step_journal.decode(data) for data in steps])
+    return replay_journal(session_id, config, end_of_turn_id, [step_journal.decode(data) for data in steps])
 
 
 __all__ = [

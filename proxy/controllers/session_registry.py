@@ -56,7 +56,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from proxy.controllers.idempotency import IdempotencyKeys
+from proxy.controllers.idempotency import IdempotencyKeys, request_key
 from proxy.controllers.off_loop import run_off_loop, run_sized, runs_inline
 from proxy.controllers.session_entries import LockedSession, PreparedStep, RegistryStatistics, text_size
 from proxy.controllers.session_journal import load_session, result_json, step_record, write_journal
@@ -136,8 +136,12 @@ class SessionRegistry(SessionUpkeep):
         locked.epoch = grant.epoch
         async with locked.load_lock:
             if not locked.loaded:
-                session = await load_session(self.store, session_id, self.config, self.tokenizer.end_of_turn_id)
+                session, keyed = await load_session(self.store, session_id, self.config,
+                                                    self.tokenizer.end_of_turn_id)
                 locked.session, locked.loaded = session, True
+                if keyed:
+                    # The Idempotency-Keys of its journal answer repeats from their steps (``idempotency.py``).
+                    locked.idempotency = IdempotencyKeys.restore(keyed)
                 if session.trie is None:
                     locked.released_at = self.clock()
         return locked
@@ -191,8 +195,10 @@ class SessionRegistry(SessionUpkeep):
                 await self.leases.generation_ended(session_id)
             raise
         # What the step journal records of the request, kept until the generation commits or drops.
+        # With the Idempotency-Key the chat route claimed for this request (journaled with the step it commits).
         locked.requests[handle.generation_id] = (
-            handle, JournaledRequest(messages, tools, chat_template_kwargs, instance_id, turn_id)
+            handle, JournaledRequest(messages, tools, chat_template_kwargs, instance_id, turn_id,
+                                     idempotency=request_key())
         )
         try:
             ids, plan = await self._encode(locked, handle, plan, messages)
@@ -339,6 +345,12 @@ class SessionRegistry(SessionUpkeep):
         if locked.idempotency is None:
             locked.idempotency = IdempotencyKeys()
         return locked.idempotency
+
+    async def loaded_idempotency_keys(self, session_id: str) -> IdempotencyKeys | None:
+        """:meth:`idempotency_keys` of the session as the store knows it (loaded on first use, like ``prepare``
+        does): after a restart, the keys its journal holds are restored before a repeat is looked up."""
+        await self._use(session_id)
+        return self.idempotency_keys(session_id)
 
     def check_version(self, handle: BranchHandle, stamp: VersionStamp) -> None:
         """Before a step generates (no partial rollout): raise ``TrajectoryVersionChangedError`` if ``stamp`` (the

@@ -11,7 +11,10 @@ Thin on purpose (``docs/request-path.md`` describes the whole path). The body is
 
 With an ``Idempotency-Key`` header (``proxy/controllers/idempotency.py``) the key is claimed in the session first: a
 recorded answer is replayed at once, a different request under the key is 422, a run of the same request is waited
-for; the request that holds the claim records its answer if its step committed, or frees the key.
+for; the request that holds the claim records its answer if its step committed, or frees the key. The session is
+loaded first (after a restart, its journal's keys come back holding their committed steps: a repeat of one is
+answered from the step, ``proxy/controllers/committed_answer.py``), and the claimed key is named to the registry's
+prepare, which journals it with the step (``idempotency.set_request_key``).
 
 A client that disconnects cancels this handler (quart-trio's disconnect watcher) or closes the body generator; the
 generation turns either into ``ClientDisconnected``. A disconnect in the window after the handler returned and
@@ -35,6 +38,7 @@ from werkzeug.datastructures import Headers
 from proxy.api import ChatCompletionRequest, dumps
 from proxy.api.session_identity import SessionIdSources
 from proxy.controllers import idempotency
+from proxy.controllers.committed_answer import render_committed
 from proxy.controllers.choices import ChoiceSet
 from proxy.controllers.generation_driver import Generation
 from proxy.request_end import on_request_end
@@ -59,14 +63,22 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     async def chat_completions() -> Response:
         chat, key, fingerprint = await read_json_body(partial(read_chat, request.headers))
         set_current_session_id(chat.session_id)  # on every log line of this exchange from now on, its access line too
-        keys = sessions.idempotency_keys(chat.session_id) if key is not None else None
+        keys = await sessions.loaded_idempotency_keys(chat.session_id) if key is not None else None
         if keys is None:
             return await answer(chat, None)
-        claim = await keys.claim(key, fingerprint)
+        assert key is not None and fingerprint is not None
+        # A restored key's step answers a single-choice repeat; an n > 1 repeat runs again (idempotency.py).
+        claim = await keys.claim(key, fingerprint, from_step=chat.n == 1)
+        if isinstance(claim, idempotency.KeyedStep):
+            model = chat.model or await controller._served_model_name()
+            claim = render_committed(claim, chat, model, controller.tokenizer, controller.end_ids,
+                                     token_ids_default=config.return_token_ids)
+            keys.remember(key, claim)
         if isinstance(claim, idempotency.RecordedResponse):
             response = Response(claim.body, status=200, content_type=claim.content_type)
             response.headers.update(idempotency.replay_headers(claim, SSE_HEADERS))
             return response
+        idempotency.set_request_key(key, fingerprint)  # journaled with the step (this task's context only)
         return await answer(chat, claim)
 
     def read_chat(headers: Headers, body: Any) -> tuple[ChatCompletionRequest, str | None, str | None]:

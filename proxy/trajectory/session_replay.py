@@ -21,7 +21,10 @@ id against the record and raises :class:`ReplayMismatchError` if one differs (a 
 rules, such as ``--ignore-cch-for-prefix-hash``, changed between the run and the restart).
 
 What a replay does not rebuild: generations in flight at the crash (they never committed, the agent's request
-failed with the connection), Idempotency-Key records (``docs/storage.md``, "Recovery").
+failed with the connection). What it hands back beside the session (:func:`replay_journal`): the steps whose
+request carried an ``Idempotency-Key`` (:class:`KeyedStep`, the newest step of each key), from which the registry
+restores the session's key records, so a repeat after the restart is answered from its step
+(``proxy/controllers/idempotency.py``; ``docs/storage.md``, "Recovery").
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import attrs
+
 from proxy.trajectory.message_keys import message_key, reasoning_variant
 from proxy.trajectory.session import BranchHandle, Session
 from proxy.trajectory.session_config import SessionConfig
 from proxy.trajectory.step_journal import StepRecord
-from proxy.trajectory.tokens import expand_runs
+from proxy.trajectory.tokens import WorkingTokens, expand_runs
 
 
 class ReplayMismatchError(RuntimeError):
@@ -44,10 +49,38 @@ class ReplayMismatchError(RuntimeError):
 _PREPARE, _RESTART, _COMMIT = 0, 1, 2
 
 
+@attrs.frozen(eq=False)
+class KeyedStep:
+    """A replayed step whose request carried an Idempotency-Key: its record (the key and fingerprint are in
+    ``record.request.idempotency``) and its prompt's tokens as the replay rebuilt them (the prompt of the answer)."""
+
+    record: StepRecord
+    tokens: WorkingTokens
+
+    @property
+    def key(self) -> str:
+        assert self.record.request.idempotency is not None
+        return self.record.request.idempotency[0]
+
+    @property
+    def fingerprint(self) -> str:
+        assert self.record.request.idempotency is not None
+        return self.record.request.idempotency[1]
+
+
 def replay_session(
     session_id: str, config: SessionConfig, end_of_turn_id: int | None, records: Iterable[StepRecord]
 ) -> Session:
     """A session holding exactly the committed steps of ``records`` (any order: they are sorted by their moments)."""
+    return replay_journal(session_id, config, end_of_turn_id, records)[0]
+
+
+def replay_journal(
+    session_id: str, config: SessionConfig, end_of_turn_id: int | None, records: Iterable[StepRecord]
+) -> tuple[Session, dict[str, KeyedStep]]:
+    """:func:`replay_session`, and the newest committed step of each Idempotency-Key, by key (a key can name two
+    steps when its first answer never reached the client and a repeat generated again: the newest is the one a
+    repeat must get)."""
     session = Session(session_id, config, end_of_turn_id)
     events: list[tuple[int, int, StepRecord]] = []
     for record in records:
@@ -61,15 +94,23 @@ def replay_session(
     # answer (its prefix step, committed before it was prepared), then its own messages.
     prompts: dict[int, list[Any]] = {}
     by_step = {record.step_id: record for _, _, record in events}
+    contexts: dict[int, WorkingTokens] = {}
+    keyed: dict[str, KeyedStep] = {}
     for _, kind, record in events:
         if kind == _PREPARE:
             prompts[record.step_id] = _prompt(record, prompts, by_step)
-            handles[record.step_id] = _prepare(session, record, prompts[record.step_id])
+            handles[record.step_id], context = _prepare(session, record, prompts[record.step_id])
+            if context is not None:
+                contexts[record.step_id] = context
         elif kind == _RESTART:
-            _restart(session, handles[record.step_id], record, prompts[record.step_id])
+            contexts[record.step_id] = _restart(session, handles[record.step_id], record, prompts[record.step_id])
         else:
             _commit(session, handles.pop(record.step_id), record)
-    return session
+            tokens = contexts.pop(record.step_id)
+            if record.request.idempotency is not None:
+                step = KeyedStep(record, tokens)
+                keyed[step.key] = step
+    return session, keyed
 
 
 def _prompt(record: StepRecord, prompts: dict[int, list[Any]], by_step: dict[int, StepRecord]) -> list[Any]:
@@ -88,7 +129,7 @@ def _prompt(record: StepRecord, prompts: dict[int, list[Any]], by_step: dict[int
     return [*prefix, *request.messages]
 
 
-def _prepare(session: Session, record: StepRecord, messages: list[Any]) -> BranchHandle:
+def _prepare(session: Session, record: StepRecord, messages: list[Any]) -> tuple[BranchHandle, WorkingTokens | None]:
     request = record.request
     session.rewind(record.prepared)
     handle, _ = session.prepare(
@@ -100,19 +141,19 @@ def _prepare(session: Session, record: StepRecord, messages: list[Any]) -> Branc
                                   f"recorded {record.generation_id}")
     if record.restarted is None:
         session.restore_boundary_reason(handle, record.boundary_reason)
-        _set_context(session, handle, record)
-    return handle
+        return handle, _set_context(session, handle, record)
+    return handle, None
 
 
-def _restart(session: Session, handle: BranchHandle, record: StepRecord, messages: list[Any]) -> None:
+def _restart(session: Session, handle: BranchHandle, record: StepRecord, messages: list[Any]) -> WorkingTokens:
     session.rewind(record.restarted)
     session.restart_segment(handle, record.tito_detail or "", messages)
-    _set_context(session, handle, record)
+    return _set_context(session, handle, record)
 
 
-def _set_context(session: Session, handle: BranchHandle, record: StepRecord) -> None:
+def _set_context(session: Session, handle: BranchHandle, record: StepRecord) -> WorkingTokens:
     mask = list(record.context_mask) if record.context_mask is not None else None
-    session.set_context(handle, record.context_ids, mask)
+    return session.set_context(handle, record.context_ids, mask)
 
 
 def _commit(session: Session, handle: BranchHandle, record: StepRecord) -> None:
@@ -131,4 +172,4 @@ def _commit(session: Session, handle: BranchHandle, record: StepRecord) -> None:
                                   f"{result.step_id} of chain {result.chain_id}")
 
 
-__all__ = ["ReplayMismatchError", "replay_session"]
+__all__ = ["KeyedStep", "ReplayMismatchError", "replay_journal", "replay_session"]

@@ -10,7 +10,7 @@ logprobs, weight versions, routed-expert chunks), the answer (finish reason, ass
 its generation id, step id and chain id (checked by the replay), and the session's counters before each of its
 critical sections (:class:`~proxy.trajectory.session.Moment`: the replay's order and the ids it hands out).
 
-Layout (format 1), little-endian::
+Layout (format 2; format 1 had no ``idempotency`` in its header and is still read), little-endian::
 
     u8   FORMAT_VERSION
     u32  length of the header, then the header: ``o`` + orjson's JSON, or ``j`` + the standard library's (every
@@ -24,6 +24,10 @@ float32, as SGLang's are; float64 otherwise, ``tokens.exact_logprobs``). The JSO
 path), or the standard library's for what orjson refuses (integers over 64 bits, a lone surrogate): either way
 ``json.loads`` gives back what was written, a non-finite float aside (orjson writes it as null; requests are parsed
 JSON, which has none). A later format bumps ``FORMAT_VERSION``; :func:`decode` refuses a version it does not know.
+
+Format 2 adds the request's ``Idempotency-Key`` and its body's fingerprint (``JournaledRequest.idempotency``), in the
+same record as the step they committed: a step is durable with its key or not at all, so after a restart a repeat
+of the request is answered from the step (``proxy/controllers/idempotency.py``) instead of generating again.
 """
 
 from __future__ import annotations
@@ -43,7 +47,9 @@ from proxy.trajectory.tokens import RoutedChunk
 from proxy.trajectory.version_stamp import VersionStamp
 
 #: the record layout's version (the first byte)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: every version :func:`decode` reads (1: before Idempotency-Keys were journaled)
+READ_VERSIONS = frozenset({1, 2})
 
 _LENGTH = struct.Struct("<I")
 
@@ -66,6 +72,9 @@ class JournaledRequest:
     # the turn, not with the conversation; the replay puts the prefix back (``session_replay.py``).
     prefix_step: int | None = None
     prefix_depth: int = 0
+    # The request's Idempotency-Key and its body's fingerprint (``proxy/controllers/idempotency.py``), or None: a
+    # restart restores the key's record from the step it committed.
+    idempotency: tuple[str, str] | None = None
 
     def after_prefix(self, prefix_step: int | None, prefix_depth: int) -> JournaledRequest:
         """The request as a journal record keeps it: without the messages the prefix step already holds."""
@@ -192,6 +201,7 @@ def encode(record: StepRecord) -> bytes:
         "messages": list(request.messages), "tools": request.tools, "chat_template_kwargs": request.chat_template_kwargs,
         "instance_id": request.instance_id, "turn_id": request.turn_id,
         "prefix": None if request.prefix_step is None else [request.prefix_step, request.prefix_depth],
+        "idempotency": None if request.idempotency is None else list(request.idempotency),
         "mask": record.context_mask is not None, "tito_detail": record.tito_detail,
         "boundary_reason": record.boundary_reason,
         "logprobs": record.logprobs.typecode if record.logprobs is not None else None,
@@ -215,9 +225,10 @@ def encode(record: StepRecord) -> bytes:
 def decode(data: bytes) -> StepRecord:
     """The record ``encode`` wrote; raises :class:`JournalFormatError` for anything else."""
     view = memoryview(data)
-    if not view or view[0] != FORMAT_VERSION:
+    if not view or view[0] not in READ_VERSIONS:
         version = view[0] if view else None
-        raise JournalFormatError(f"step journal format {version} is not {FORMAT_VERSION}: written by another version")
+        raise JournalFormatError(f"step journal format {version} is not one of {sorted(READ_VERSIONS)}: written by "
+                                 "another version")
     blobs: list[bytes] = []
     offset = 1
     while offset < len(view):
@@ -235,12 +246,15 @@ def decode(data: bytes) -> StepRecord:
         chunks = tuple(RoutedChunk(data, int(rows), int(start))
                        for data, (rows, start) in zip(blobs[5:], header["routed"], strict=True))
         stamp = header["version_stamp"]
+        # Format 1 has no key; format 2 has one or null.
+        keyed = header.get("idempotency") if view[0] >= 2 else None
         return StepRecord(
             step_id=int(header["step_id"]), chain_id=int(header["chain_id"]), generation_id=header["generation_id"],
             request=JournaledRequest(header["messages"], header["tools"], header["chat_template_kwargs"],
                                      header["instance_id"], header["turn_id"],
                                      *((int(header["prefix"][0]), int(header["prefix"][1])) if header["prefix"]
-                                       else ())),
+                                       else (None, 0)),
+                                     idempotency=None if keyed is None else (str(keyed[0]), str(keyed[1]))),
             context_ids=_array("i", context), context_mask=mask if header["mask"] else None,
             tito_detail=header["tito_detail"], boundary_reason=header["boundary_reason"], generated_ids=_array("i", generated),
             logprobs=_array(header["logprobs"], logprobs) if header["logprobs"] is not None else None,
@@ -258,4 +272,4 @@ def decode(data: bytes) -> StepRecord:
         raise JournalFormatError(f"malformed step journal record: {type(exc).__name__}") from None
 
 
-__all__ = ["FORMAT_VERSION", "JournalFormatError", "JournaledRequest", "StepRecord", "decode", "encode"]
+__all__ = ["FORMAT_VERSION", "READ_VERSIONS", "JournalFormatError", "JournaledRequest", "StepRecord", "decode", "encode"]

@@ -5,13 +5,11 @@ Per session (its segments by ``trajectory_id``, each as canonical JSON):
 - **lost / duplicated steps**: the session's trained steps (each segment's steps with ``trained: true``, as canonical
   JSON without the ids that name commits) as a multiset, reference minus run (lost) and run minus reference
   (duplicated); also whole segments missing or extra;
-- **bytes**: every segment byte-identical to the reference. One documented exception (``docs/sessions.md``,
-  "Idempotent retry"): when the proxy died after a step was durable but before its answer reached the agent, the
-  agent sends the request again and the proxy's deterministic engine answers it the same; the retry then replaces
-  the step (the answer is trained once) under a new step and generation id. Such a session's finalize counts one
-  more committed step than the reference's per re-sent commit (``steps``), and its segments must be identical but
-  for those commit ids (``step_ids``, ``tip_step``, a step's ``step_id`` and ``generation_id``), as
-  ``tests/e2e/test_retries.py`` compares a retried turn. A session whose step count matches must be exact.
+- **bytes**: every segment byte-identical to the reference, commit ids (``step_ids``, ``tip_step``, each step's
+  ``step_id`` and ``generation_id``) included, and every finalize answer equal (its ``steps`` count included). No
+  exception: a step that was durable when the proxy died but whose answer never reached the agent is answered, when
+  the agent sends its request again under the same ``Idempotency-Key``, from the committed step (the key is journaled
+  with it, ``proxy/controllers/idempotency.py``), so the retry adds no step and no id moves.
 """
 
 from __future__ import annotations
@@ -24,15 +22,9 @@ import attrs
 
 from tests.durability.workload import Outcome, canonical
 
-#: the fields that name commits (tests/e2e/test_retries.py)
-COMMIT_IDS = ("step_ids", "tip_step")
+#: the fields of a step that name its commit: left out when steps are counted as lost or duplicated (a step is the
+#: same training data whatever its ids; the segments' bytes, ids included, are compared separately)
 STEP_COMMIT_IDS = ("step_id", "generation_id")
-
-
-def without_commit_ids(segment: dict[str, Any]) -> bytes:
-    kept = {key: value for key, value in segment.items() if key not in COMMIT_IDS}
-    kept["steps"] = [{k: v for k, v in step.items() if k not in STEP_COMMIT_IDS} for step in segment["steps"]]
-    return canonical(kept)
 
 
 def _trained_steps(segments: dict[str, bytes], session_id: str) -> collections.Counter[bytes]:
@@ -55,14 +47,12 @@ class Comparison:
     duplicated_steps: int
     missing_segments: tuple[str, ...]
     extra_segments: tuple[str, ...]
-    #: segments whose bytes differ beyond what a re-sent commit explains
+    #: segments whose bytes differ (commit ids included)
     different_segments: tuple[str, ...]
-    #: finalize answers that differ (other than the committed-step count)
+    #: finalize answers that differ (the committed-step count included)
     different_finalize: tuple[str, ...]
     #: segments read twice with different bytes
     changed_rereads: tuple[str, ...]
-    #: sessions exact but for commit ids (a commit re-sent after a crash), with the extra commits
-    resent_commits: dict[str, int]
     #: segments or leases left in the store after everything was drained
     left_in_store: dict[str, int]
     #: finalized sessions the proxy did not know any more when the trainer read them
@@ -82,7 +72,6 @@ def compare(reference: Outcome, run: Outcome) -> Comparison:
     lost = duplicated = 0
     different: list[str] = []
     different_finalize: list[str] = []
-    resent: dict[str, int] = {}
     for session_id, expected in reference.finalized.items():
         got = run.finalized.get(session_id)
         ref_steps, run_steps = _trained_steps(reference.segments, session_id), _trained_steps(run.segments, session_id)
@@ -91,20 +80,12 @@ def compare(reference: Outcome, run: Outcome) -> Comparison:
         if got is None:
             different_finalize.append(session_id)
             continue
-        extra_commits = got["steps"] - expected["steps"]
-        if extra_commits < 0 or ({k: v for k, v in got.items() if k != "steps"}
-                                 != {k: v for k, v in expected.items() if k != "steps"}):
+        if got != expected:
             different_finalize.append(session_id)
-        elif extra_commits > 0:
-            resent[session_id] = extra_commits
         for tid in expected["trajectory_ids"]:
             if tid not in run.segments or tid not in reference.segments:
                 continue
-            if run.segments[tid] == reference.segments[tid]:
-                continue
-            loose = extra_commits > 0 and without_commit_ids(json.loads(run.segments[tid])) == without_commit_ids(
-                json.loads(reference.segments[tid]))
-            if not loose:
+            if run.segments[tid] != reference.segments[tid]:
                 different.append(tid)
     stats = run.final_stats
     return Comparison(
@@ -112,10 +93,10 @@ def compare(reference: Outcome, run: Outcome) -> Comparison:
         missing_segments=tuple(sorted(set(reference.segments) - set(run.segments))),
         extra_segments=tuple(sorted(set(run.segments) - set(reference.segments))),
         different_segments=tuple(different), different_finalize=tuple(different_finalize),
-        changed_rereads=tuple(tid for tid, _, _ in run.changed), resent_commits=resent,
+        changed_rereads=tuple(tid for tid, _, _ in run.changed),
         left_in_store={"segments": stats.get("segments", -1), "leased_segments": stats.get("leased_segments", 0)},
         unknown_sessions=tuple(run.unknown_sessions),
     )
 
 
-__all__ = ["Comparison", "compare", "without_commit_ids"]
+__all__ = ["Comparison", "compare"]

@@ -33,6 +33,8 @@ class Run:
     deaths: tuple[Death, ...]
     exchanges: int
     retries: int
+    #: answers replayed for an Idempotency-Key (``Progress.replayed``)
+    replayed: int
     logs: str
 
 
@@ -55,7 +57,8 @@ async def run(
                 exc.add_note(f"proxy logs:\n{proxy.log_text()}")
                 raise
             nursery.cancel_scope.cancel()
-    return Run(outcome, tuple(proxy.deaths), progress.exchanges, progress.retries, proxy.log_text())
+    return Run(outcome, tuple(proxy.deaths), progress.exchanges, progress.retries, progress.replayed,
+               proxy.log_text())
 
 
 async def _kill_randomly(proxy: ProxyProcess, progress: Progress, done: trio.Event, kills: int, seed: int) -> None:

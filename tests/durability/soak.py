@@ -42,7 +42,7 @@ async def soak(args: argparse.Namespace) -> int:
         comparison = compare(reference.outcome, killed.outcome)
         verdict = "identical" if comparison.identical else "DIFFERENT"
         print(f"seed {seed}: {len(killed.deaths)} kills, {killed.retries} retried requests, "
-              f"{sum(comparison.resent_commits.values())} re-sent commits, {verdict} "
+              f"{killed.replayed} answers replayed from committed steps, {verdict} "
               f"({time.monotonic() - started:.0f} s)", flush=True)
         if not comparison.identical:
             failed += 1

@@ -5,7 +5,8 @@ A real ``dressage-proxy`` process on a SQLite store is killed with SIGKILL sever
 conversations, finalize and a trainer drains them (``tests/durability/workload.py``); each time it starts again on
 the same store file and the agents carry on (a connection error or a 5xx: the same request again once it is back).
 The kills are seeded (where in the run, in completed HTTP exchanges, plus a few milliseconds) so a failure can be
-run again; ``tests/durability/compare.py`` says what "the same" allows.
+run again; ``tests/durability/compare.py`` says what "the same" means: exact, commit ids included (a request whose
+step was durable when a kill landed is answered after the restart from that step, under its Idempotency-Key).
 """
 
 from __future__ import annotations
@@ -33,5 +34,3 @@ async def test_random_kills_lose_and_duplicate_nothing(reference_run, qwen3_path
     assert killed.retries > 0
     comparison = compare(reference.outcome, killed.outcome)
     assert comparison.identical, f"seed {seed}, {KILLS} kills:\n{comparison.describe()}\n{killed.logs}"
-    # A session re-sends at most one commit per kill (a step durable and unanswered when the process died).
-    assert max(comparison.resent_commits.values(), default=0) <= KILLS, comparison.describe()

@@ -67,10 +67,13 @@ PLANS = plans()
 
 @attrs.define
 class Progress:
-    """Completed HTTP exchanges of the run (the random killer aims at them) and the retries they needed."""
+    """Completed HTTP exchanges of the run (the random killer aims at them), the retries they needed, and the
+    answers the proxy replayed for an Idempotency-Key (``Idempotent-Replayed: true``: after a crash, a request whose
+    step was durable before its answer was lost)."""
 
     exchanges: int = 0
     retries: int = 0
+    replayed: int = 0
     _changed: trio.Event = attrs.field(factory=trio.Event)
 
     def advance(self) -> None:
@@ -116,6 +119,7 @@ class Client:
             except httpx.TransportError:
                 response = None
             if response is not None and response.status_code < 500:
+                self.progress.replayed += response.headers.get("Idempotent-Replayed") == "true"
                 self.progress.advance()
                 return response
             if response is not None:
@@ -135,6 +139,7 @@ class Client:
                 async with self.http.stream("POST", url + "/v1/chat/completions", json=body,
                                             headers=headers) as response:
                     status = response.status_code
+                    replayed = response.headers.get("Idempotent-Replayed") == "true"
                     if status < 500:
                         done = False
                         async for line in response.aiter_lines():
@@ -152,6 +157,7 @@ class Client:
             except httpx.TransportError:
                 status = 0
             if 0 < status < 500:
+                self.progress.replayed += replayed
                 self.progress.advance()
                 return status, {"role": "assistant", "content": "".join(content)}
             self.progress.retries += 1
