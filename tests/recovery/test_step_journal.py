@@ -1,16 +1,27 @@
-"""The step journal record round-trips exactly: every field, logprobs bit for bit, any text (item 2 of issue 16)."""
+"""The step journal record round-trips exactly: every field, logprobs bit for bit, any text (item 2 of issue 16), the
+request's Idempotency-Key and fingerprint included (format 2); a record written by format 1 still loads."""
 
 from __future__ import annotations
 
+import base64
 import struct
 from array import array
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.trajectory.pending_step import Moment
-from proxy.trajectory.step_journal import FORMAT_VERSION, JournalFormatError, JournaledRequest, StepRecord, decode, encode
+from proxy.trajectory.step_journal import (
+    FORMAT_VERSION,
+    READ_VERSIONS,
+    JournalFormatError,
+    JournaledRequest,
+    StepRecord,
+    decode,
+    encode,
+)
 from proxy.trajectory.tokens import RoutedChunk, exact_logprobs
 from proxy.trajectory.version_stamp import VersionStamp
 
@@ -44,6 +55,9 @@ def records(draw) -> StepRecord:
             draw(st.lists(message, max_size=5)), draw(st.none() | st.lists(json_value, max_size=3)),
             draw(st.none() | st.dictionaries(text, json_value, max_size=3)), draw(st.none() | text),
             draw(st.none() | text),
+            idempotency=draw(st.none() | st.tuples(
+                st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1, max_size=255),
+                st.text("0123456789abcdef", min_size=64, max_size=64))),
         ),
         context_ids=context,
         context_mask=draw(st.none() | st.binary(min_size=len(context), max_size=len(context))),
@@ -85,7 +99,62 @@ def test_a_float64_logprob_is_not_rounded_through_text_or_float32() -> None:
     assert back.request.messages[0]["content"] == "é😀"
 
 
-@pytest.mark.parametrize("data", [b"", bytes([FORMAT_VERSION + 1]) + b"x", bytes([FORMAT_VERSION]) + struct.pack("<I", 99)])
+def test_the_idempotency_key_and_fingerprint_travel_with_the_step() -> None:
+    keyed = JournaledRequest([{"role": "user", "content": "Hi"}], idempotency=("retry-\\\"1", "ab" * 32))
+    record = StepRecord(
+        3, 1, "s#g3", keyed.after_prefix(1, 2), array("i", [1]), None, None, None, array("i", [2]), None, True,
+        ((None, 1),), (), "stop", {"role": "assistant", "content": "Hello"}, None, Moment(0, 0, 0), None,
+        Moment(1, 1, 1),
+    )
+    data = encode(record)
+    assert data[0] == FORMAT_VERSION == 2
+    back = decode(data)
+    assert back.request.idempotency == ("retry-\\\"1", "ab" * 32)
+    assert (back.request.prefix_step, back.request.prefix_depth) == (1, 2)
+    # A record without a key says so (None), not an empty key.
+    assert decode(encode(attrs.evolve(record, request=JournaledRequest([])))).request.idempotency is None
+
+
+#: a record written by format 1 (main before the keys were journaled: ``step_journal.encode`` of that version), kept
+#: as its bytes: a journal written by an older proxy must still load after an upgrade
+FORMAT_1_RECORD = base64.b64decode(
+    "AT8CAABveyJzdGVwX2lkIjo3LCJjaGFpbl9pZCI6MiwiZ2VuZXJhdGlvbl9pZCI6InMjZzkiLCJtZXNzYWdlcyI6W3sicm9sZSI6InVzZXIiLCJj"
+    "b250ZW50IjoiQW5kIHRoZW4/In1dLCJ0b29scyI6W3sidHlwZSI6ImZ1bmN0aW9uIiwiZnVuY3Rpb24iOnsibmFtZSI6ImFkZCJ9fV0sImNoYXRf"
+    "dGVtcGxhdGVfa3dhcmdzIjp7ImVuYWJsZV90aGlua2luZyI6ZmFsc2V9LCJpbnN0YW5jZV9pZCI6Imluc3QiLCJ0dXJuX2lkIjoidHVybi0zIiwi"
+    "cHJlZml4IjpbNCwzXSwibWFzayI6dHJ1ZSwidGl0b19kZXRhaWwiOm51bGwsImJvdW5kYXJ5X3JlYXNvbiI6InRpdG9fZmFpbGVkIiwibG9ncHJv"
+    "YnMiOiJmIiwibG9ncHJvYnNfaW52YWxpZCI6ZmFsc2UsInZlcnNpb25fcnVucyI6W1sidjEiLDJdXSwicm91dGVkIjpbWzEsNV1dLCJmaW5pc2hf"
+    "cmVhc29uIjoic3RvcCIsImFzc2lzdGFudF9tZXNzYWdlIjp7InJvbGUiOiJhc3Npc3RhbnQiLCJjb250ZW50IjoiVGhlbiB0aGlzLiJ9LCJ2ZXJz"
+    "aW9uX3N0YW1wIjpbMywidjEiXSwicHJlcGFyZWQiOls1LDksMl0sInJlc3RhcnRlZCI6bnVsbCwiY29tbWl0dGVkIjpbNiw5LDJdfQwAAAALAAAA"
+    "DAAAAA0AAAAIAAAAFQAAABYAAAAIAAAAAAAAvwAAoL8DAAAAAAEAAgAAAAEC"
+)
+
+
+def test_a_format_1_record_still_loads_without_a_key() -> None:
+    assert FORMAT_1_RECORD[0] == 1 and 1 in READ_VERSIONS
+    expected = StepRecord(
+        7, 2, "s#g9",
+        JournaledRequest([{"role": "user", "content": "And then?"}], [{"type": "function", "function": {"name": "add"}}],
+                         {"enable_thinking": False}, "inst", "turn-3", 4, 3),
+        array("i", [11, 12, 13]), b"\x00\x01\x00", None, "tito_failed", array("i", [21, 22]),
+        exact_logprobs([-0.5, -1.25]), False, (("v1", 2),), (RoutedChunk(b"\x01\x02", 1, 5),), "stop",
+        {"role": "assistant", "content": "Then this."}, VersionStamp(3, "v1"), Moment(5, 9, 2), None, Moment(6, 9, 2),
+    )
+    back = decode(FORMAT_1_RECORD)
+    assert back == expected and back.request.idempotency is None
+
+
+def test_a_format_1_header_cannot_smuggle_a_key() -> None:
+    # Only format 2 reads the field: a format-1 record is keyless whatever its header holds.
+    record = StepRecord(
+        1, 1, "s#g1", JournaledRequest([], idempotency=("k", "f" * 64)), array("i"), None, None, None, array("i"),
+        None, True, (), (), "stop", {"role": "assistant", "content": ""}, None, Moment(0, 0, 0), None,
+        Moment(1, 1, 1),
+    )
+    assert decode(bytes([1]) + encode(record)[1:]).request.idempotency is None
+
+
+@pytest.mark.parametrize("data", [b"", bytes([FORMAT_VERSION + 1]) + b"x", bytes([0]) + b"x",
+                                  bytes([FORMAT_VERSION]) + struct.pack("<I", 99)])
 def test_a_record_of_another_format_or_truncated_is_refused(data: bytes) -> None:
     with pytest.raises(JournalFormatError):
         decode(data)
