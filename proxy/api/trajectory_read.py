@@ -22,14 +22,17 @@ class TrajectoryRead(list):  # list[dict[str, Any]]
 
     lease_id: str | None
     lease_seconds: float | None
+    #: a draining read: segments it skipped because another reader's lease holds them (not in the answer's JSON)
+    skipped_leased: int
 
     def __init__(
         self, segments: Iterable[dict[str, Any]] = (), lease_id: str | None = None,
-        lease_seconds: float | None = None,
+        lease_seconds: float | None = None, *, skipped_leased: int = 0,
     ) -> None:
         super().__init__(segments)
         self.lease_id = lease_id
         self.lease_seconds = lease_seconds if lease_id is not None else None
+        self.skipped_leased = skipped_leased
 
     def __repr__(self) -> str:
         return f"TrajectoryRead({len(self)} segment(s), lease_id={self.lease_id!r}, lease_seconds={self.lease_seconds})"

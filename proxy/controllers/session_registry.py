@@ -490,7 +490,8 @@ class SessionRegistry(SessionUpkeep):
         result = await self.store.read(
             session_id=session_id, trajectory_id=trajectory_id, drain=drain, lease_seconds=lease_seconds
         )
-        return TrajectoryRead(result.segments, result.lease_id, result.lease_seconds)
+        return TrajectoryRead(result.segments, result.lease_id, result.lease_seconds,
+                              skipped_leased=result.skipped_leased)
 
     async def acknowledge(self, lease_id: str) -> AckResult:
         """The second phase of a drain: delete the lease's segments; a session left with none moves to DRAINED

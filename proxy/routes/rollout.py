@@ -81,8 +81,9 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         set_current_session_id(body.session_id)
         ids = {"session_id": body.session_id, "trajectory_id": body.trajectory_id}
         result = await sessions.read(**ids, drain=body.drain, lease_seconds=services.config.read_lease_seconds)
-        # Nothing to drain because another reader holds it leased is "nothing for you now", not "unknown id".
-        if not result and not (body.drain and await sessions.read(**ids)):
+        # Nothing to drain because another reader holds it leased is "nothing for you now", not "unknown id" (the
+        # store's read says so: no second read).
+        if not result and not result.skipped_leased:
             if body.trajectory_id is not None:
                 raise ApiError.not_found(f"no stored segment {body.trajectory_id!r}", "trajectory_id")
             # Known to this process, or to the store (a session drained after a restart was never loaded here).

@@ -155,9 +155,10 @@ class InMemoryTrajectoryStore:
         if not drain:
             return ReadResult(tuple(self._sessions[sid].segments[tid] for sid, tid in selected))
         self._expire_leases()
-        selected = [(sid, tid) for sid, tid in selected if tid not in self._leased]
+        free = [(sid, tid) for sid, tid in selected if tid not in self._leased]
+        skipped, selected = len(selected) - len(free), free
         if not selected:
-            return ReadResult(())
+            return ReadResult((), skipped_leased=skipped)
         lease_id = f"lease-{next(self._lease_ids)}-{id(self):x}"
         self._leases[lease_id] = _Lease(self.clock() + lease_seconds, selected)
         for _, tid in selected:

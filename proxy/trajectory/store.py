@@ -106,6 +106,9 @@ class ReadResult:
     lease_id: str | None = None
     # Seconds until the lease expires and its segments are readable again.
     lease_seconds: float | None = None
+    # A draining read that leased nothing: the selected segments another unexpired lease holds (an empty drain of a
+    # session someone else is draining says so, without a second read to tell it from an unknown id); else 0.
+    skipped_leased: int = 0
 
 
 @attrs.frozen
@@ -192,7 +195,8 @@ class TrajectoryStore(Protocol):
         lease_seconds: float = DEFAULT_READ_LEASE_SECONDS,
     ) -> ReadResult:
         """Segments of one session, one segment, or (with neither id) all, in finalize order; ``drain`` leases them
-        (skipping segments another unexpired lease holds)."""
+        (skipping segments another unexpired lease holds; when it leased nothing, ``skipped_leased`` counts them,
+        the case a caller needs to tell "drained by someone else now" from "nothing there"; 0 otherwise)."""
 
     async def acknowledge(self, lease_id: str) -> AckResult:
         """Delete the segments of a draining read's lease (an unknown or expired lease deletes nothing)."""

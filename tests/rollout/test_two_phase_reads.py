@@ -127,6 +127,31 @@ async def test_while_a_lease_holds_other_drains_get_nothing_and_no_404(stack: St
     assert (await stats(http))["leased_segments"] == 2
 
 
+async def test_an_empty_drain_of_a_leased_session_reads_the_store_once(stack: Stack, http, monkeypatch) -> None:
+    # An idle trainer polls: a drain that finds everything leased to another reader must not read the store again
+    # to tell "leased" from "unknown" (the store's read counts what it skipped, ReadResult.skipped_leased).
+    await finalize_two_segment_session(stack, http, "s1")
+    assert (await http.post("/trajectory/read", json={"session_id": "s1", "drain": True})).json()["lease_id"]
+    # The store's class is slotted: its methods are counted on the class, for this test only.
+    store_class = type(stack.services.sessions.store)
+    reads: list[dict] = []
+    real_read, real_load = store_class.read, store_class.load_session
+
+    async def counted_read(self, **kwargs):
+        reads.append(kwargs)
+        return await real_read(self, **kwargs)
+
+    async def counted_load(self, session_id):
+        reads.append({"load_session": session_id})
+        return await real_load(self, session_id)
+
+    monkeypatch.setattr(store_class, "read", counted_read)
+    monkeypatch.setattr(store_class, "load_session", counted_load)
+    held = await http.post("/trajectory/read", json={"session_id": "s1", "drain": True})
+    assert held.status_code == 200 and held.json() == {"data": [], "lease_id": None, "lease_seconds": None}
+    assert len(reads) == 1, reads
+
+
 async def test_a_response_lost_in_transit_loses_nothing(short_stack: Stack, short_http) -> None:
     stack, http = short_stack, short_http
     ids = await finalize_two_segment_session(stack, http, "s1")

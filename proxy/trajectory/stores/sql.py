@@ -137,4 +137,9 @@ def lease_segments(where: str) -> str:
     )
 
 
-__all__ = ["POSTGRESQL", "SQLITE", "Dialect", "lease_segments", "segment_filter", "select_segments"]
+def count_leased(where: str) -> str:
+    """How many of the picked segments an unexpired lease holds (a draining read that leased nothing)."""
+    return f"SELECT COUNT(*) FROM segments WHERE {where} AND lease_until > :now"
+
+
+__all__ = ["POSTGRESQL", "SQLITE", "Dialect", "count_leased", "lease_segments", "segment_filter", "select_segments"]

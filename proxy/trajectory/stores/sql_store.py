@@ -183,7 +183,9 @@ class SqlTrajectoryStore:
             leased = self._x(connection, sql.lease_segments(where),
                              {**params, "lease_id": lease_id, "until": now + lease_seconds, "now": now})
             if leased.rowcount == 0:
-                return ReadResult(())
+                # Nothing leased: say whether another lease holds what was asked for (same transaction).
+                held = self._x(connection, sql.count_leased(where), {**params, "now": now}).fetchone()[0]
+                return ReadResult((), skipped_leased=int(held))
             found = self._x(connection, sql.SEGMENTS_OF_LEASE, {"lease_id": lease_id}).fetchall()
             return ReadResult(tuple(rows.decode_segment(r[0]) for r in found), lease_id, lease_seconds)
 

@@ -25,8 +25,11 @@ async def test_a_draining_read_leases_and_the_acknowledgement_deletes_and_names_
     assert ids(first) == ["a:0"] and first.lease_id is not None and first.lease_seconds == 30
     # Leased: another draining read skips it, a plain read still returns it and leases nothing.
     rest = await store.read(drain=True)
-    assert ids(rest) == ["a:1", "b:0"]
-    assert await store.read(drain=True) == ReadResult(())
+    assert ids(rest) == ["a:1", "b:0"] and rest.skipped_leased == 0
+    # Nothing left to lease: the read says how many segments other leases hold (no second read needed).
+    assert await store.read(drain=True) == ReadResult((), skipped_leased=3)
+    assert await store.read(session_id="a", drain=True) == ReadResult((), skipped_leased=2)
+    assert await store.read(trajectory_id="b:0", drain=True) == ReadResult((), skipped_leased=1)
     plain = await store.read(session_id="a")
     assert ids(plain) == ["a:0", "a:1"] and plain.lease_id is None
     assert (await store.statistics()).leased_segments == 3
@@ -46,7 +49,7 @@ async def test_a_draining_read_leases_and_the_acknowledgement_deletes_and_names_
 async def test_an_unacknowledged_lease_expires_and_its_segments_are_readable_again(backend, store):
     await store.write("a", segments("a", 2))
     lost = await store.read(session_id="a", drain=True, lease_seconds=10)
-    assert await store.read(session_id="a", drain=True) == ReadResult(())
+    assert await store.read(session_id="a", drain=True) == ReadResult((), skipped_leased=2)
     backend.clock.advance(9)
     assert (await store.statistics()).leased_segments == 2
     backend.clock.advance(1)  # the lease lasts lease_seconds, not a moment more
