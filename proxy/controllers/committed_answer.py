@@ -64,23 +64,20 @@ def render_committed(
     *, token_ids_default: bool,
 ) -> RecordedResponse:
     """The answer of ``step`` to ``request`` (its repeat), as the bytes to send and to remember under its key."""
-    record = step.record
     meta = CompletionMeta(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model)
     render = ResponseRenderer(request, meta, tokenizer, end_ids, token_ids_default=token_ids_default)
-    message = parsed_message(record.assistant_message)
-    ids = record.generated_ids.tolist()
-    logprobs: Sequence[float | None] = (
-        record.logprobs.tolist() if record.logprobs is not None else [None] * len(ids)
-    )
-    versions = expand_runs(record.version_runs)
+    message = parsed_message(step.assistant_message)
+    ids = step.generated_ids.tolist()
+    logprobs: Sequence[float | None] = step.logprobs.tolist() if step.logprobs is not None else [None] * len(ids)
+    versions = expand_runs(step.version_runs)
     usage = Usage(step.tokens.prompt_length, len(ids))
     prompt_ids = step.tokens.input_ids() if request.wants_token_ids(token_ids_default) else None
     if not request.stream:
         body = render.completion(
-            message, truncated=record.finish_reason == "length", usage=usage, prompt_ids=prompt_ids, ids=ids,
+            message, truncated=step.finish_reason == "length", usage=usage, prompt_ids=prompt_ids, ids=ids,
             logprobs=logprobs, versions=versions,
         )
-        return RecordedResponse(dumps(body), JSON, False, record.step_id)
+        return RecordedResponse(dumps(body), JSON, False, step.step_id)
     parts: list[bytes] = []
     start = 0
     # The tokens by runs of one weight version (one renderer call each, as the live reads were); they ride on the
@@ -92,9 +89,9 @@ def render_committed(
         tokens = [Token(i, ids[i], logprobs[i], versions[i]) for i in range(start, end)]
         parts.append(render.token_events(tokens, versions[start], (), prompt_ids))
         start = end
-    reason = message.finish_reason(record.finish_reason)
+    reason = message.finish_reason(step.finish_reason)
     parts.append(render.final_events(_deltas(message), reason, usage, prompt_ids))
-    return RecordedResponse(b"".join(parts), SSE, True, record.step_id)
+    return RecordedResponse(b"".join(parts), SSE, True, step.step_id)
 
 
 __all__ = ["parsed_message", "render_committed"]

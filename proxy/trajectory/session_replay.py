@@ -29,7 +29,8 @@ restores the session's key records, so a repeat after the restart is answered fr
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -51,21 +52,28 @@ _PREPARE, _RESTART, _COMMIT = 0, 1, 2
 
 @attrs.frozen(eq=False)
 class KeyedStep:
-    """A replayed step whose request carried an Idempotency-Key: its record (the key and fingerprint are in
-    ``record.request.idempotency``) and its prompt's tokens as the replay rebuilt them (the prompt of the answer)."""
+    """A replayed step whose request carried an Idempotency-Key: what its answer is rendered from, and nothing
+    else of its record (not its request nor its routed-expert data: the session keeps these for as long as it
+    lives)."""
 
-    record: StepRecord
+    key: str
+    fingerprint: str
+    step_id: int
+    assistant_message: Mapping[str, Any]
+    finish_reason: str
+    generated_ids: array
+    # The chosen tokens' logprobs (None: absent or misaligned), their weight-version runs.
+    logprobs: array | None
+    version_runs: tuple[tuple[str | None, int], ...]
+    # The prompt's tokens as the replay rebuilt them (the answer's usage and ``prompt_token_ids``).
     tokens: WorkingTokens
 
-    @property
-    def key(self) -> str:
-        assert self.record.request.idempotency is not None
-        return self.record.request.idempotency[0]
-
-    @property
-    def fingerprint(self) -> str:
-        assert self.record.request.idempotency is not None
-        return self.record.request.idempotency[1]
+    @classmethod
+    def of(cls, record: StepRecord, tokens: WorkingTokens) -> KeyedStep:
+        assert record.request.idempotency is not None
+        key, fingerprint = record.request.idempotency
+        return cls(key, fingerprint, record.step_id, record.assistant_message, record.finish_reason,
+                   record.generated_ids, record.logprobs, record.version_runs, tokens)
 
 
 def replay_session(
@@ -108,7 +116,7 @@ def replay_journal(
             _commit(session, handles.pop(record.step_id), record)
             tokens = contexts.pop(record.step_id)
             if record.request.idempotency is not None:
-                step = KeyedStep(record, tokens)
+                step = KeyedStep.of(record, tokens)
                 keyed[step.key] = step
     return session, keyed
 
