@@ -79,8 +79,18 @@ _BLOCKS = {
     "redacted_thinking": TypeAdapter(sdk.RedactedThinkingBlockParam),
 }
 _TOOL = TypeAdapter(sdk.ToolParam)
-_TOOL_CHOICE = TypeAdapter(sdk.ToolChoiceParam)
-_THINKING = TypeAdapter(sdk.ThinkingConfigParam)
+# The members of the SDK's unions, by their "type" (a union would report an error for every member).
+_TOOL_CHOICES = {
+    "auto": TypeAdapter(sdk.ToolChoiceAutoParam),
+    "any": TypeAdapter(sdk.ToolChoiceAnyParam),
+    "tool": TypeAdapter(sdk.ToolChoiceToolParam),
+    "none": TypeAdapter(sdk.ToolChoiceNoneParam),
+}
+_THINKING = {
+    "enabled": TypeAdapter(sdk.ThinkingConfigEnabledParam),
+    "adaptive": TypeAdapter(sdk.ThinkingConfigAdaptiveParam),
+    "disabled": TypeAdapter(sdk.ThinkingConfigDisabledParam),
+}
 _METADATA = TypeAdapter(sdk.MetadataParam)
 
 
@@ -125,8 +135,7 @@ def chat_body(body: Any, *, require_max_tokens: bool = True) -> dict[str, Any]:
             out["parallel_tool_calls"] = False
     thinking = body.get("thinking")
     if thinking is not None:
-        _require_kind(thinking, "thinking", ("enabled", "adaptive", "disabled"))
-        config = _validated(_THINKING, thinking, "thinking")
+        config = _validated(_member(_THINKING, thinking, "thinking"), thinking, "thinking")
         out["chat_template_kwargs"] = {"enable_thinking": config["type"] != "disabled"}
     stop = body.get("stop_sequences")
     if stop is not None:
@@ -306,8 +315,7 @@ def _tools(value: Any) -> list[dict[str, Any]]:
 
 def _tool_choice(value: Any) -> tuple[Any, bool | None]:
     """The chat ``tool_choice`` and ``parallel_tool_calls`` (None: not said)."""
-    _require_kind(value, "tool_choice", ("auto", "any", "tool", "none"))
-    choice = _validated(_TOOL_CHOICE, value, "tool_choice")
+    choice = _validated(_member(_TOOL_CHOICES, value, "tool_choice"), value, "tool_choice")
     kind = choice["type"]
     parallel = None if "disable_parallel_tool_use" not in choice else not choice["disable_parallel_tool_use"]
     mapped: Any = {"auto": "auto", "any": "required", "none": "none"}.get(kind)
@@ -330,26 +338,23 @@ def _validated(adapter: TypeAdapter[Any], value: Any, where: str) -> Any:
 
 
 def _validation_error(exc: ValidationError, where: str) -> ApiError:
-    errors = exc.errors(include_url=False, include_input=False)
-    # A union (tool_choice, thinking) reports one error per member: the member named by the value's "type" is the
-    # one that says what is wrong; otherwise the first.
-    first = errors[0]
+    first = exc.errors(include_url=False, include_input=False)[0]
     path = where
     for part in first["loc"]:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif not part[:1].isupper():  # union members are named by their class ("ToolChoiceAutoParam")
-            path += f".{part}"
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
     return ApiError.invalid_request(f"{path}: {first['msg']}", path)
 
 
-def _require_kind(value: Any, where: str, kinds: tuple[str, ...]) -> None:
-    """A clear message for an object whose ``type`` is none of ``kinds`` (pydantic would list every union member)."""
-    kind = value.get("type") if isinstance(value, dict) else None
-    if kind not in kinds:
+def _member(members: dict[str, TypeAdapter[Any]], value: Any, where: str) -> TypeAdapter[Any]:
+    """The SDK type of a union member named by ``value``'s ``type``."""
+    if not isinstance(value, dict):
+        raise ApiError.invalid_request(f"{where} must be an object, not {json_type(value)}", where)
+    kind = value.get("type")
+    if not isinstance(kind, str) or kind not in members:
         raise ApiError.invalid_request(
-            f"{where}.type must be one of {', '.join(kinds)}, not {shown(kind)}", f"{where}.type"
+            f"{where}.type must be one of {', '.join(members)}, not {shown(kind)}", f"{where}.type"
         )
+    return members[kind]
 
 
 __all__ = ["BLOCK_SEPARATOR", "chat_body"]

@@ -10,7 +10,7 @@ met before the handler runs (keys, media type, body size).
 Headers: ``x-api-key`` is read by the access rules like ``Authorization: Bearer`` (``proxy/access.py``);
 ``anthropic-version`` and ``anthropic-beta`` are accepted and change nothing (the proxy serves one version of the
 API). Every answer carries ``request-id`` (what the Anthropic SDKs expose as ``_request_id``), the same id as
-``X-Request-Id``.
+``X-Request-Id`` (written by ``AnthropicErrorShape``).
 
 ``count_tokens`` answers ``{"input_tokens": N}``: the request rendered with the served chat template as the proxy
 renders a conversation's first turn (its messages, the tools the template is offered, the effective template
@@ -77,14 +77,14 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         if not chat.stream:
             completion = await run.completion()
             answer = message_json(completion, model, _matched_stop(run), stop_sequences, _message_id())
-            return _with_request_id(Response(dumps(answer), status=200, content_type=JSON))
+            return Response(dumps(answer), status=200, content_type=JSON)
         first = await run.first_chunk()
         writer = MessageStreamWriter(_message_id(), model, _prompt_tokens(run), stop_sequences)
         body = sse_body(writer, run.chunks(first), partial(_matched_stop, run))
         response = Response(body, status=200, content_type="text/event-stream")
         response.headers.update(SSE_HEADERS)
         response.timeout = None  # never cut a stream (stack-notes pitfall 2)
-        return _with_request_id(response)
+        return response
 
     @app.post("/v1/messages/count_tokens")
     async def count_tokens() -> Response:
@@ -93,14 +93,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         kwargs = effective_template_kwargs(chat.chat_template_kwargs, services.sessions.config.default_template_kwargs)
         size = sum(len(str(message.get("content") or "")) for message in chat.messages)
         ids = await run_sized(size, INLINE_BODY_BYTES, services.tokenizer.encode_full, list(chat.messages), tools, kwargs)
-        return _with_request_id(Response(dumps({"input_tokens": len(ids)}), status=200, content_type=JSON))
-
-
-def _with_request_id(response: Response) -> Response:
-    request_id = current_request_id()
-    if request_id is not None:
-        response.headers["request-id"] = request_id
-    return response
+        return Response(dumps({"input_tokens": len(ids)}), status=200, content_type=JSON)
 
 
 def _matched_stop(run: ChatRun) -> Any:

@@ -114,6 +114,8 @@ async def run_conversation(proxy: Any, session: str, *, stream: bool) -> None:
 
         message = await trio.to_thread.run_sync(create)
         check_answer(message, turn)
+        if not stream:
+            assert message._request_id.startswith("req_")  # the request-id header, read by the SDK
         sent = proxy.requests_of(session)[-1]
         # usage and count_tokens say the prompt the proxy sent; output_tokens every generated token.
         assert message.usage.input_tokens == len(sent.input_ids) == counted
@@ -164,3 +166,108 @@ async def test_messages_create_tools_and_thinking_three_turns_one_segment(start_
 async def test_messages_stream_tools_and_thinking_three_turns_one_segment(start_proxy) -> None:
     proxy = await start_proxy(model="qwen3", script=[{"session": "anth-stream", "output": o} for o in outputs()])
     await run_conversation(proxy, "anth-stream", stream=True)
+
+
+async def test_stop_sequence_and_max_tokens(start_proxy) -> None:
+    proxy = await start_proxy(model="qwen3", script=[
+        {"session": "anth-stop", "output": "<think>\nOk.\n</think>\n\nHello world STOP never shown"},
+        {"session": "anth-stop", "output": "one two three four five six seven eight nine ten", "eos": False},
+    ])
+
+    def run() -> tuple[Any, Any]:
+        with client(proxy, "anth-stop") as sdk:
+            stopped = sdk.messages.create(
+                model="m", max_tokens=64, stop_sequences=["STOP"], messages=[{"role": "user", "content": "hi"}],
+            )
+            cut = sdk.messages.create(model="m", max_tokens=4, messages=[
+                {"role": "user", "content": "hi"}, {"role": "assistant", "content": stopped.content},
+                {"role": "user", "content": "count"},
+            ])
+            return stopped, cut
+
+    stopped, cut = await trio.to_thread.run_sync(run)
+    assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", "STOP")
+    assert [block.type for block in stopped.content] == ["thinking", "text"]
+    assert stopped.content[1].text.strip() == "Hello world"
+    assert (cut.stop_reason, cut.stop_sequence, cut.usage.output_tokens) == ("max_tokens", None, 4)
+
+
+async def test_errors_come_in_anthropic_shape_from_every_layer(start_proxy) -> None:
+    """The SDK raises its own typed errors, whose bodies are Anthropic's; the access rules, the body limit and the
+    router, which run before the route, answer in the same shape on these paths (the chat path keeps OpenAI's)."""
+    proxy = await start_proxy(model="qwen3", api_key="secret", max_body_bytes=64 * 1024, script=[
+        {"session": "anth-err", "output": "never", "error_status": 503},
+    ])
+
+    def sdk_errors() -> list[Any]:
+        caught = []
+        calls = [
+            (anthropic.Anthropic(base_url=proxy.url, api_key="wrong", max_retries=0), {}),
+            (anthropic.Anthropic(base_url=proxy.url, api_key="secret", max_retries=0), {}),
+            (client(proxy, "anth-err").with_options(api_key="secret"),
+             {"tools": [{"type": "web_search_20250305", "name": "web_search"}]}),
+            (client(proxy, "anth-err").with_options(api_key="secret"), {}),
+        ]
+        for sdk, extra in calls:
+            with pytest.raises(anthropic.APIStatusError) as error:
+                sdk.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}], **extra)
+            caught.append(error.value)
+        return caught
+
+    wrong_key, no_session, server_tool, upstream = await trio.to_thread.run_sync(sdk_errors)
+    assert isinstance(wrong_key, anthropic.AuthenticationError)
+    assert isinstance(no_session, anthropic.BadRequestError) and isinstance(server_tool, anthropic.BadRequestError)
+    assert isinstance(upstream, anthropic.InternalServerError) and upstream.status_code == 503
+    for error, kind, code in [
+        (wrong_key, "authentication_error", "unauthorized"), (no_session, "invalid_request_error", "missing_session_id"),
+        (server_tool, "invalid_request_error", "unsupported_parameter"),
+        (upstream, "overloaded_error", "upstream_overloaded"),
+    ]:
+        assert error.body["type"] == "error" and error.body["request_id"].startswith("req_")
+        assert (error.body["error"]["type"], error.body["error"]["code"]) == (kind, code)
+        assert error.request_id == error.body["request_id"]
+    assert "X-Session-Id" in no_session.message and "web_search_20250305" in server_tool.message
+
+    key = {"x-api-key": "secret", "anthropic-version": "2023-06-01", "X-Session-Id": "anth-raw"}
+    async with httpx.AsyncClient(base_url=proxy.url, timeout=60) as http:
+        answers = {
+            "not json": await http.post("/v1/messages", content=b"{", headers={**key, "content-type": "application/json"}),
+            "text/plain": await http.post("/v1/messages", content=b"{}", headers={**key, "content-type": "text/plain"}),
+            "too large": await http.post("/v1/messages/count_tokens", json={"pad": "x" * 70_000}, headers=key),
+            "unknown path": await http.post("/v1/messages/batches", json={}, headers=key),
+            "wrong method": await http.get("/v1/messages", headers=key),
+            "chat": await http.post("/v1/chat/completions", json={}, headers=key),
+        }
+    expected = {
+        "not json": (400, "invalid_request_error"), "text/plain": (415, "invalid_request_error"),
+        "too large": (413, "request_too_large"), "unknown path": (404, "not_found_error"),
+        "wrong method": (405, "invalid_request_error"),
+    }
+    for name, (status, kind) in expected.items():
+        answer = answers[name]
+        assert answer.status_code == status, (name, answer.text)
+        body = answer.json()
+        assert body["type"] == "error" and body["error"]["type"] == kind, (name, body)
+        assert body["request_id"] == answer.headers["x-request-id"]
+        assert int(answer.headers["content-length"]) == len(answer.content)
+    assert answers["chat"].status_code == 400 and "code" in answers["chat"].json()["error"]  # OpenAI's shape
+
+
+async def test_a_stream_cut_upstream_ends_in_an_error_event(start_proxy) -> None:
+    proxy = await start_proxy(model="qwen3", script=[
+        {"session": "anth-cut", "output": "one two three four five six seven", "drop_after": 3},
+    ])
+
+    def run() -> tuple[list[str], Any]:
+        seen: list[str] = []
+        with client(proxy, "anth-cut") as sdk, pytest.raises(anthropic.APIStatusError) as error:
+            with sdk.messages.stream(model="m", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as s:
+                for event in s:
+                    seen.append(event.type)
+        return seen, error.value
+
+    seen, error = await trio.to_thread.run_sync(run)
+    assert seen[0] == "message_start" and "message_stop" not in seen
+    assert error.body["type"] == "error" and error.body["error"]["type"] == "api_error"
+    assert error.body["error"]["code"] == "upstream_unavailable"
+    assert await proxy.debug("anth-cut") is None or (await proxy.debug("anth-cut"))["steps"] == 0
