@@ -271,3 +271,85 @@ async def test_a_stream_cut_upstream_ends_in_an_error_event(start_proxy) -> None
     assert error.body["type"] == "error" and error.body["error"]["type"] == "api_error"
     assert error.body["error"]["code"] == "upstream_unavailable"
     assert await proxy.debug("anth-cut") is None or (await proxy.debug("anth-cut"))["steps"] == 0
+
+
+# -- Claude Code's request shape (captured from Claude Code 2.1.332, trimmed: /work/notes/cli-requests, i18-clis) -----
+
+CLAUDE_CODE_BETAS = (
+    "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27,"
+    "mid-conversation-tool-changes-2026-07-01,thinking-token-count-2026-05-13,advanced-tool-use-2025-11-20,"
+    "effort-2025-11-24"
+)
+CLAUDE_CODE_TOOLS = [
+    {"name": "DeferredToolPlaceholder", "description": "Reserved placeholder; never call this tool.",
+     "input_schema": {"type": "object", "properties": {}}, "defer_loading": True},
+    {"name": "Write", "description": "Writes a file to the local filesystem.", "input_schema": {
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+        "properties": {"file_path": {"description": "The absolute path", "type": "string"},
+                       "content": {"description": "The content to write", "type": "string"}},
+        "required": ["file_path", "content"], "additionalProperties": False}},
+]
+CLAUDE_CODE_SYSTEM = [
+    {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.62b; cc_entrypoint=sdk-cli;"},
+    {"type": "text", "text": "You are a Claude agent, built on Anthropic's Claude Agent SDK.",
+     "cache_control": {"type": "ephemeral"}},
+    {"type": "text", "text": "\nYou are an agent working with the user toward their goals.\n\n",
+     "cache_control": {"type": "ephemeral"}},
+]
+ENVIRONMENT = "# Environment\nYou have been invoked in the following environment:\n - Primary working directory: /w"
+
+
+async def test_claude_code_shaped_requests_stay_one_segment(start_proxy) -> None:
+    """Claude Code's requests as captured: ``?beta=true``, its beta headers, a system message inside ``messages``
+    (as a block list, then as a string), ``cache_control`` everywhere, ``metadata``, ``defer_loading`` tools,
+    adaptive thinking with ``display: "omitted"``, ``context_management``, ``output_config.effort``,
+    ``max_tokens`` 32000 (clamped to what the context leaves). On Qwen3.5, whose template takes a system message
+    only first, the inner one is a user turn. The thinking block comes back empty and is echoed so; its signature
+    restores the recorded reasoning, and the conversation stays one segment."""
+    write = ("<tool_call>\n<function=Write>\n<parameter=file_path>\n/w/hello.txt\n</parameter>\n"
+             "<parameter=content>\nhello\n</parameter>\n</function>\n</tool_call>")
+    script = ["I will write it.\n</think>\n\n" + write, "Done.\n</think>\n\nI wrote hello into hello.txt."]
+    proxy = await start_proxy(model="qwen3_5", script=[{"session": "claude-code", "output": o} for o in script])
+    user = {"role": "user", "content": [
+        {"type": "text", "text": "<system-reminder>\nAttribution for git commits.\n</system-reminder>"},
+        {"type": "text", "text": "Write hello into hello.txt"},
+    ]}
+    inner_system = {"role": "system", "content": [
+        {"type": "text", "text": ENVIRONMENT, "cache_control": {"type": "ephemeral"}}]}
+
+    def turn(messages: list[Any]) -> tuple[Any, list[str]]:
+        seen: list[str] = []
+        with client(proxy, "claude-code") as sdk, sdk.messages.stream(
+            model="dressage/embedded-engine", max_tokens=32000, system=CLAUDE_CODE_SYSTEM, messages=messages,
+            tools=CLAUDE_CODE_TOOLS, thinking={"type": "adaptive", "display": "omitted"},
+            output_config={"effort": "high"},
+            metadata={"user_id": json.dumps({"device_id": "d", "account_uuid": "", "session_id": "c8db"})},
+            extra_headers={"anthropic-beta": CLAUDE_CODE_BETAS, "x-app": "cli"}, extra_query={"beta": "true"},
+            extra_body={"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}},
+        ) as stream:
+            for event in stream:
+                seen.append(event.type if event.type != "content_block_delta" else event.delta.type)
+            return stream.get_final_message(), seen
+
+    first, seen = await trio.to_thread.run_sync(turn, [user, inner_system])
+    assert [block.type for block in first.content] == ["thinking", "tool_use"]
+    assert first.content[0].thinking == "" and "thinking_delta" not in seen  # display: omitted
+    call = first.content[1]
+    assert (call.name, call.input, first.stop_reason) == ("Write", {"file_path": "/w/hello.txt", "content": "hello"},
+                                                           "tool_use")
+    history = [user, {"role": "system", "content": ENVIRONMENT}, {"role": "assistant", "content": first.content},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
+                                             "content": "File created successfully at: /w/hello.txt",
+                                             "cache_control": {"type": "ephemeral"}}]}]
+    second, _ = await trio.to_thread.run_sync(turn, history)
+    assert second.content[-1].text == "I wrote hello into hello.txt." and second.stop_reason == "end_turn"
+
+    sent = proxy.requests_of("claude-code")
+    assert sent[1].input_ids[: len(sent[0].input_ids) + len(sent[0].output_ids)] == sent[0].input_ids + sent[0].output_ids
+    prompt = proxy.tito.decode(list(sent[0].input_ids))
+    assert "<|im_start|>user\n" + ENVIRONMENT in prompt  # the inner system message, as a user turn on Qwen3.5
+    assert len(sent[1].input_ids) + sent[1].sampling_params["max_new_tokens"] <= 32768  # within the context
+    segments = await proxy.segments("claude-code")
+    assert len(segments) == 1 and segments[0]["num_turns"] == 2
+    # The recorded reasoning is the model's, restored from the signature though the client never saw it.
+    assert "I will write it." in proxy.tito.decode(segments[0]["token_ids"])

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.api import ApiError, ChatCompletionRequest
-from proxy.frontends.messages_output import content_blocks, is_own_signature, thinking_signature
+from proxy.frontends.messages_output import content_blocks, reasoning_from_signature, thinking_signature
 from proxy.frontends.messages_request import chat_body
 
 HEADERS = {"X-Session-Id": "s1"}
@@ -80,18 +80,49 @@ def test_a_tool_conversation_with_thinking_becomes_the_chat_messages() -> None:
 
 
 def test_thinking_signed_elsewhere_and_redacted_thinking_are_dropped() -> None:
+    forged = thinking_signature("x")[:-1] + ("0" if thinking_signature("x")[-1] != "0" else "1")
     request = chat(messages=[
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": [
             {"type": "thinking", "thinking": "Claude's own thoughts", "signature": "EqQBCkYIARgCIkD..."},
             {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va..."},
-            {"type": "thinking", "thinking": "edited", "signature": thinking_signature("original")},
+            {"type": "thinking", "thinking": "x", "signature": forged},
             {"type": "text", "text": "Hello."},
         ]},
         {"role": "user", "content": "more"},
     ])
     assert request.messages[1] == {"role": "assistant", "content": "Hello."}
-    assert not is_own_signature("edited", thinking_signature("original"))
+    assert reasoning_from_signature(forged) is None
+
+
+def test_the_signature_carries_the_recorded_reasoning() -> None:
+    """Under ``display: "omitted"`` the block's text is empty (or a client shows an edited one): the reasoning
+    echoed is the one the proxy recorded, carried by its signature."""
+    reasoning = "Think \u00e9\n\ud83d\ude00 twice."
+    for shown_text in ("", reasoning, "edited"):
+        request = chat(messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": shown_text, "signature": thinking_signature(reasoning)},
+                {"type": "text", "text": "Hello."},
+            ]},
+            {"role": "user", "content": "more"},
+        ])
+        assert request.messages[1]["reasoning_content"] == reasoning
+    omitted = content_blocks({"role": "assistant", "content": "a", "reasoning_content": reasoning}, show_thinking=False)
+    assert omitted[0] == {"type": "thinking", "thinking": "", "signature": thinking_signature(reasoning)}
+
+
+def test_a_system_message_inside_messages_keeps_its_place() -> None:
+    messages = [{"role": "user", "content": "hi"},
+                {"role": "system", "content": [{"type": "text", "text": "env", "cache_control": {"type": "ephemeral"}}]},
+                {"role": "user", "content": "go"}]
+    for role in ("system", "user"):
+        translated = chat_body(body(messages=messages), inner_system_role=role)
+        assert translated["messages"][1] == {"role": role, "content": "env"}
+    # The same message as a string (Claude Code's next turn) is the same chat message.
+    again = chat_body(body(messages=[messages[0], {"role": "system", "content": "env"}, messages[2]]))
+    assert again["messages"][1] == {"role": "system", "content": "env"}
 
 
 @pytest.mark.parametrize(
@@ -136,7 +167,7 @@ def test_sampling_stop_stream_and_ignored_fields() -> None:
         ({"max_tokens": "64"}, "max_tokens", "invalid_request"),
         ({"model": None}, "model", "invalid_request"),
         ({"messages": []}, "messages", "invalid_request"),
-        ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role", "invalid_request"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "invalid_request"),
         ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
          "messages[0].content[0].type", "unsupported_parameter"),
         ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
