@@ -17,22 +17,16 @@ import httpx
 import pytest
 import trio
 
-from tests.e2e.harness import generated_ids
+from tests.e2e.harness import CALCULATOR_TOOLS, generated_ids
 
 SYSTEM = "You are a helpful calculator assistant with access to calculator tools."
 USER = "Please calculate 5 plus 3, and then multiply the result by 2."
 ANSWER = "5 plus 3 equals 8. Multiplying 8 by 2 gives 16."
+#: the chat calculator tools as Anthropic custom tools
 TOOLS = [
-    {
-        "name": name,
-        "description": f"{name} two integers",
-        "input_schema": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    }
-    for name in ("add", "multiply")
+    {"name": tool["function"]["name"], "description": tool["function"]["description"],
+     "input_schema": tool["function"]["parameters"]}
+    for tool in CALCULATOR_TOOLS
 ]
 REASONING = ["First add 5 and 3.", "Now multiply 8 by 2.", "Done."]
 TEXTS = ["I'll calculate that for you.", "Continuing the calculation.", ANSWER]
