@@ -94,6 +94,7 @@ async def run_conversation(proxy: Any, session: str, *, stream: bool) -> None:
     messages: list[Any] = [{"role": "user", "content": USER}]
     results = ["8", "16"]
     events: list[str] = []
+    started: list[int] = []  # message_start's input_tokens, per streamed turn
     for turn, output in enumerate(outputs()):
         counted = await count_tokens(proxy, session, messages)
 
@@ -104,6 +105,8 @@ async def run_conversation(proxy: Any, session: str, *, stream: bool) -> None:
                 with sdk.messages.stream(**request(messages)) as answer:
                     for event in answer:
                         events.append(event.type)
+                        if event.type == "message_start":
+                            started.append(event.message.usage.input_tokens)
                     return answer.get_final_message()
 
         message = await trio.to_thread.run_sync(create)
@@ -113,6 +116,8 @@ async def run_conversation(proxy: Any, session: str, *, stream: bool) -> None:
         sent = proxy.requests_of(session)[-1]
         # usage and count_tokens say the prompt the proxy sent; output_tokens every generated token.
         assert message.usage.input_tokens == len(sent.input_ids) == counted
+        if stream:
+            assert started[-1] == len(sent.input_ids)
         assert message.usage.output_tokens == len(generated_ids(tito, output))
         assert list(sent.output_ids) == generated_ids(tito, output)
         assert (sent.sampling_params["temperature"], sent.sampling_params["top_p"]) == (0.7, 0.9)
@@ -347,3 +352,26 @@ async def test_claude_code_shaped_requests_stay_one_segment(start_proxy) -> None
     assert len(segments) == 1 and segments[0]["num_turns"] == 2
     # The recorded reasoning is the model's, restored from the signature though the client never saw it.
     assert "I will write it." in proxy.tito.decode(segments[0]["token_ids"])
+
+
+async def test_tool_choice_constrains_and_thinking_disabled_reaches_the_template(start_proxy) -> None:
+    call = "<tool_call>\n" + json.dumps({"name": "multiply", "arguments": {"a": 2, "b": 3}}) + "\n</tool_call>"
+    proxy = await start_proxy(model="qwen3", script=[{"session": "anth-choice", "output": call}])
+
+    def run() -> Any:
+        with client(proxy, "anth-choice") as sdk:
+            return sdk.messages.create(
+                model="m", max_tokens=128, messages=[{"role": "user", "content": "2*3?"}], tools=TOOLS,
+                tool_choice={"type": "tool", "name": "multiply", "disable_parallel_tool_use": True},
+                thinking={"type": "disabled"},
+            )
+
+    message = await trio.to_thread.run_sync(run)
+    assert [(block.type, block.name, block.input) for block in message.content] == \
+        [("tool_use", "multiply", {"a": 2, "b": 3})]
+    sent = proxy.requests_of("anth-choice")[-1]
+    # A named choice renders that tool alone and constrains decoding (as the chat path does for the same choice).
+    assert {"json_schema", "structural_tag"} & set(sent.sampling_params)
+    prompt = proxy.tito.decode(list(sent.input_ids))
+    assert '"name": "multiply"' in prompt and '"name": "add"' not in prompt
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # enable_thinking: false
