@@ -10,15 +10,19 @@ Also: ``count_tokens`` equals the prompt the proxy sent for the same request, an
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
 import trio
+from anthropic.types import RawMessageStreamEvent
+from pydantic import TypeAdapter
 
 from tests.e2e.harness import CALCULATOR_TOOLS, generated_ids
 
+RAW_EVENT = TypeAdapter(RawMessageStreamEvent)
 SYSTEM = "You are a helpful calculator assistant with access to calculator tools."
 USER = "Please calculate 5 plus 3, and then multiply the result by 2."
 ANSWER = "5 plus 3 equals 8. Multiplying 8 by 2 gives 16."
@@ -375,3 +379,27 @@ async def test_tool_choice_constrains_and_thinking_disabled_reaches_the_template
     prompt = proxy.tito.decode(list(sent.input_ids))
     assert '"name": "multiply"' in prompt and '"name": "add"' not in prompt
     assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # enable_thinking: false
+
+
+async def test_claude_codes_captured_requests_are_served(start_proxy) -> None:
+    """The exact bodies and headers Claude Code sent (``tests/frontends/claude_code_requests``), replayed over HTTP:
+    each is answered with a well-formed stream (every event parsed by the SDK's own types). Claude Code's own
+    session header keys the session where no X-Session-Id was configured."""
+    proxy = await start_proxy(model="qwen3_5", session_id_headers=("X-Session-Id", "X-Claude-Code-Session-Id"))
+    captures = Path(__file__).parents[1] / "frontends" / "claude_code_requests"
+    for path in sorted(captures.glob("*.json")):
+        exchange = json.loads(path.read_text())
+        skip = {"host", "content-length", "connection", "accept-encoding"}
+        headers = {name: value for name, value in exchange["headers"].items() if name.lower() not in skip}
+        async with httpx.AsyncClient(base_url=proxy.url, timeout=120) as http:
+            answer = await http.post(exchange["path"], json=exchange["body"], headers=headers)
+        assert answer.status_code == 200, (path.name, answer.text)
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[6:]) for line in answer.text.splitlines() if line.startswith("data: ")]
+        kinds = [event["type"] for event in events]
+        assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"], (path.name, kinds)
+        for event in events:
+            if event["type"] != "ping":
+                RAW_EVENT.validate_python(event)
+        session = headers.get("X-Session-Id") or headers["X-Claude-Code-Session-Id"]
+        assert proxy.requests_of(session), path.name
