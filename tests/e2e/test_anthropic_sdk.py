@@ -200,6 +200,7 @@ async def test_errors_come_in_anthropic_shape_from_every_layer(start_proxy) -> N
     router, which run before the route, answer in the same shape on these paths (the chat path keeps OpenAI's)."""
     proxy = await start_proxy(model="qwen3", api_key="secret", max_body_bytes=64 * 1024, script=[
         {"session": "anth-err", "output": "never", "error_status": 503},
+        {"session": "anth-err", "output": "never", "error_status": 503},
     ])
 
     def sdk_errors() -> list[Any]:
@@ -215,6 +216,12 @@ async def test_errors_come_in_anthropic_shape_from_every_layer(start_proxy) -> N
             with pytest.raises(anthropic.APIStatusError) as error:
                 sdk.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}], **extra)
             caught.append(error.value)
+        # A stream refused before it started is a plain JSON error with its status, not an SSE body.
+        with pytest.raises(anthropic.APIStatusError) as error, client(proxy, "anth-err").with_options(
+            api_key="secret"
+        ).messages.stream(model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}]) as stream:
+            stream.get_final_message()
+        assert error.value.status_code == 503 and error.value.body["error"]["type"] == "overloaded_error"
         return caught
 
     wrong_key, no_session, server_tool, upstream = await trio.to_thread.run_sync(sdk_errors)
