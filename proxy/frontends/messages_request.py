@@ -16,7 +16,7 @@ types (``anthropic.types``, through pydantic) before they are translated.
 | a ``system`` message inside ``messages`` (Claude Code sends one after the first user message) | a ``system`` message in its place, or a ``user`` message where the served template takes system messages only first (``inner_system_role``) |
 | user ``text`` blocks (consecutive ones joined with a blank line) | a ``user`` message |
 | user ``tool_result`` block (string or text-block ``content``; ``is_error`` accepted) | a ``tool`` message, ``tool_call_id`` = ``tool_use_id`` |
-| assistant ``text`` blocks | ``content`` (joined with a blank line; ``null`` when there are none) |
+| assistant ``text`` blocks | ``content`` (concatenated as they are: the pieces of one recorded text; ``null`` when there are none) |
 | assistant ``tool_use`` block | a ``tool_calls`` entry: the same ``id``, ``function.name``, ``function.arguments`` = ``input`` |
 | assistant ``thinking`` block with this proxy's ``signature`` | ``reasoning_content``: the reasoning the signature carries (the block's displayed text is not read: it is empty under ``display: "omitted"``) |
 | assistant ``thinking`` block signed elsewhere, ``redacted_thinking`` block | dropped (another model's reasoning) |
@@ -283,7 +283,9 @@ def _assistant_message(content: list[Any], where: str) -> dict[str, Any]:
         elif kind == "thinking" and (recorded := reasoning_from_signature(block["signature"])) is not None:
             reasoning.append(recorded)
         # else: another model's thinking, or redacted thinking: dropped (module docstring)
-    message: dict[str, Any] = {"role": "assistant", "content": BLOCK_SEPARATOR.join(texts) if texts else None}
+    # Concatenated as they are: an answer whose text a stream split into blocks (text, thinking, text) echoes back
+    # as exactly the recorded content.
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
     if calls:

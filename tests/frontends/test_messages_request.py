@@ -236,3 +236,16 @@ def test_an_answer_echoed_back_is_the_recorded_message(
     assert echoed.get("reasoning_content") == (reasoning or None)
     assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in echoed.get("tool_calls", [])] == \
         [(f"call_{index}", name, args) for index, (name, args) in enumerate(calls)]
+
+
+def test_an_answers_text_split_into_blocks_echoes_as_the_recorded_text() -> None:
+    request = chat(messages=[
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Let me check.\n"},
+            {"type": "thinking", "thinking": "", "signature": thinking_signature("hmm")},
+            {"type": "text", "text": "It is 8."},
+        ]},
+        {"role": "user", "content": "r"},
+    ])
+    assert request.messages[1] == {"role": "assistant", "content": "Let me check.\nIt is 8.", "reasoning_content": "hmm"}
