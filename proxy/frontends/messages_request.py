@@ -47,8 +47,8 @@ Decisions:
   (server-side context editing: the proxy records the full history), ``inference_geo``, ``speed``,
   ``diagnostics``, ``output_config.effort``, ``citations`` on text blocks, ``thinking.budget_tokens`` (the
   thinking switch is the template's; thinking counts toward ``max_tokens`` as in Anthropic's API), and unknown
-  fields. ``thinking.display: "omitted"`` (Claude Code's) is honoured by the answer (:func:`shows_thinking`). ``output_config.format``, ``container`` and ``mcp_servers`` change what
-  the answer would be and are refused.
+  fields. ``thinking.display: "omitted"`` (Claude Code's) is honoured by the answer (:func:`shows_thinking`).
+  ``output_config.format``, ``container`` and ``mcp_servers`` change what the answer would be and are refused.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def shows_thinking(body: dict[str, Any]) -> bool:
     return not (isinstance(thinking, dict) and thinking.get("display") == "omitted")
 
 
-# -- system and messages ------------------------------------------------------------------------------------------------
+# -- system and messages -----------------------------------------------------------------------------------------------
 
 
 def _system(system: Any) -> list[dict[str, Any]]:
@@ -309,7 +309,7 @@ def _block(raw: Any, where: str, kinds: tuple[str, ...]) -> dict[str, Any]:
     return _validated(_BLOCKS[kind], raw, where)
 
 
-# -- tools ----------------------------------------------------------------------------------------------------------------
+# -- tools -------------------------------------------------------------------------------------------------------------
 
 
 def _tools(value: Any) -> list[dict[str, Any]]:
@@ -345,7 +345,7 @@ def _tool_choice(value: Any) -> tuple[Any, bool | None]:
     return mapped, parallel
 
 
-# -- the SDK's types --------------------------------------------------------------------------------------------------
+# -- the SDK's types ---------------------------------------------------------------------------------------------------
 
 
 def _validated(adapter: TypeAdapter[Any], value: Any, where: str) -> Any:

@@ -37,8 +37,8 @@ from proxy.request_id import current_request_id, new_request_id
 from proxy.routes.chat import SSE_HEADERS
 from proxy.routes.json_body import read_json_body
 from proxy.services import ProxyServices
-from proxy.tokenization import TitoError
 from proxy.session_context import set_current_session_id
+from proxy.tokenization import TitoError
 from proxy.trajectory.message_keys import effective_template_kwargs
 
 JSON = "application/json"
@@ -98,7 +98,9 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         tools = list(chat.template_tools) if chat.template_tools else None
         kwargs = effective_template_kwargs(chat.chat_template_kwargs, services.sessions.config.default_template_kwargs)
         size = sum(len(str(message.get("content") or "")) for message in chat.messages)
-        ids = await run_sized(size, INLINE_BODY_BYTES, services.tokenizer.encode_full, list(chat.messages), tools, kwargs)
+        ids = await run_sized(
+            size, INLINE_BODY_BYTES, services.tokenizer.encode_full, list(chat.messages), tools, kwargs
+        )
         return Response(dumps({"input_tokens": len(ids)}), status=200, content_type=JSON)
 
 
@@ -113,7 +115,8 @@ def system_role_inside(tokenizer: Any) -> str:
 
 
 def _matched_stop(run: ChatRun) -> Any:
-    """What the generation stopped on (a stop string, a token id, or None), once it finished."""
+    """What the generation stopped on (a stop string, a token id, or None), once it finished. A Messages request
+    is always one generation (no ``n``), whose ``output`` is its ``StepOutput``."""
     output = getattr(run.generation, "output", None)
     return getattr(output, "matched_stop", None)
 

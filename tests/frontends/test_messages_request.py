@@ -115,7 +115,8 @@ def test_the_signature_carries_the_recorded_reasoning() -> None:
 
 def test_a_system_message_inside_messages_keeps_its_place() -> None:
     messages = [{"role": "user", "content": "hi"},
-                {"role": "system", "content": [{"type": "text", "text": "env", "cache_control": {"type": "ephemeral"}}]},
+                {"role": "system",
+                 "content": [{"type": "text", "text": "env", "cache_control": {"type": "ephemeral"}}]},
                 {"role": "user", "content": "go"}]
     for role in ("system", "user"):
         translated = chat_body(body(messages=messages), inner_system_role=role)
@@ -248,7 +249,8 @@ def test_an_answers_text_split_into_blocks_echoes_as_the_recorded_text() -> None
         ]},
         {"role": "user", "content": "r"},
     ])
-    assert request.messages[1] == {"role": "assistant", "content": "Let me check.\nIt is 8.", "reasoning_content": "hmm"}
+    assert request.messages[1] == {
+        "role": "assistant", "content": "Let me check.\nIt is 8.", "reasoning_content": "hmm"}
 
 
 _json = st.recursive(
