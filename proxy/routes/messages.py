@@ -104,14 +104,20 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         return Response(dumps({"input_tokens": len(ids)}), status=200, content_type=JSON)
 
 
+#: the text of the probe's system message (found in the render when the template shows it)
+_PROBE = "dressage-inner-system-probe"
+
+
 def system_role_inside(tokenizer: Any) -> str:
     """The role a system message inside ``messages`` gets (``messages_request.chat_body``): ``system`` when the
-    served template renders a system message after a user message, else ``user`` (probed once, at start)."""
+    served template renders a system message after a user message, else ``user`` (it refuses one, or would drop
+    it silently); probed once, at start."""
     try:
-        tokenizer.encode_full([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}], None, None)
+        probe = [{"role": "user", "content": "a"}, {"role": "system", "content": _PROBE}]
+        ids = tokenizer.encode_full(probe, None, None)
     except TitoError:
         return "user"
-    return "system"
+    return "system" if _PROBE in tokenizer.decode(ids) else "user"
 
 
 def _matched_stop(run: ChatRun) -> Any:
