@@ -99,8 +99,10 @@ async def run_conversation(proxy: Any, session: str, *, stream: bool) -> None:
     results = ["8", "16"]
     events: list[str] = []
     started: list[int] = []  # message_start's input_tokens, per streamed turn
+    counts: list[int] = []  # count_tokens, per turn
     for turn, output in enumerate(outputs()):
         counted = await count_tokens(proxy, session, messages)
+        counts.append(counted)
 
         def create() -> Any:
             with client(proxy, session) as sdk:
@@ -154,6 +156,9 @@ async def run_conversation(proxy: Any, session: str, *, stream: bool) -> None:
         start = len(record.input_ids)
         expected_mask[start:start + len(record.output_ids)] = [1] * len(record.output_ids)
     assert segment["loss_mask"] == expected_mask
+    # Each turn's count_tokens is where the recorded segment's trained span of that turn begins.
+    starts = [i for i, mask in enumerate(expected_mask) if mask and (i == 0 or not expected_mask[i - 1])]
+    assert starts == counts
     trained = [lp for lp, mask in zip(segment["logprobs"], expected_mask) if mask]
     assert len(trained) == sum(len(record.output_ids) for record in sent)
     assert all(lp != 0.0 for lp in trained[:-1])
