@@ -250,13 +250,6 @@ def _model_family(args: argparse.Namespace) -> tuple[str, str, str | None]:
     return detection.family.name, detection.how, detection.warning
 
 
-def _last_step_family(family: str, tito_model: str | None) -> bool:
-    """Whether the TITO family (``--tito-model``, else the model family) has no incremental encode."""
-    from proxy.families import TitoMode, get_family  # noqa: PLC0415
-
-    return get_family(tito_model or family).mode is TitoMode.LAST_STEP
-
-
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -367,9 +360,9 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model, tokenization and parsing")
     add_env_argument(
         model, "--model-family", convert=choice(*families), default=None,
-        help="model family (dressage-proxy families lists them): sets the TITO tokenizer and the parsers unless "
-        "overridden; generic: any template, a full render every step and last-step trajectories (default: "
-        "detected from the chat template at --tokenizer-path; qwen3 without one)",
+        help=f"model family ({', '.join(families)}; dressage-proxy families describes them): sets the TITO "
+        "tokenizer and the parsers unless overridden; generic: any template, a full render every step, each step "
+        "its own segment (default: detected from the chat template at --tokenizer-path; qwen3 without one)",
     )
     add_env_argument(model, "--trajectory-build-model", convert=choice(*families), default=None,
                      help="the older name of --model-family (--model-family wins when both are given)")
@@ -433,8 +426,7 @@ def proxy_config_from_args(args: argparse.Namespace) -> ProxyConfig:
         sglang_worker_urls=tuple(args.sglang_worker_urls),
         sglang_ca_file=args.sglang_ca_file,
         upstream_max_connections=args.upstream_max_connections,
-        # A family without pinned junction rules (an unrecognised template) is served in last-step mode.
-        trajectory_build_mode="last_step" if _last_step_family(family, args.tito_model) else args.trajectory_build_mode,
+        trajectory_build_mode=args.trajectory_build_mode,
         trajectory_build_model=family,
         tito_model=args.tito_model,
         model_family_source=source,

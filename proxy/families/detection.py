@@ -81,8 +81,9 @@ def detect_family(tokenizer_path: str | Path) -> Detection:
     warning = (
         f"{path}: chat template not recognised (sha256 {digest[:12]} is no family's official template, and it "
         f"follows no family's pinned rules: {'; '.join(objections)}). Starting in last-step mode: every step is "
-        f"a full render of this template (recorded token-exact), trajectories are built last_step, and no tool-call "
-        f"or reasoning parser is set unless --model-tool-call-type / --model-reasoning-type name one. "
+        f"a full render of this template and its own segment (recorded token-exact: the prompt the model was given "
+        f"and its generated ids), no TITO incremental encode, and no tool-call or reasoning parser unless "
+        f"--model-tool-call-type / --model-reasoning-type name one. "
         f"Use --model-family to choose a family."
     )
     return Detection(FALLBACK, "unrecognised", digest, warning)

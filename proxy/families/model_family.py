@@ -24,8 +24,8 @@ class TitoMode(enum.Enum):
     INCREMENTAL = "incremental"
     """TITO: the checkpoint's ids plus an exact fragment for the new messages (pinned junction rules)."""
     LAST_STEP = "last_step"
-    """Every step is a full render of the chat template (no junction rules are known); trajectories are built in
-    last-step mode."""
+    """Every step is a full render of the chat template (no junction rules are known) and its own segment: the
+    recorded segment is exactly the prompt the model was given plus what it generated."""
 
 
 @attrs.frozen

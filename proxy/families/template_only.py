@@ -3,8 +3,10 @@
 When a tokenizer folder's chat template is no family's official template and passes no family's pinned rules,
 nothing is known about where its turns join, so no incremental fragment can be proven exact. The proxy still serves
 it: each step's context is the template's full render of the conversation (exactly the tokens the model is given,
-recorded as they are), ``encode_incremental`` always answers ``last_step_mode`` (the step starts its own segment
-with that reason in ``boundary_detail``), and trajectories are built in last-step mode.
+recorded as they are), and ``encode_incremental`` always answers ``last_step_mode``, so every step starts its own
+segment (boundary ``tito_failed``, ``boundary_detail`` naming ``last_step_mode``). A segment is then one step: the
+concat build exports exactly the prompt the model was given and the ids it generated. (``--trajectory-build-mode
+last_step`` still works, but re-renders the final message list, which a template that rewrites history changes.)
 
 What the rest of the proxy needs from a tokenizer is learned from the template itself at load time:
 
@@ -14,8 +16,7 @@ What the rest of the proxy needs from a tokenizer is learned from the template i
   ``eos_token`` of tokenizer_config.json.
 
 ChatML-only pieces (``<|im_start|>``, ``<think>`` ids) are -1 when the tokenizer has no such special token; the
-last-step builder then refuses the render and the export falls back to the concat build, which for one-step
-segments is the recorded context plus the generated ids, token-exact by construction.
+last-step builder then refuses the render and the export falls back to the concat build.
 """
 
 from __future__ import annotations
