@@ -18,6 +18,7 @@ back).
 | ``temperature``, ``top_p``, ``parallel_tool_calls``, ``top_logprobs`` | the same chat fields |
 | ``include: ["message.output_text.logprobs"]`` | ``logprobs: true`` |
 | ``stream``, ``store``, ``previous_response_id`` | handled by the route (``proxy/routes/responses.py``) |
+| ``text.verbosity`` | accepted and ignored (a hint; the Agents SDK's default model sends ``low``) |
 | ``metadata``, ``user``, ``safety_identifier``, ``prompt_cache_key``, ``prompt_cache_retention``, ``service_tier`` (``auto``/``default``), ``truncation`` (``disabled``/``auto``), ``stream_options`` | accepted, change nothing |
 | ``background`` (true), ``conversation``, ``prompt``, ``max_tool_calls``, ``context_management`` | ``unsupported_parameter`` naming the field (an answer would not be what the client asked for) |
 | anything else (e.g. Codex CLI's ``client_metadata``) | ignored, as the chat route ignores unknown fields |
@@ -209,9 +210,8 @@ def _text_format(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict):
         raise ApiError.invalid_request(f"text must be an object, not {json_type(value)}", "text")
-    verbosity = value.get("verbosity")
-    if verbosity not in (None, "medium"):
-        raise ApiError.unsupported_parameter(f"text.verbosity {shown(verbosity)} is not supported", "text.verbosity")
+    # ``text.verbosity`` is accepted and ignored: a hint to the model the served model has no control for, which
+    # the Agents SDK's default model settings send (``low``): refusing it would refuse that SDK out of the box.
     form = value.get("format")
     if form is None:
         return None
