@@ -6,6 +6,7 @@ what the engine generated and whose logprobs include the ones the API answered."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -59,7 +60,7 @@ def qwen3_5_outputs() -> list[str]:
 
 
 def check_one_segment(proxy: Any, session: str, segments: list[dict[str, Any]], outputs: list[str],
-                      answered_logprobs: list[list[float]]) -> None:
+                      answered_logprobs: list[list[float]], answer: str = ANSWER) -> None:
     """One segment, the engine's requests its prefixes, mask 1 exactly on what the engine generated, and the
     logprobs the API answered found (in order) in each generated span."""
     assert len(segments) == 1, [s["boundary_reason"] for s in segments]
@@ -77,7 +78,7 @@ def check_one_segment(proxy: Any, session: str, segments: list[dict[str, Any]], 
         remaining = iter(logprobs[start:start + len(span)])
         assert all(any(value == pytest.approx(got) for got in remaining) for value in answered), "logprobs"
     assert mask == expected_mask
-    assert proxy.tito.decode(ids).endswith(ANSWER + "<|im_end|>")
+    assert proxy.tito.decode(ids).endswith(answer + "<|im_end|>")
 
 
 def turn_logprobs(response: Any) -> list[float]:
@@ -211,3 +212,45 @@ async def test_refusals_in_openai_error_shape(start_proxy) -> None:
     assert unknown.value.body["param"] == "previous_response_id"
     assert image.value.body["param"] == "input[0].content[0]"
     assert proxy.engine.request_log == type(proxy.engine.request_log)()  # nothing reached the engine
+
+
+CODEX = Path(__file__).parent.parent / "frontends" / "codex_requests"
+
+
+async def sse_items(proxy: Any, body: dict[str, Any], session: str) -> list[dict[str, Any]]:
+    """POST a Codex body; the items of its ``response.output_item.done`` events (what Codex keeps)."""
+    async with httpx.AsyncClient(timeout=60) as client:
+        async with client.stream("POST", proxy.url + "/v1/responses", json=body, headers={
+            "X-Session-Id": session, "accept": "text/event-stream", "authorization": "Bearer dummy",
+        }) as answer:
+            assert answer.status_code == 200, await answer.aread()
+            events = [json.loads(line[6:]) async for line in answer.aiter_lines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "response.completed" and events[-1]["response"]["usage"]["output_tokens"] > 0
+    return [event["item"] for event in events if event["type"] == "response.output_item.done"]
+
+
+async def test_codex_cli_request_bodies_continue_one_segment(start_proxy) -> None:
+    """Codex CLI 0.169's real first request (captured), then its second as Codex builds it (the whole history with
+    the output items as received, ``encrypted_content: null``, and the tool output): one segment."""
+    outputs = [
+        "<think>\nI will run it.\n</think>\n\n<tool_call>\n"
+        + json.dumps({"name": "exec_command", "arguments": {"cmd": "printf hello > hello.txt"}}) + "\n</tool_call>",
+        "<think>\nDone.\n</think>\n\nI wrote hello.txt.",
+    ]
+    session = "codex-replay"
+    proxy = await start_proxy(model="qwen3", script=[{"session": session, "output": o} for o in outputs])
+    body = json.loads((CODEX / "codex-turn1.json").read_text())["body"]
+    items = await sse_items(proxy, body, session)
+    assert [item["type"] for item in items] == ["reasoning", "function_call"]
+    reasoning, call = items
+    assert reasoning["summary"][0]["text"] == "I will run it.\n" and reasoning["encrypted_content"]
+    echoed = [
+        {**reasoning, "encrypted_content": None},
+        {"type": "function_call", "status": "completed", "id": call["id"], "name": call["name"],
+         "arguments": call["arguments"], "call_id": call["call_id"]},
+        {"type": "function_call_output", "id": "fco_1", "call_id": call["call_id"], "output": "exit 0"},
+    ]
+    items = await sse_items(proxy, {**body, "input": body["input"] + echoed}, session)
+    assert [item["type"] for item in items] == ["reasoning", "message"]
+    assert items[1]["content"][0]["text"] == "I wrote hello.txt."
+    check_one_segment(proxy, session, await proxy.segments(session), outputs, [[], []], answer="I wrote hello.txt.")
