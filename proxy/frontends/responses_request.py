@@ -32,7 +32,7 @@ import attrs
 
 from proxy.api.errors import ApiError
 from proxy.api.fields import json_type, optional_bool, optional_str, require_object, shown
-from proxy.frontends.responses_items import items_to_messages
+from proxy.frontends.responses_items import items_to_messages, objects_of
 
 #: ``include`` values the proxy honours; any other is refused by name
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -164,10 +164,7 @@ def _tools(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list):
         raise ApiError.invalid_request(f"tools must be an array, not {json_type(value)}", "tools")
     tools = []
-    for index, tool in enumerate(value):
-        where = f"tools[{index}]"
-        if not isinstance(tool, dict):
-            raise ApiError.invalid_request(f"{where} must be an object, not {json_type(tool)}", where)
+    for where, tool in objects_of(value, "tools"):
         kind = tool.get("type")
         if kind != "function":
             raise ApiError.unsupported_parameter(
