@@ -217,3 +217,33 @@ async def test_codex_cli_request_bodies_continue_one_segment(start_proxy) -> Non
     assert [item["type"] for item in items] == ["reasoning", "message"]
     assert items[1]["content"][0]["text"] == "I wrote hello.txt."
     check_one_segment(proxy, session, await proxy.segments(session), outputs, [[], []], answer="I wrote hello.txt.")
+
+
+async def test_upstream_failures_in_both_modes_and_chains_end_with_the_session(start_proxy) -> None:
+    """An upstream error before the first token is the chat route's OpenAI error (status and body); a broken
+    answer mid-stream ends the event stream with ``error`` and ``response.failed`` (a non-streaming client gets
+    the error itself); nothing is recorded for either. A finalized session's response ids continue nothing."""
+    proxy = await start_proxy(model="qwen3", script=[
+        {"session": "fail", "output": "never sent", "error_status": 503},
+        {"session": "fail", "output": "One two three four", "protocol_fault": "not_json", "fault_after": 2},
+        {"session": "fail", "output": "One two three four", "protocol_fault": "not_json", "fault_after": 2},
+        {"session": "fail", "output": "Fine."},
+    ])
+    headers = {"X-Session-Id": "fail"}
+    before = await proxy.post("/v1/responses", {"input": "hi"}, headers)
+    assert before.status_code == 503 and before.json()["error"]["code"] == "upstream_overloaded", before.text
+    streamed = await proxy.post("/v1/responses", {"input": "hi", "stream": True}, headers)
+    assert streamed.status_code == 200
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert [event["type"] for event in events[-2:]] == ["error", "response.failed"]
+    assert events[-2]["code"] == "upstream_protocol_error" and events[-1]["response"]["status"] == "failed"
+    whole = await proxy.post("/v1/responses", {"input": "hi"}, headers)
+    assert whole.status_code == 502 and whole.json()["error"]["code"] == "upstream_protocol_error", whole.text
+    async with proxy.async_client() as client:
+        done = await client.responses.create(model="m", input="hi", extra_headers=headers)
+        assert done.output_text == "Fine."
+        segments = await proxy.segments("fail")
+        assert len(segments) == 1 and segments[0]["num_turns"] == 1
+        with pytest.raises(openai.BadRequestError) as gone:
+            await client.responses.create(model="m", input="more", previous_response_id=done.id)
+    assert gone.value.body["param"] == "previous_response_id"

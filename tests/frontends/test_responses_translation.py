@@ -25,6 +25,7 @@ from proxy.frontends.responses_items import (
 from proxy.frontends.responses_request import read_responses_body, responses_param
 from proxy.frontends.responses_store import ResponseChains, StoredResponse
 from proxy.frontends.responses_stream import ResponseEvents
+from tests.api.strategies import any_value
 
 CODEX = Path(__file__).parent / "codex_requests"
 EVENT = TypeAdapter(ResponseStreamEvent)
@@ -240,3 +241,44 @@ def test_chains_are_bounded_and_die_with_their_session() -> None:
     assert chains.get("r1") is None and chains.get("r2") is second  # the oldest id went; its chain lives on
     alive.discard("s1")
     assert chains.get("r2") is None and len(chains) == 2  # the session ended: its records are gone
+
+
+JUNK_FIELDS = ["input", "instructions", "tools", "tool_choice", "max_output_tokens", "reasoning", "text", "include",
+               "temperature", "top_p", "stream", "store", "previous_response_id", "top_logprobs",
+               "parallel_tool_calls", "metadata", "truncation", "service_tier", "background", "conversation"]
+
+
+@st.composite
+def junk_bodies(draw: st.DrawFn) -> Any:
+    """Codex CLI's real second request with one to three fields (top-level, an item, or a key of an item)
+    replaced by random JSON."""
+    body = json.loads((CODEX / "codex-turn2.json").read_text())["body"]
+    body["tools"] = body["tools"][:1]
+    for _ in range(draw(st.integers(1, 3))):
+        where = draw(st.sampled_from(["top", "item", "key"]))
+        items = body.get("input")
+        if where == "top" or not isinstance(items, list) or not items:
+            body[draw(st.sampled_from(JUNK_FIELDS))] = draw(any_value)
+            continue
+        index = draw(st.integers(0, len(items) - 1))
+        if where == "item" or not isinstance(items[index], dict):
+            items[index] = draw(any_value)
+        else:
+            key = draw(st.sampled_from(["type", "role", "content", "summary", "call_id", "name", "arguments",
+                                        "output", "encrypted_content", "id"]))
+            items[index][key] = draw(any_value)
+    return body
+
+
+@settings(max_examples=150, deadline=None)
+@given(junk_bodies())
+def test_any_junk_body_is_a_4xx_never_a_crash(body: Any) -> None:
+    """Whatever a client sends, the translation and the chat validation after it answer a 4xx ``ApiError`` or a
+    valid chat request: never another exception (a 500)."""
+    try:
+        parsed = read_responses_body(body)
+        ChatCompletionRequest.from_http(
+            {**parsed.chat, "messages": merge_leading_system(parsed.chat["messages"])}, {"X-Session-Id": "junk"}
+        )
+    except ApiError as error:
+        assert 400 <= error.status < 500, error
