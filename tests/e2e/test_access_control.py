@@ -127,6 +127,7 @@ async def test_every_route_has_a_class_and_unknown_paths_need_the_admin_key(star
         "/session/<path:session_id>": RouteClass.ADMIN, "/trajectory/read": RouteClass.ADMIN,
         "/trajectory/ack": RouteClass.ADMIN,
         "/trajectory/stats": RouteClass.ADMIN, "/metrics": RouteClass.ADMIN,
+        "/v1/responses": RouteClass.AGENT,  # proxy/routes/responses.py
     }
     proxy = await start_proxy()
     app = create_proxy_app(proxy.handle.services)

@@ -1,7 +1,7 @@
 """The OpenAI Agents SDK (``openai-agents``) as a new user runs it: an Agent with one function tool, its default
 model (the Responses API model, ``OpenAIResponsesModel``) served by the proxy, tracing off. The run calls the tool,
 gets its result and answers; the session exports as ONE segment whose mask covers exactly what the engine
-generated."""
+generated, run and streamed."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ OUTPUTS = [
 ]
 
 
-async def test_agent_with_a_function_tool_records_one_segment(start_proxy) -> None:
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_agent_with_a_function_tool_records_one_segment(start_proxy, streamed: bool) -> None:
     if agents is None:
         pytest.skip(f"openai-agents is not installed ({IMPORT_ERROR}): pip install -e '.[test]'")
     proxy = await start_proxy(model="qwen3", script=[{"session": SESSION, "output": o} for o in OUTPUTS])
@@ -44,7 +45,12 @@ async def test_agent_with_a_function_tool_records_one_segment(start_proxy) -> No
         config = agents.RunConfig(
             model_provider=agents.OpenAIProvider(openai_client=client, use_responses=True), tracing_disabled=True,
         )
-        return await agents.Runner.run(agent, "What is 2 plus 3?", run_config=config)
+        if not streamed:
+            return await agents.Runner.run(agent, "What is 2 plus 3?", run_config=config)
+        result = agents.Runner.run_streamed(agent, "What is 2 plus 3?", run_config=config)
+        kinds = [event.type async for event in result.stream_events()]
+        assert "raw_response_event" in kinds and "run_item_stream_event" in kinds
+        return result
 
     result = await proxy.under_asyncio(run, default_headers={"X-Session-Id": SESSION})
     assert calls == [(2, 3)]
