@@ -16,6 +16,7 @@ back).
 | ``reasoning.effort`` | ``reasoning_effort`` (``reasoning.summary`` also puts the reasoning text in the item's ``summary``) |
 | ``text.format`` | ``response_format`` (text, json_object, json_schema) |
 | ``temperature``, ``top_p``, ``parallel_tool_calls``, ``top_logprobs`` | the same chat fields |
+| the chat extensions ``session_id``, ``instance_id``, ``turn_id``, ``seed``, ``top_k``, ``min_p``, ``presence_penalty``, ``frequency_penalty``, ``repetition_penalty``, ``chat_template_kwargs``, ``response_mask`` | the same chat fields (``docs/api.md``, chat request body) |
 | ``include: ["message.output_text.logprobs"]`` | ``logprobs: true`` |
 | ``stream``, ``store``, ``previous_response_id`` | handled by the route (``proxy/routes/responses.py``) |
 | ``text.verbosity`` | accepted and ignored (a hint; the Agents SDK's default model sends ``low``) |
@@ -38,9 +39,11 @@ from proxy.frontends.responses_items import items_to_messages, objects_of
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
 IGNORED_INCLUDES = frozenset({"message.input_image.image_url", "computer_call_output.output.image_url"})
-#: fields read and passed on to the chat body under the same name
+#: fields read and passed on to the chat body under the same name: OpenAI's, then the proxy's chat extensions
+#: (session identity, SGLang sampling extras, template kwargs, the client's loss mask of the new messages)
 CHAT_FIELDS = ("model", "temperature", "top_p", "parallel_tool_calls", "top_logprobs", "session_id", "instance_id",
-               "turn_id", "seed")
+               "turn_id", "seed", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
+               "chat_template_kwargs", "response_mask")
 #: field -> values accepted besides null (they ask for nothing the proxy lacks)
 DEFAULT_ONLY = {
     "service_tier": ("auto", "default"),
