@@ -89,6 +89,8 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                     if event["type"] == "error":  # the chat stream ended in an error: answer it
                         raise _error_of(event)
                     final = event
+            if "response" not in final:  # a chat stream with no chunk at all (never seen; not a 500 either)
+                raise ApiError.upstream_error("the upstream answer ended before it began")
             response = Response(json.dumps(final["response"]), status=200, content_type=JSON)
         response.headers["X-Session-Id"] = session_id
         return response
