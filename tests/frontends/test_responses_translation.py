@@ -131,7 +131,14 @@ def test_any_conversation_round_trips(turns: list[dict[str, Any]]) -> None:
 
 
 def test_reasoning_options_summary_encrypted_and_incomplete() -> None:
-    _, response = translate(TURN, reasoning_summary=True, encrypted_reasoning=True)
+    events, response = translate(TURN, reasoning_summary=True, encrypted_reasoning=True)
+    for event in events:
+        EVENT.validate_python(event)
+    summary = "".join(e["delta"] for e in events if e["type"] == "response.reasoning_summary_text.delta")
+    assert summary == "Let me add.\n"
+    kinds = [event["type"] for event in events]
+    assert kinds.index("response.reasoning_summary_part.added") < kinds.index(
+        "response.reasoning_summary_part.done") < kinds.index("response.output_item.done")
     reasoning = response["output"][0]
     assert reasoning["summary"] == [{"type": "summary_text", "text": "Let me add.\n"}]
     only_encrypted = {"type": "reasoning", "summary": [], "encrypted_content": reasoning["encrypted_content"]}
