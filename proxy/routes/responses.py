@@ -21,7 +21,6 @@ The answer's ``X-Session-Id`` header names the session used. ``store`` (default 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -30,7 +29,7 @@ from typing import Any
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from proxy.api import ChatCompletionRequest, parse_json_body
+from proxy.api import ChatCompletionRequest, dumps, parse_json_body
 from proxy.api.errors import ApiError, ErrorCode
 from proxy.api.fields import identifier
 from proxy.api.session_identity import SessionIdSources, header_map, read_session_id
@@ -91,7 +90,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                     final = event
             if "response" not in final:  # a chat stream with no chunk at all (never seen; not a 500 either)
                 raise ApiError.upstream_error("the upstream answer ended before it began")
-            response = Response(json.dumps(final["response"]), status=200, content_type=JSON)
+            response = Response(dumps(final["response"]), status=200, content_type=JSON)
         response.headers["X-Session-Id"] = session_id
         return response
 
@@ -180,7 +179,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
 async def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     async with aclosing(events) as iterator:
         async for event in iterator:
-            yield f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
+            yield b"event: " + event["type"].encode() + b"\ndata: " + dumps(event) + b"\n\n"
 
 
 def _error_of(error: dict[str, Any]) -> ApiError:
