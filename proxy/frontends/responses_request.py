@@ -3,8 +3,7 @@ model) plus the few Responses options the answer needs.
 
 :func:`read_responses_body` validates the Responses-only fields here, with the Responses names in every error, and
 leaves the rest (sampling ranges, tool schemas, message shapes) to ``ChatCompletionRequest.from_http``, which the
-route calls on :attr:`ResponsesBody.chat` (its errors name the chat field; :func:`responses_param` maps the name
-back).
+route calls on :attr:`ResponsesBody.chat` (its errors name the chat fields; :func:`responses_error` renames them).
 
 | Responses field | becomes |
 |---|---|
@@ -27,13 +26,14 @@ back).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import attrs
 
 from proxy.api.errors import ApiError
 from proxy.api.fields import json_type, optional_bool, optional_str, require_object, shown
-from proxy.frontends.responses_items import items_to_messages, objects_of
+from proxy.frontends.responses_items import items_to_messages, merge_leading_system, objects_of
 
 #: ``include`` values the proxy honours; any other is refused by name
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -63,10 +63,9 @@ FUNCTION_TOOL_KEYS = ("name", "description", "parameters", "strict")
 
 @attrs.frozen
 class ResponsesBody:
-    """A validated Responses request: the chat body to run (``messages`` without the previous response's
-    conversation, which the route prepends) and what the answer echoes or needs."""
+    """A validated Responses request: the chat body to run and what the answer echoes or needs."""
 
-    #: the chat-completions body (``messages`` holds the instructions' system message and the new input only)
+    #: the chat-completions body without its ``messages`` (:meth:`conversation` gives them)
     chat: dict[str, Any]
     #: the chat messages of ``input`` alone (what is stored after the previous conversation)
     input_messages: list[dict[str, Any]]
@@ -80,6 +79,12 @@ class ResponsesBody:
     #: the Response object's echo of the request (tools, tool_choice, reasoning, text, ...)
     echo: dict[str, Any]
 
+    def conversation(self, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The chat messages to run after ``history`` (a previous response's conversation): the instructions as a
+        system message, the history, the new input; leading system messages merged (``merge_leading_system``)."""
+        system = [{"role": "system", "content": self.instructions}] if self.instructions else []
+        return merge_leading_system(system + history + self.input_messages)
+
 
 def read_responses_body(body: Any) -> ResponsesBody:
     """Validate a parsed JSON body (anything at all); raises ``ApiError`` (4xx) and nothing else."""
@@ -90,8 +95,6 @@ def read_responses_body(body: Any) -> ResponsesBody:
     include = _include(body.get("include"))
     logprobs = LOGPROBS_INCLUDE in include or bool(body.get("top_logprobs"))
     chat: dict[str, Any] = {key: body[key] for key in CHAT_FIELDS if body.get(key) is not None}
-    system = [{"role": "system", "content": instructions}] if instructions else []
-    chat["messages"] = system + input_messages
     tools = _tools(body.get("tools"))
     if tools:
         chat["tools"] = tools
@@ -251,6 +254,21 @@ def _echo(body: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+#: chat field names in the chat layer's error messages -> the Responses request's names
+_CHAT_NAMES = (("max_completion_tokens", "max_output_tokens"), ("reasoning_effort", "reasoning.effort"),
+               ("response_format", "text.format"), (".function.", "."))
+
+
+def responses_error(error: ApiError) -> ApiError:
+    """An error of ``ChatCompletionRequest.from_http`` on the translated body, in the Responses request's terms
+    (a chat message index is not an input item index: ``messages[i]`` becomes ``input``)."""
+    message = re.sub(r"\bmessages(\[\d+\])?", "input", error.message)
+    for chat, responses in _CHAT_NAMES:
+        message = message.replace(chat, responses)
+    return ApiError(error.status, error.code, message, responses_param(error.param), error.type,
+                    details=error.details, headers=error.headers)
+
+
 def responses_param(param: str | None) -> str | None:
     """A chat field name of an error (from ``ChatCompletionRequest.from_http`` on the translated body) in the
     Responses request's terms."""
@@ -264,4 +282,4 @@ def responses_param(param: str | None) -> str | None:
     return param.replace(".function.", ".") if param.startswith("tools[") else param
 
 
-__all__ = ["ResponsesBody", "read_responses_body", "responses_param"]
+__all__ = ["ResponsesBody", "read_responses_body", "responses_error", "responses_param"]

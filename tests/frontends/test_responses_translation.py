@@ -20,9 +20,8 @@ from proxy.api import ApiError, ChatCompletionRequest
 from proxy.frontends.responses_items import (
     encrypt_reasoning,
     items_to_messages,
-    merge_leading_system,
 )
-from proxy.frontends.responses_request import read_responses_body, responses_param
+from proxy.frontends.responses_request import read_responses_body, responses_error, responses_param
 from proxy.frontends.responses_store import ResponseChains, StoredResponse
 from proxy.frontends.responses_stream import ResponseEvents
 from tests.api.strategies import any_value
@@ -177,8 +176,9 @@ def test_request_translation() -> None:
         "client_metadata": {"anything": "goes"}, "temperature": 0.5,
     })
     chat = body.chat
-    assert chat["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "system", "content": "dev"},
-                                {"role": "user", "content": "hi"}]
+    assert body.input_messages == [{"role": "system", "content": "dev"}, {"role": "user", "content": "hi"}]
+    assert body.conversation([]) == [{"role": "system", "content": "Be brief.\n\ndev"},
+                                     {"role": "user", "content": "hi"}]
     assert chat["tools"] == [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"},
                                                                "strict": False}}]
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "f"}}
@@ -187,7 +187,7 @@ def test_request_translation() -> None:
                                                                               "schema": {"type": "object"}}}
     # (a named tool and a json_schema format cannot both constrain decoding: the chat layer refuses the pair)
     request = ChatCompletionRequest.from_http(
-        {**chat, "tool_choice": "auto", "messages": merge_leading_system(chat["messages"])}, {"X-Session-Id": "s"}
+        {**chat, "tool_choice": "auto", "messages": body.conversation([])}, {"X-Session-Id": "s"}
     )
     assert request.messages[0] == {"role": "system", "content": "Be brief.\n\ndev"}
     assert request.top_logprobs == 3 and request.max_tokens == 64
@@ -211,6 +211,11 @@ def test_refusals_name_the_responses_field(body: dict[str, Any], param: str) -> 
 
 
 def test_chat_errors_are_renamed() -> None:
+    error = responses_error(ApiError.invalid_request("max_completion_tokens must be at least 1, not 0",
+                                                     "max_completion_tokens"))
+    assert (error.message, error.param) == ("max_output_tokens must be at least 1, not 0", "max_output_tokens")
+    assert responses_error(ApiError.invalid_request("messages must not be empty", "messages")).message == (
+        "input must not be empty")
     assert responses_param("messages[3].content") == "input"
     assert responses_param("max_completion_tokens") == "max_output_tokens"
     assert responses_param("tools[1].function.name") == "tools[1].name"
@@ -224,7 +229,7 @@ def test_codex_cli_bodies_are_accepted() -> None:
     turn2 = json.loads((CODEX / "codex-turn2.json").read_text())["body"]
     first, second = read_responses_body(turn1), read_responses_body(turn2)
     assert first.stream and not first.store and first.encrypted_reasoning and first.reasoning_summary
-    merged = merge_leading_system(second.chat["messages"])
+    merged = second.conversation([])
     assert [message["role"] for message in merged] == ["system", "user", "user", "assistant", "tool"]
     assert merged[3]["reasoning_content"] == "I will run it."
     assert merged[3]["tool_calls"][0]["id"] == "call_capture"
@@ -284,8 +289,7 @@ def test_any_junk_body_is_a_4xx_never_a_crash(body: Any) -> None:
     valid chat request: never another exception (a 500)."""
     try:
         parsed = read_responses_body(body)
-        ChatCompletionRequest.from_http(
-            {**parsed.chat, "messages": merge_leading_system(parsed.chat["messages"])}, {"X-Session-Id": "junk"}
-        )
+        ChatCompletionRequest.from_http({**parsed.chat, "messages": parsed.conversation([])},
+                                        {"X-Session-Id": "junk"})
     except ApiError as error:
         assert 400 <= error.status < 500, error
