@@ -12,9 +12,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import trio
 
 from tests.e2e.harness import CALCULATOR_TOOLS, generated_ids
 from tests.e2e.test_calculator_flow import ANSWER, SYSTEM, USER, qwen3_5_outputs, qwen3_outputs
+from tests.e2e.test_choices import settled
 
 #: the calculator tools of the chat tests, as Responses function tools
 TOOLS = [{"type": "function", **tool["function"]} for tool in CALCULATOR_TOOLS]
@@ -247,3 +249,29 @@ async def test_upstream_failures_in_both_modes_and_chains_end_with_the_session(s
         with pytest.raises(openai.BadRequestError) as gone:
             await client.responses.create(model="m", input="more", previous_response_id=done.id)
     assert gone.value.body["param"] == "previous_response_id"
+
+
+async def test_a_client_that_leaves_commits_nothing(start_proxy) -> None:
+    """A streaming client that stops reading after the first text delta, and a non-streaming one that gives up
+    while the answer is generated: the generation hears it (the engine's request is aborted) and nothing is
+    committed."""
+    words = " ".join(f"w{i}" for i in range(200))
+    proxy = await start_proxy(model="qwen3", engine={"token_rate": 50.0}, script=[
+        {"session": "leave-stream", "output": words}, {"session": "leave-whole", "output": words},
+    ])
+    async with proxy.async_client() as client:
+        stream = await client.responses.create(model="m", input="ramble", stream=True,
+                                               extra_headers={"X-Session-Id": "leave-stream"})
+        async with stream:
+            async for event in stream:
+                if event.type == "response.output_text.delta":
+                    break
+    with trio.move_on_after(0.5):
+        await proxy.post("/v1/responses", {"input": "ramble"}, {"X-Session-Id": "leave-whole"})
+    for session in ("leave-stream", "leave-whole"):
+        with trio.fail_after(10):
+            await proxy.engine.wait_until(lambda: len(proxy.requests_of(session)) == 1)
+        record = proxy.requests_of(session)[0]
+        assert record.client_disconnected and len(record.output_ids) < 200
+        view = await settled(proxy, session)
+        assert view is not None and view["steps"] == 0
