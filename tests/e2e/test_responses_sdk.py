@@ -275,3 +275,20 @@ async def test_a_client_that_leaves_commits_nothing(start_proxy) -> None:
         assert record.client_disconnected and len(record.output_ids) < 200
         view = await settled(proxy, session)
         assert view is not None and view["steps"] == 0
+
+
+async def test_session_id_sources(start_proxy) -> None:
+    """Without a session header: ``prompt_cache_key`` (Codex's conversation id) names the session; without that
+    either, a new session named after the response; a header wins over both; a previous response of another
+    session is refused."""
+    proxy = await start_proxy(model="qwen3", script=[{"session": "*", "output": "Hi."}] * 4)
+    keyed = await proxy.post("/v1/responses", {"input": "a", "prompt_cache_key": "conv-1"})
+    assert keyed.status_code == 200 and keyed.headers["x-session-id"] == "conv-1"
+    fresh = await proxy.post("/v1/responses", {"input": "b"})
+    assert fresh.headers["x-session-id"] == fresh.json()["id"]
+    named = await proxy.post("/v1/responses", {"input": "c", "prompt_cache_key": "conv-1"}, {"X-Session-Id": "mine"})
+    assert named.headers["x-session-id"] == "mine"
+    other = await proxy.post("/v1/responses", {"input": "d", "previous_response_id": keyed.json()["id"]},
+                             {"X-Session-Id": "mine"})
+    assert other.status_code == 400 and other.json()["error"]["param"] == "previous_response_id"
+    assert [record.routing_key for record in proxy.engine.request_log] == ["conv-1", fresh.json()["id"], "mine"]
