@@ -9,7 +9,7 @@ route calls on :attr:`ResponsesBody.chat` (its errors name the chat fields; :fun
 |---|---|
 | ``input`` (string or items) | the chat ``messages`` after the stored conversation of ``previous_response_id`` (``responses_items.py``) |
 | ``instructions`` | a leading ``system`` message (not carried over from a previous response, as in OpenAI's API) |
-| ``tools`` (``type: function``) | chat function tools; hosted tools (web search, file search, computer, ...) are ``unsupported_parameter`` |
+| ``tools`` (``type: function``; ``namespace`` groups of them) | chat function tools (a namespace's flattened; its calls carry the namespace); hosted tools (web search, file search, computer, ...) are ``unsupported_parameter`` |
 | ``tool_choice`` | ``none`` / ``auto`` / ``required`` / ``{"type": "function", "name"}`` |
 | ``max_output_tokens`` | ``max_completion_tokens`` |
 | ``reasoning.effort`` | ``reasoning_effort`` (``reasoning.summary`` also puts the reasoning text in the item's ``summary``) |
@@ -76,6 +76,8 @@ class ResponsesBody:
     logprobs: bool
     encrypted_reasoning: bool
     reasoning_summary: bool
+    #: tool name -> the ``namespace`` tool that declared it (its calls carry that namespace)
+    namespaces: dict[str, str]
     #: the Response object's echo of the request (tools, tool_choice, reasoning, text, ...)
     echo: dict[str, Any]
 
@@ -95,7 +97,7 @@ def read_responses_body(body: Any) -> ResponsesBody:
     include = _include(body.get("include"))
     logprobs = LOGPROBS_INCLUDE in include or bool(body.get("top_logprobs"))
     chat: dict[str, Any] = {key: body[key] for key in CHAT_FIELDS if body.get(key) is not None}
-    tools = _tools(body.get("tools"))
+    tools, namespaces = _tools(body.get("tools"))
     if tools:
         chat["tools"] = tools
     if body.get("tool_choice") is not None:
@@ -125,7 +127,8 @@ def read_responses_body(body: Any) -> ResponsesBody:
         logprobs=logprobs,
         encrypted_reasoning=ENCRYPTED_INCLUDE in include,
         reasoning_summary=summary is not None,
-        echo=_echo(body, tools),
+        namespaces=namespaces,
+        echo=_echo(body),
     )
 
 
@@ -164,26 +167,42 @@ def _include(value: Any) -> frozenset[str]:
     return frozenset(value)
 
 
-def _tools(value: Any) -> list[dict[str, Any]]:
+def _tools(value: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The chat function tools, and the namespace of each tool declared inside a ``namespace`` tool (a group of
+    function tools: flattened here, the namespace written back on its calls)."""
     if value is None:
-        return []
+        return [], {}
     if not isinstance(value, list):
         raise ApiError.invalid_request(f"tools must be an array, not {json_type(value)}", "tools")
-    tools = []
+    tools: list[dict[str, Any]] = []
+    namespaces: dict[str, str] = {}
     for where, tool in objects_of(value, "tools"):
-        kind = tool.get("type")
-        if kind != "function":
-            raise ApiError.unsupported_parameter(
-                f"{where} is a {shown(kind)} tool: this proxy serves function tools only (hosted tools such as "
-                "web_search, file_search, computer_use, code_interpreter, image_generation, mcp, local_shell and "
-                "custom tools are not available)", f"{where}.type",
-            )
-        name = tool.get("name")
+        if tool.get("type") != "namespace":
+            tools.append(_function_tool(tool, where))
+            continue
+        name, inner = tool.get("name"), tool.get("tools")
         if not isinstance(name, str) or not name:
             raise ApiError.invalid_request(f"{where}.name must be a non-empty string", f"{where}.name")
-        function = {key: tool[key] for key in FUNCTION_TOOL_KEYS if tool.get(key) is not None}
-        tools.append({"type": "function", "function": function})
-    return tools
+        if not isinstance(inner, list):
+            raise ApiError.invalid_request(f"{where}.tools must be an array, not {json_type(inner)}", f"{where}.tools")
+        for at, member in objects_of(inner, f"{where}.tools"):
+            tools.append(_function_tool(member, at))
+            namespaces[tools[-1]["function"]["name"]] = name
+    return tools, namespaces
+
+
+def _function_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    kind = tool.get("type")
+    if kind != "function":
+        raise ApiError.unsupported_parameter(
+            f"{where} is a {shown(kind)} tool: this proxy serves function tools only (hosted tools such as "
+            "web_search, file_search, computer_use, code_interpreter, image_generation, mcp, local_shell and "
+            "custom tools are not available)", f"{where}.type",
+        )
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise ApiError.invalid_request(f"{where}.name must be a non-empty string", f"{where}.name")
+    return {"type": "function", "function": {key: tool[key] for key in FUNCTION_TOOL_KEYS if tool.get(key) is not None}}
 
 
 def _tool_choice(value: Any) -> Any:
@@ -231,13 +250,12 @@ def _text_format(value: Any) -> dict[str, Any] | None:
     )
 
 
-def _echo(body: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
+def _echo(body: dict[str, Any]) -> dict[str, Any]:
     """What the Response object repeats of its request (OpenAI's fields, with their defaults)."""
     reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
     return {
         "instructions": body.get("instructions"),
-        "tools": [{"type": "function", "strict": None, "description": None, "parameters": None,
-                   **tool["function"]} for tool in tools],
+        "tools": body.get("tools") or [],  # as given (validated: function and namespace tools)
         "tool_choice": body.get("tool_choice") if body.get("tool_choice") is not None else "auto",
         "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
         "temperature": body.get("temperature"),

@@ -43,7 +43,7 @@ class ResponseEvents:
 
     def __init__(
         self, response_id: str, echo: dict[str, Any], *, model: str, created_at: int, logprobs: bool = False,
-        reasoning_summary: bool = False, encrypted_reasoning: bool = False,
+        reasoning_summary: bool = False, encrypted_reasoning: bool = False, namespaces: dict[str, str] | None = None,
     ) -> None:
         self.response: dict[str, Any] = {
             "id": response_id, "object": "response", "created_at": created_at, "status": "in_progress",
@@ -52,6 +52,7 @@ class ResponseEvents:
         self._logprobs = logprobs
         self._summary = reasoning_summary
         self._encrypted = encrypted_reasoning
+        self._namespaces = namespaces or {}
         self._sequence = 0
         self._open: dict[str, Any] | None = None  # the item being streamed
         self._calls: dict[int, dict[str, Any]] = {}  # chat tool-call index -> its function_call item
@@ -219,6 +220,8 @@ class ResponseEvents:
         if item is None:
             item = {"id": self._item_id("fc"), "type": "function_call", "call_id": call.get("id") or new_id("call"),
                     "name": function.get("name") or "", "arguments": "", "status": "in_progress"}
+            if item["name"] in self._namespaces:
+                item["namespace"] = self._namespaces[item["name"]]
             self._calls[index] = item
             events += self._begin(item, None)
         arguments = function.get("arguments") or ""

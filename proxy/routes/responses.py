@@ -152,7 +152,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                     translator = ResponseEvents(
                         response_id, body.echo, model=chunk.get("model") or "", created_at=int(time.time()),
                         logprobs=body.logprobs, reasoning_summary=body.reasoning_summary,
-                        encrypted_reasoning=body.encrypted_reasoning,
+                        encrypted_reasoning=body.encrypted_reasoning, namespaces=body.namespaces,
                     )
                     for event in translator.opening():
                         yield event

@@ -238,6 +238,22 @@ def test_codex_cli_bodies_are_accepted() -> None:
     with pytest.raises(ApiError) as error:
         read_responses_body(default)
     assert error.value.code == "unsupported_parameter" and "function tools only" in error.value.message
+    assert error.value.param == "tools[8].type" and "'web_search'" in error.value.message
+    # Without the hosted web search (Codex: web_search = "disabled"), its namespace tool is served, flattened.
+    tools = [tool for tool in default["tools"] if tool["type"] != "web_search"]
+    served = read_responses_body({**default, "tools": tools})
+    assert served.namespaces["spawn_agent"] == "multi_agent_v1" and "exec_command" not in served.namespaces
+    assert {tool["function"]["name"] for tool in served.chat["tools"]} >= {"spawn_agent", "exec_command"}
+    assert served.echo["tools"] == tools
+
+
+def test_calls_of_a_namespaced_tool_carry_their_namespace() -> None:
+    turn = {"role": "assistant", "content": None, "tool_calls": [call("call_1", "spawn_agent", {"task": "x"}),
+                                                                 call("call_2", "exec_command", {"cmd": "ls"})]}
+    _, response = translate(turn, namespaces={"spawn_agent": "multi_agent_v1"})
+    calls = Response.model_validate(response).output
+    assert [(c.name, c.namespace) for c in calls] == [("spawn_agent", "multi_agent_v1"), ("exec_command", None)]
+    assert items_to_messages(response["output"]) == [turn]
 
 
 def test_chains_are_bounded_and_die_with_their_session() -> None:
