@@ -22,13 +22,13 @@ from proxy.frontends.messages_errors import AnthropicErrorShape
 from proxy.observability.exchanges import observe_exchanges
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware
-from proxy.routes import chat, info, messages, metrics, rollout, rollout_control, ui
+from proxy.routes import chat, info, messages, metrics, responses, rollout, rollout_control, ui
 from proxy.services import ProxyServices
 from serving.http_server import harden_app
 
 
 #: every route module; each has ``register(app, services)``
-ROUTE_MODULES = [info, rollout, rollout_control, chat, metrics, ui, messages]
+ROUTE_MODULES = [info, rollout, rollout_control, chat, metrics, ui, responses, messages]
 
 
 def error_response(error: ApiError) -> Response:
