@@ -7,7 +7,7 @@ message with the role :func:`system_role_inside` gives: ``system`` where the tem
 refuses it (or would drop it silently). Folding it into the first system message instead would rewrite the start of
 the prompt, and with it every checkpoint of the conversation.
 
-(The Messages front end's route probes the same way; the two can share this function.)
+Both front ends (``proxy/routes/responses.py``, ``proxy/routes/messages.py``) probe once, at start.
 """
 
 from __future__ import annotations

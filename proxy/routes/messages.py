@@ -28,6 +28,7 @@ from werkzeug.datastructures import Headers
 
 from proxy.api import ChatCompletionRequest, dumps
 from proxy.api.session_identity import SessionIdSources
+from proxy.frontends.template_probe import system_role_inside
 from proxy.controllers.off_loop import INLINE_BODY_BYTES, run_sized
 from proxy.frontends.chat_bridge import ChatRun
 from proxy.frontends.messages_output import message_id, message_json
@@ -38,7 +39,6 @@ from proxy.routes.chat import SSE_HEADERS
 from proxy.routes.json_body import read_json_body
 from proxy.services import ProxyServices
 from proxy.session_context import set_current_session_id
-from proxy.tokenization import TitoError
 from proxy.trajectory.message_keys import effective_template_kwargs
 
 JSON = "application/json"
@@ -102,22 +102,6 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
             size, INLINE_BODY_BYTES, services.tokenizer.encode_full, list(chat.messages), tools, kwargs
         )
         return Response(dumps({"input_tokens": len(ids)}), status=200, content_type=JSON)
-
-
-#: the text of the probe's system message (found in the render when the template shows it)
-_PROBE = "dressage-inner-system-probe"
-
-
-def system_role_inside(tokenizer: Any) -> str:
-    """The role a system message inside ``messages`` gets (``messages_request.chat_body``): ``system`` when the
-    served template renders a system message after a user message, else ``user`` (it refuses one, or would drop
-    it silently); probed once, at start."""
-    try:
-        probe = [{"role": "user", "content": "a"}, {"role": "system", "content": _PROBE}]
-        ids = tokenizer.encode_full(probe, None, None)
-    except TitoError:
-        return "user"
-    return "system" if _PROBE in tokenizer.decode(ids) else "user"
 
 
 def _matched_stop(run: ChatRun) -> Any:

@@ -15,8 +15,8 @@ import pytest
 from proxy.api import ChatCompletionRequest
 from proxy.api.session_identity import SessionIdSources
 from proxy.frontends.messages_request import chat_body, shows_thinking
-from proxy.routes.messages import system_role_inside
-from proxy.tokenization import load_tito_tokenizer
+from proxy.frontends.template_probe import system_role_inside
+from proxy.families import load_tito_tokenizer
 
 CAPTURES = Path(__file__).parent / "claude_code_requests"
 SESSION_IDS = SessionIdSources(("X-Session-Id", "X-Claude-Code-Session-Id"))

@@ -25,7 +25,7 @@ from proxy.frontends.responses_request import read_responses_body, responses_err
 from proxy.frontends.responses_store import ResponseChains, StoredResponse
 from proxy.frontends.responses_stream import ResponseEvents
 from proxy.frontends.template_probe import system_role_inside
-from proxy.tokenization import load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
 from tests.api.strategies import any_value
 
 CODEX = Path(__file__).parent / "codex_requests"
