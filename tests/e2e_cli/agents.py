@@ -1,0 +1,157 @@
+"""How the tests run each blackbox CLI against a proxy: its configuration (as docs/agents.md gives it), a bare
+environment with a temporary HOME, and the engine script of the scripted task.
+
+The task: the engine is scripted (``docs/engine.md``, script lines keyed by the session id, which the proxy sends
+upstream as the routing key) to answer the first request with a call to the CLI's own file-writing tool, whose
+arguments create ``proof.txt`` in the CLI's working folder, and the second with a short final answer. The CLI runs
+the tool itself; the test then reads the file and the proxy's export.
+
+The session: each CLI is told to send ``X-Session-Id: <id>`` on every request (Codex: the provider's
+``http_headers``; Claude Code: ``ANTHROPIC_CUSTOM_HEADERS``), the proxy's default session-id header, so the proxy
+needs no flag. (Each CLI also sends its own per-run uuid, Codex as ``session-id``, Claude Code as
+``X-Claude-Code-Session-Id``: ``--session-id-header`` naming one of those is the alternative, docs/agents.md.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+#: the file the scripted tool call creates, and what it holds
+PROOF_FILE = "proof.txt"
+#: the model name the CLIs are configured with (the engine's served name; the proxy accepts any)
+MODEL = "dressage/embedded-engine"
+#: a bound on one CLI run, so a hung CLI fails the test with its output instead of hanging the suite
+CLI_RUN_BOUND = 300
+
+
+def tool_call(name: str, arguments: dict[str, object]) -> str:
+    """A Qwen3 tool call as the model writes it (JSON inside ``<tool_call>``)."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def script(session_id: str, call: str, answer: str) -> list[dict[str, object]]:
+    """The two engine turns of the task, for this session only: reasoning then the call, reasoning then the answer."""
+    return [
+        {"session": session_id, "output": "<think>\nI will write the file with my tool.\n</think>\n\n" + call},
+        {"session": session_id, "output": "<think>\nThe tool wrote it.\n</think>\n\n" + answer},
+    ]
+
+
+@attrs.frozen
+class CliRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def describe(self) -> str:
+        return f"exit {self.returncode}\n--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}"
+
+
+def bare_env(home: Path, **more: str) -> dict[str, str]:
+    """No variable of the user's (no real key, no proxy settings) but PATH; HOME a temporary folder."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8", **more}
+
+
+async def run_cli(command: list[str], cwd: Path, env: dict[str, str]) -> CliRun:
+    with trio.move_on_after(CLI_RUN_BOUND) as bound:
+        result = await trio.run_process(command, cwd=cwd, env=env, stdin=b"", capture_stdout=True,
+                                        capture_stderr=True, check=False)
+    if bound.cancelled_caught:
+        raise AssertionError(f"`{' '.join(command[:3])} ...` did not finish within {CLI_RUN_BOUND} s")
+    return CliRun(result.returncode, result.stdout.decode(errors="replace"), result.stderr.decode(errors="replace"))
+
+
+# -- Codex CLI ----------------------------------------------------------------------------------------------------
+
+def codex_config(proxy_url: str, session_id: str) -> str:
+    """``config.toml`` of a Codex home that points Codex at the proxy (docs/agents.md explains each line)."""
+    return f"""\
+model = "{MODEL}"
+model_provider = "dressage"
+# Hosted tools are not served by the proxy (a 400): keep Codex from offering web search.
+web_search = "disabled"
+
+[agents]
+enabled = false
+
+[features]
+goals = false
+
+[model_providers.dressage]
+name = "dressage-proxy"
+base_url = "{proxy_url}/v1"
+wire_api = "responses"
+env_key = "DRESSAGE_API_KEY"
+http_headers = {{ "X-Session-Id" = "{session_id}" }}
+"""
+
+
+async def run_codex(codex: Path, proxy_url: str, session_id: str, workdir: Path, prompt: str) -> CliRun:
+    home = workdir.parent / "home"
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(codex_config(proxy_url, session_id))
+    # The sandbox is bypassed: the default one is read-only, and bubblewrap's namespaces are not always available
+    # in a container; the scripted command only writes into the temporary working folder.
+    command = [str(codex), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+               "--cd", str(workdir), prompt]
+    env = bare_env(home, CODEX_HOME=str(codex_home), DRESSAGE_API_KEY="not-needed")
+    return await run_cli(command, workdir, env)
+
+
+def codex_task(session_id: str, content: str, answer: str) -> list[dict[str, object]]:
+    """Codex's shell tool as its request names it (``exec_command``, run with ``bash -lc`` in the working folder)."""
+    command = f"printf '%s\\n' '{content}' > {PROOF_FILE}"
+    return script(session_id, tool_call("exec_command", {"cmd": command}), answer)
+
+
+# -- Claude Code --------------------------------------------------------------------------------------------------
+
+async def run_claude(claude: Path, proxy_url: str, session_id: str, workdir: Path, prompt: str) -> CliRun:
+    home = workdir.parent / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    env = bare_env(
+        home,
+        ANTHROPIC_BASE_URL=proxy_url,
+        ANTHROPIC_API_KEY="not-needed",
+        ANTHROPIC_CUSTOM_HEADERS=f"X-Session-Id: {session_id}",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_TELEMETRY="1",
+        DISABLE_AUTOUPDATER="1",
+        DISABLE_ERROR_REPORTING="1",
+    )
+    # acceptEdits: -p mode would refuse the Write tool otherwise (and --dangerously-skip-permissions is refused
+    # as root). --output-format json: one result object with is_error and the final text.
+    command = [str(claude), "-p", "--model", MODEL, "--permission-mode", "acceptEdits", "--output-format", "json",
+               prompt]
+    return await run_cli(command, workdir, env)
+
+
+def claude_task(session_id: str, path: Path, content: str, answer: str) -> list[dict[str, object]]:
+    """Claude Code's ``Write`` tool (``file_path`` must be absolute)."""
+    return script(session_id, tool_call("Write", {"file_path": str(path), "content": content + "\n"}), answer)
+
+
+# -- the export ---------------------------------------------------------------------------------------------------
+
+async def assert_one_segment(proxy: Any, session_id: str) -> dict[str, Any]:
+    """Both scripted turns went upstream under the session, the second prompt continues the first turn token for
+    token, and the finalized session exports as ONE segment holding both turns (both outputs trained)."""
+    records = proxy.requests_of(session_id)
+    assert [record.source for record in records] == ["script[0]", "script[1]"], records
+    first, second = records
+    assert second.input_ids[: len(first.input_ids) + len(first.output_ids)] == first.input_ids + first.output_ids
+    segments = await proxy.segments(session_id)
+    assert len(segments) == 1, [(s["num_turns"], s["boundary_reason"]) for s in segments]
+    segment = segments[0]
+    assert segment["token_ids"] == list(second.input_ids) + list(second.output_ids)
+    assert segment["num_turns"] == 2 and segment["boundary_reason"] == "session_start"
+    assert sum(segment["loss_mask"]) == len(first.output_ids) + len(second.output_ids)
+    assert segment["loss_mask"][-len(second.output_ids):] == [1] * len(second.output_ids)
+    return segment

@@ -1,0 +1,32 @@
+"""Claude Code (npm ``@anthropic-ai/claude-code``, pinned in conftest.py) end to end through the proxy's
+``POST /v1/messages``: ``claude -p`` with ``ANTHROPIC_BASE_URL`` at the proxy runs the scripted task (the engine
+calls Claude Code's own ``Write`` tool to create a file, then answers), exits 0, and the session exports as one
+segment. Fails on main, which has no ``/v1/messages`` (the test then skips, saying so)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+from tests.e2e_cli.agents import PROOF_FILE, assert_one_segment, claude_task, run_claude
+
+CONTENT = "written by claude code through dressage"
+ANSWER = "I wrote proof.txt with the Write tool."
+
+
+async def test_claude_print_mode_writes_the_file_and_exports_one_segment(
+    messages_endpoint: None, claude_cli: Path, start_proxy, tmp_path: Path,
+) -> None:
+    session_id = f"claude-{uuid.uuid4().hex[:12]}"
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    proxy = await start_proxy(script=claude_task(session_id, workdir / PROOF_FILE, CONTENT, ANSWER))
+
+    run = await run_claude(claude_cli, proxy.url, session_id, workdir, "Write the proof file, then say so.")
+
+    assert run.returncode == 0, run.describe()
+    result = json.loads(run.stdout)
+    assert result["is_error"] is False and result["result"] == ANSWER, run.describe()
+    assert (workdir / PROOF_FILE).read_text() == CONTENT + "\n", run.describe()
+    await assert_one_segment(proxy, session_id)
