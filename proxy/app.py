@@ -21,13 +21,13 @@ from proxy.api.error_mapping import api_error_for
 from proxy.observability.exchanges import observe_exchanges
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware
-from proxy.routes import chat, info, metrics, rollout, rollout_control, ui
+from proxy.routes import chat, info, metrics, responses, rollout, rollout_control, ui
 from proxy.services import ProxyServices
 from serving.http_server import harden_app
 
 
 #: every route module; each has ``register(app, services)``
-ROUTE_MODULES = [info, rollout, rollout_control, chat, metrics, ui]
+ROUTE_MODULES = [info, rollout, rollout_control, chat, metrics, ui, responses]
 
 
 def error_response(error: ApiError) -> Response:
