@@ -18,16 +18,17 @@ from werkzeug.exceptions import HTTPException
 from proxy.access import AccessMiddleware, AccessPolicy
 from proxy.api import ApiError
 from proxy.api.error_mapping import api_error_for
+from proxy.frontends.messages_errors import AnthropicErrorShape
 from proxy.observability.exchanges import observe_exchanges
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware
-from proxy.routes import chat, info, metrics, responses, rollout, rollout_control, ui
+from proxy.routes import chat, info, messages, metrics, responses, rollout, rollout_control, ui
 from proxy.services import ProxyServices
 from serving.http_server import harden_app
 
 
 #: every route module; each has ``register(app, services)``
-ROUTE_MODULES = [info, rollout, rollout_control, chat, metrics, ui, responses]
+ROUTE_MODULES = [info, rollout, rollout_control, chat, metrics, ui, responses, messages]
 
 
 def error_response(error: ApiError) -> Response:
@@ -59,5 +60,6 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
         drain_seconds=config.body_read_timeout,
     )
     observed = observe_exchanges(app, services.metrics, RequestEndHooks(access))
-    app.asgi_app = RequestIdMiddleware(observed)  # type: ignore[method-assign]
+    # The Anthropic paths answer every error above in Anthropic's shape (proxy/frontends/messages_errors.py).
+    app.asgi_app = RequestIdMiddleware(AnthropicErrorShape(observed))  # type: ignore[method-assign]
     return app

@@ -113,6 +113,12 @@ class StepOutput:
     def __attrs_post_init__(self) -> None:
         self._new_text_state()
 
+    @property
+    def matched_stop(self) -> Any:
+        """What the finished generation stopped on (SGLang's ``matched``: a stop string, a token id, or None); the
+        Anthropic front end's ``stop_sequence`` (``proxy/frontends/messages_output.py``)."""
+        return self._matched_stop
+
     def prepared(self, prompt_ids: list[int], rows_start: int) -> None:
         """The step's context is known (``rows_start``: the routed-expert rows its path already holds)."""
         self.prompt_ids = prompt_ids
