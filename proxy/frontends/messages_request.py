@@ -194,9 +194,14 @@ def _messages(value: Any) -> list[dict[str, Any]]:
                     where,
                 )
             out.append(_assistant_message(content, f"{where}.content"))
+        elif role == "system":
+            # A mid-conversation system turn (Claude Code sends one after the first user message: environment,
+            # skills, deferred tools): a chat system message in place, which the chat template renders where it is.
+            texts = [_block(block, f"{where}.content[{at}]", ("text",))["text"] for at, block in enumerate(content)]
+            out.append({"role": "system", "content": BLOCK_SEPARATOR.join(texts)})
         else:
             raise ApiError.invalid_request(
-                f"{where}.role must be user or assistant, not {shown(role)}", f"{where}.role"
+                f"{where}.role must be user, assistant or system, not {shown(role)}", f"{where}.role"
             )
     return out
 
