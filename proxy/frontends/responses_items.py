@@ -13,7 +13,10 @@ Grouping (the Responses API flattens one assistant turn into several items; the 
   yet (i.e. it follows the turn's reasoning), else starts a new one;
 - a ``function_call`` item joins the open assistant message as one more ``tool_calls`` entry (``call_id`` is the
   chat tool call id), else starts a new one;
-- any other item (user/system/developer messages, ``function_call_output``) closes the open assistant message.
+- any other item (user/system/developer messages, ``function_call_output``) closes the open assistant message;
+- an item whose id carries another response's tag (the proxy's ids are ``<kind>_<response tag>_<n>``,
+  :func:`item_id`) starts a new assistant message: two answers in a row (text, then calls without reasoning) stay
+  two messages. Ids of other forms (or none) leave the positional rules above alone.
 
 Reasoning text is read from the item's ``content`` (``reasoning_text`` parts, as the proxy answers), else its
 ``summary`` (``summary_text`` parts), else the proxy's own ``encrypted_content`` (:func:`encrypt_reasoning`, for a
@@ -40,6 +43,20 @@ TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "re
 INPUT_ROLES = frozenset({"user", "system", "developer", "assistant"})
 
 
+def item_id(prefix: str, tag: str, index: int) -> str:
+    """The id of output item ``index`` of the response tagged ``tag`` (its id without ``resp_``)."""
+    return f"{prefix}_{tag}_{index}"
+
+
+def _tag_of(item: dict[str, Any]) -> str | None:
+    """The response tag of an item id the proxy wrote (``<kind>_<tag>_<n>``), else None."""
+    value = item.get("id")
+    if not isinstance(value, str):
+        return None
+    parts = value.split("_")
+    return parts[1] if len(parts) == 3 and parts[2].isdigit() and len(parts[1]) == 32 else None
+
+
 def encrypt_reasoning(text: str) -> str:
     """The ``encrypted_content`` of a reasoning item the proxy answers: its text, recoverable by the proxy."""
     return ENCRYPTED_PREFIX + base64.b64encode(text.encode("utf-8")).decode("ascii")
@@ -63,11 +80,17 @@ def items_to_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
         raise ApiError.invalid_request(f"{where} must be a string or an array of items, not {json_type(items)}", where)
     messages: list[dict[str, Any]] = []
     open_turn: dict[str, Any] | None = None  # the assistant message items are still joining
+    open_tag: str | None = None  # the response tag of the open turn's items (None: not the proxy's ids)
     for index, item in enumerate(items):
         at = f"{where}[{index}]"
         if not isinstance(item, dict):
             raise ApiError.invalid_request(f"{at} must be an object, not {json_type(item)}", at)
         kind = item.get("type", "message")  # EasyInputMessage may omit its type
+        tag = _tag_of(item)
+        if open_turn is not None and tag is not None and open_tag is not None and tag != open_tag:
+            open_turn = None  # another answer's item
+        if open_turn is None or open_tag is None:
+            open_tag = tag
         if kind == "message":
             message = _message(item, at)
             if message["role"] != "assistant":
@@ -179,4 +202,18 @@ def _function_call_output(item: dict[str, Any], at: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": output}
 
 
-__all__ = ["ENCRYPTED_PREFIX", "decrypt_reasoning", "encrypt_reasoning", "items_to_messages"]
+def merge_leading_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation with its leading system messages (``instructions``, ``system`` and ``developer`` input
+    messages before the first other message) joined into one, blank-line separated: the Qwen templates take one
+    system message, first (Qwen3.5's refuses a second), and Codex CLI sends two ``developer`` messages. Applied to
+    the whole conversation every turn, so the same history always renders the same prompt."""
+    count = 0
+    while count < len(messages) and messages[count]["role"] == "system":
+        count += 1
+    if count < 2:
+        return messages
+    text = "\n\n".join(message["content"] for message in messages[:count])
+    return [{"role": "system", "content": text}, *messages[count:]]
+
+
+__all__ = ["ENCRYPTED_PREFIX", "decrypt_reasoning", "encrypt_reasoning", "item_id", "items_to_messages", "merge_leading_system"]

@@ -18,8 +18,10 @@ back).
 | ``temperature``, ``top_p``, ``parallel_tool_calls``, ``top_logprobs`` | the same chat fields |
 | ``include: ["message.output_text.logprobs"]`` | ``logprobs: true`` |
 | ``stream``, ``store``, ``previous_response_id`` | handled by the route (``proxy/routes/responses.py``) |
+| ``text.verbosity`` | accepted and ignored (a hint; the Agents SDK's default model sends ``low``) |
 | ``metadata``, ``user``, ``safety_identifier``, ``prompt_cache_key``, ``prompt_cache_retention``, ``service_tier`` (``auto``/``default``), ``truncation`` (``disabled``/``auto``), ``stream_options`` | accepted, change nothing |
-| ``background``, ``conversation``, ``prompt``, ``max_tool_calls``, ``context_management`` and anything unknown that is set | ``unsupported_parameter`` naming the field (an answer would not be what the client asked for) |
+| ``background`` (true), ``conversation``, ``prompt``, ``max_tool_calls``, ``context_management`` | ``unsupported_parameter`` naming the field (an answer would not be what the client asked for) |
+| anything else (e.g. Codex CLI's ``client_metadata``) | ignored, as the chat route ignores unknown fields |
 """
 
 from __future__ import annotations
@@ -39,23 +41,20 @@ IGNORED_INCLUDES = frozenset({"message.input_image.image_url", "computer_call_ou
 #: fields read and passed on to the chat body under the same name
 CHAT_FIELDS = ("model", "temperature", "top_p", "parallel_tool_calls", "top_logprobs", "session_id", "instance_id",
                "turn_id", "seed")
-#: fields read elsewhere in this module or by the route
-READ_FIELDS = frozenset({
-    *CHAT_FIELDS, "input", "instructions", "tools", "tool_choice", "max_output_tokens", "reasoning", "text",
-    "include", "stream", "store", "previous_response_id",
-})
-#: labels and hints that change nothing in an answer (as the chat route ignores them)
-IGNORED_FIELDS = frozenset({
-    "metadata", "user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "stream_options",
-    "prompt_cache_options",
-})
 #: field -> values accepted besides null (they ask for nothing the proxy lacks)
 DEFAULT_ONLY = {
     "service_tier": ("auto", "default"),
     "truncation": ("disabled", "auto"),  # the proxy never truncates; "auto" only allows it
     "background": (False,),
 }
-#: tool types of the Responses API other than ``function``: hosted or built-in tools the proxy cannot run
+#: Responses features the proxy cannot serve: refused when set (name -> why)
+UNSERVED = {
+    "conversation": "conversations are not stored; send the history in input or use previous_response_id",
+    "prompt": "stored prompt templates are not served",
+    "max_tool_calls": "a cap on built-in tool calls does not apply (function tools only)",
+    "context_management": "server-side compaction is not served",
+}
+#: the keys of a Responses function tool that the chat tool's ``function`` takes
 FUNCTION_TOOL_KEYS = ("name", "description", "parameters", "strict")
 
 
@@ -125,20 +124,18 @@ def read_responses_body(body: Any) -> ResponsesBody:
 
 
 def _refuse_unserved(body: dict[str, Any]) -> None:
+    """``unsupported_parameter`` for a Responses feature the proxy cannot serve, when set; unknown fields are
+    ignored (as the chat route ignores them: clients add their own, e.g. Codex CLI's ``client_metadata``)."""
     for name, accepted in DEFAULT_ONLY.items():
         value = body.get(name)
         if value is not None and not any(type(value) is type(ok) and value == ok for ok in accepted):
             raise ApiError.unsupported_parameter(
                 f"{name} {shown(value)} is not supported by this proxy; leave it out", name
             )
-    for name, value in body.items():
-        if name in READ_FIELDS or name in IGNORED_FIELDS or name in DEFAULT_ONLY or value is None:
-            continue
-        if isinstance(value, (list, dict)) and not value:
-            continue
-        raise ApiError.unsupported_parameter(
-            f"{name} is not supported by this proxy's /v1/responses (docs/api.md lists what is); leave it out", name
-        )
+    for name, why in UNSERVED.items():
+        value = body.get(name)
+        if value is not None and value != [] and value != {}:
+            raise ApiError.unsupported_parameter(f"{name} is not supported: {why}; leave it out", name)
 
 
 def _input(value: Any) -> list[dict[str, Any]]:
@@ -213,9 +210,8 @@ def _text_format(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict):
         raise ApiError.invalid_request(f"text must be an object, not {json_type(value)}", "text")
-    verbosity = value.get("verbosity")
-    if verbosity not in (None, "medium"):
-        raise ApiError.unsupported_parameter(f"text.verbosity {shown(verbosity)} is not supported", "text.verbosity")
+    # ``text.verbosity`` is accepted and ignored: a hint to the model the served model has no control for, which
+    # the Agents SDK's default model settings send (``low``): refusing it would refuse that SDK out of the box.
     form = value.get("format")
     if form is None:
         return None

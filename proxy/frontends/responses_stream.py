@@ -26,7 +26,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from proxy.frontends.responses_items import encrypt_reasoning
+from proxy.frontends.responses_items import encrypt_reasoning, item_id
 
 #: chat ``finish_reason`` values that make a Response ``incomplete``, with OpenAI's reason
 INCOMPLETE = {"length": "max_output_tokens"}
@@ -54,6 +54,8 @@ class ResponseEvents:
         self._open: dict[str, Any] | None = None  # the item being streamed
         self._calls: dict[int, dict[str, Any]] = {}  # chat tool-call index -> its function_call item
         self._finish_reason: str | None = None
+        # Item ids carry the response's tag (``responses_items.item_id``): an echo tells its turns apart by it.
+        self._tag = response_id.partition("_")[2] or response_id
 
     # -- events -------------------------------------------------------------------------------------------------
 
@@ -118,6 +120,9 @@ class ResponseEvents:
 
     # -- items --------------------------------------------------------------------------------------------------
 
+    def _item_id(self, prefix: str) -> str:
+        return item_id(prefix, self._tag, len(self.response["output"]))
+
     def _begin(self, item: dict[str, Any], part: dict[str, Any] | None) -> list[dict[str, Any]]:
         events = self._close()
         self._open = item
@@ -165,7 +170,7 @@ class ResponseEvents:
         events: list[dict[str, Any]] = []
         if self._open is None or self._open["type"] != "reasoning":
             part = {"type": "reasoning_text", "text": ""}
-            events += self._begin({"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [part],
+            events += self._begin({"id": self._item_id("rs"), "type": "reasoning", "summary": [], "content": [part],
                                    "status": "in_progress"}, part)
         item = self._open
         assert item is not None
@@ -180,7 +185,7 @@ class ResponseEvents:
             part: dict[str, Any] = {"type": "output_text", "text": "", "annotations": []}
             if self._logprobs:
                 part["logprobs"] = []
-            events += self._begin({"id": new_id("msg"), "type": "message", "role": "assistant", "content": [part],
+            events += self._begin({"id": self._item_id("msg"), "type": "message", "role": "assistant", "content": [part],
                                    "status": "in_progress"}, part)
         item = self._open
         assert item is not None
@@ -199,7 +204,7 @@ class ResponseEvents:
         function = call.get("function") or {}
         item = self._calls.get(index)
         if item is None:
-            item = {"id": new_id("fc"), "type": "function_call", "call_id": call.get("id") or new_id("call"),
+            item = {"id": self._item_id("fc"), "type": "function_call", "call_id": call.get("id") or new_id("call"),
                     "name": function.get("name") or "", "arguments": "", "status": "in_progress"}
             self._calls[index] = item
             events += self._begin(item, None)

@@ -36,7 +36,7 @@ from proxy.api.fields import identifier
 from proxy.api.session_identity import SessionIdSources, header_map, read_session_id
 from proxy.controllers.off_loop import INLINE_BODY_BYTES, run_sized
 from proxy.frontends.chat_bridge import ChatRun
-from proxy.frontends.responses_items import items_to_messages
+from proxy.frontends.responses_items import items_to_messages, merge_leading_system
 from proxy.frontends.responses_request import ResponsesBody, read_responses_body, responses_param
 from proxy.frontends.responses_store import ResponseChains, StoredResponse
 from proxy.frontends.responses_stream import ResponseEvents, new_id
@@ -71,8 +71,8 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         session_id = _session_id(raw, previous, response_id)
         set_current_session_id(session_id)
         history = previous.conversation() if previous is not None else []
-        chat_body = {**body.chat, "messages": body.chat["messages"][:1 if body.instructions else 0] + history
-                     + body.input_messages}
+        instructions = body.chat["messages"][:1 if body.instructions else 0]
+        chat_body = {**body.chat, "messages": merge_leading_system(instructions + history + body.input_messages)}
         headers = {**header_map(request.headers), session_ids.headers[0].lower(): session_id}
         chat = await run_sized(len(data), INLINE_BODY_BYTES, _chat_request, chat_body, headers)
         run = await ChatRun.start(controller, chat, app.nursery, request.scope)
