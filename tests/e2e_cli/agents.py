@@ -92,15 +92,18 @@ http_headers = {{ "X-Session-Id" = "{session_id}" }}
 """
 
 
-async def run_codex(codex: Path, proxy_url: str, session_id: str, workdir: Path, prompt: str) -> CliRun:
+async def run_codex(
+    codex: Path, proxy_url: str, session_id: str, workdir: Path, prompt: str, *, resume: bool = False,
+) -> CliRun:
     home = workdir.parent / "home"
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
     (codex_home / "config.toml").write_text(codex_config(proxy_url, session_id))
     # The sandbox is bypassed: the default one is read-only, and bubblewrap's namespaces are not always available
     # in a container; the scripted command only writes into the temporary working folder.
-    command = [str(codex), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-               "--cd", str(workdir), prompt]
+    # ``exec resume --last``: the newest recorded Codex session of this home, continued with a new prompt
+    command = [str(codex), "exec", *(["resume", "--last"] if resume else []), "--skip-git-repo-check",
+               "--dangerously-bypass-approvals-and-sandbox", *([] if resume else ["--cd", str(workdir)]), prompt]
     env = bare_env(home, CODEX_HOME=str(codex_home), DRESSAGE_API_KEY="not-needed")
     return await run_cli(command, workdir, env)
 
@@ -113,7 +116,9 @@ def codex_task(session_id: str, content: str, answer: str) -> list[dict[str, obj
 
 # -- Claude Code --------------------------------------------------------------------------------------------------
 
-async def run_claude(claude: Path, proxy_url: str, session_id: str, workdir: Path, prompt: str) -> CliRun:
+async def run_claude(
+    claude: Path, proxy_url: str, session_id: str, workdir: Path, prompt: str, *, resume: bool = False,
+) -> CliRun:
     home = workdir.parent / "home"
     home.mkdir(parents=True, exist_ok=True)
     env = bare_env(
@@ -128,8 +133,9 @@ async def run_claude(claude: Path, proxy_url: str, session_id: str, workdir: Pat
     )
     # acceptEdits: -p mode would refuse the Write tool otherwise (and --dangerously-skip-permissions is refused
     # as root). --output-format json: one result object with is_error and the final text.
-    command = [str(claude), "-p", "--model", MODEL, "--permission-mode", "acceptEdits", "--output-format", "json",
-               prompt]
+    # ``--continue``: the newest conversation of this working folder, continued with a new prompt
+    command = [str(claude), "-p", *(["--continue"] if resume else []), "--model", MODEL, "--permission-mode",
+               "acceptEdits", "--output-format", "json", prompt]
     return await run_cli(command, workdir, env)
 
 
@@ -140,18 +146,31 @@ def claude_task(session_id: str, path: Path, content: str, answer: str) -> list[
 
 # -- the export ---------------------------------------------------------------------------------------------------
 
-async def assert_one_segment(proxy: Any, session_id: str) -> dict[str, Any]:
-    """Both scripted turns went upstream under the session, the second prompt continues the first turn token for
-    token, and the finalized session exports as ONE segment holding both turns (both outputs trained)."""
+async def assert_one_segment(proxy: Any, session_id: str, turns: int = 2) -> dict[str, Any]:
+    """Every scripted turn went upstream under the session, in order, each prompt continuing the previous turn
+    token for token, and the finalized session exports as ONE segment holding all of them (every output trained)."""
     records = proxy.requests_of(session_id)
-    assert [record.source for record in records] == ["script[0]", "script[1]"], records
-    first, second = records
-    assert second.input_ids[: len(first.input_ids) + len(first.output_ids)] == first.input_ids + first.output_ids
+    assert [record.source for record in records] == [f"script[{index}]" for index in range(turns)], records
+    for before, after in zip(records, records[1:]):
+        so_far = before.input_ids + before.output_ids
+        assert after.input_ids[: len(so_far)] == so_far
+    last = records[-1]
     segments = await proxy.segments(session_id)
     assert len(segments) == 1, [(s["num_turns"], s["boundary_reason"]) for s in segments]
     segment = segments[0]
-    assert segment["token_ids"] == list(second.input_ids) + list(second.output_ids)
-    assert segment["num_turns"] == 2 and segment["boundary_reason"] == "session_start"
-    assert sum(segment["loss_mask"]) == len(first.output_ids) + len(second.output_ids)
-    assert segment["loss_mask"][-len(second.output_ids):] == [1] * len(second.output_ids)
+    assert segment["token_ids"] == list(last.input_ids) + list(last.output_ids)
+    assert segment["num_turns"] == turns and segment["boundary_reason"] == "session_start"
+    assert sum(segment["loss_mask"]) == sum(len(record.output_ids) for record in records)
+    assert segment["loss_mask"][-len(last.output_ids):] == [1] * len(last.output_ids)
     return segment
+
+
+# -- the full target (./dev e2e-cli): a second run of the CLI continues the conversation -----------------------------
+
+#: set by ``./dev e2e-cli``: the tests that run each CLI twice (its own resume) run too
+FULL_TARGET = os.environ.get("DRESSAGE_E2E_CLI_FULL") == "1"
+
+
+def follow_up(session_id: str, answer: str) -> dict[str, object]:
+    """The engine's answer to the resumed run's new prompt."""
+    return {"session": session_id, "output": "<think>\nAnswer the follow-up.\n</think>\n\n" + answer}

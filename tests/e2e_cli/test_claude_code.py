@@ -9,9 +9,12 @@ import json
 import uuid
 from pathlib import Path
 
-from tests.e2e_cli.agents import PROOF_FILE, assert_one_segment, claude_task, run_claude
+import pytest
+
+from tests.e2e_cli.agents import FULL_TARGET, PROOF_FILE, assert_one_segment, claude_task, follow_up, run_claude
 
 CONTENT = "written by claude code through dressage"
+FOLLOW_UP = "Nothing else: the file is there."
 ANSWER = "I wrote proof.txt with the Write tool."
 
 
@@ -30,3 +33,24 @@ async def test_claude_print_mode_writes_the_file_and_exports_one_segment(
     assert result["is_error"] is False and result["result"] == ANSWER, run.describe()
     assert (workdir / PROOF_FILE).read_text() == CONTENT + "\n", run.describe()
     await assert_one_segment(proxy, session_id)
+
+
+@pytest.mark.skipif(not FULL_TARGET, reason="full CLI target only (./dev e2e-cli): runs Claude Code twice")
+async def test_claude_continue_continues_the_same_segment(
+    messages_endpoint: None, claude_cli: Path, start_proxy, tmp_path: Path,
+) -> None:
+    """``claude -p --continue`` sends the recorded conversation again plus the new prompt: it continues the first
+    run's checkpoint, so the session is still one segment, now of three turns."""
+    session_id = f"claude-{uuid.uuid4().hex[:12]}"
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    script = [*claude_task(session_id, workdir / PROOF_FILE, CONTENT, ANSWER), follow_up(session_id, FOLLOW_UP)]
+    proxy = await start_proxy(script=script)
+
+    first = await run_claude(claude_cli, proxy.url, session_id, workdir, "Write the proof file, then say so.")
+    assert first.returncode == 0, first.describe()
+    second = await run_claude(claude_cli, proxy.url, session_id, workdir, "Anything else?", resume=True)
+
+    assert second.returncode == 0, second.describe()
+    assert json.loads(second.stdout)["result"] == FOLLOW_UP, second.describe()
+    await assert_one_segment(proxy, session_id, turns=3)
