@@ -30,16 +30,25 @@ MODEL = "dressage/embedded-engine"
 CLI_RUN_BOUND = 300
 
 
-def tool_call(name: str, arguments: dict[str, object]) -> str:
-    """A Qwen3 tool call as the model writes it (JSON inside ``<tool_call>``)."""
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+def tool_call(model: str, name: str, arguments: dict[str, str]) -> str:
+    """A tool call as the model writes it: Qwen3 JSON inside ``<tool_call>``, Qwen3.5 XML ``<function=...>``."""
+    if model == "qwen3":
+        return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+    parameters = "".join(f"<parameter={key}>\n{value}\n</parameter>\n" for key, value in arguments.items())
+    return f"<tool_call>\n<function={name}>\n{parameters}</function>\n</tool_call>"
 
 
-def script(session_id: str, call: str, answer: str) -> list[dict[str, object]]:
+def turn(model: str, reasoning: str, rest: str) -> str:
+    """Reasoning then ``rest``; a Qwen3.5 prompt already ends inside ``<think>``, so its output starts there."""
+    opening = "<think>\n" if model == "qwen3" else ""
+    return f"{opening}{reasoning}\n</think>\n\n{rest}"
+
+
+def script(model: str, session_id: str, call: str, answer: str) -> list[dict[str, object]]:
     """The two engine turns of the task, for this session only: reasoning then the call, reasoning then the answer."""
     return [
-        {"session": session_id, "output": "<think>\nI will write the file with my tool.\n</think>\n\n" + call},
-        {"session": session_id, "output": "<think>\nThe tool wrote it.\n</think>\n\n" + answer},
+        {"session": session_id, "output": turn(model, "I will write the file with my tool.", call)},
+        {"session": session_id, "output": turn(model, "The tool wrote it.", answer)},
     ]
 
 
@@ -108,16 +117,24 @@ async def run_codex(
     return await run_cli(command, workdir, env)
 
 
-def codex_task(session_id: str, content: str, answer: str) -> list[dict[str, object]]:
-    """Codex's shell tool as its request names it (``exec_command``, run with ``bash -lc`` in the working folder)."""
+def codex_task(model: str, session_id: str, content: str, answer: str) -> list[dict[str, object]]:
+    """Codex's shell tool as its request names it (``exec_command``, run with ``bash -lc`` in the working folder);
+    the file holds ``content`` and a newline."""
     command = f"printf '%s\\n' '{content}' > {PROOF_FILE}"
-    return script(session_id, tool_call("exec_command", {"cmd": command}), answer)
+    return script(model, session_id, tool_call(model, "exec_command", {"cmd": command}), answer)
 
 
 # -- Claude Code --------------------------------------------------------------------------------------------------
 
+#: Claude Code's switch for its mid-conversation ``system`` turn (and the tool-change beta that rides on it): off,
+#: it puts that text in ``system`` and sends only user and assistant messages. Needed for Qwen3.5, whose chat
+#: template takes a system message only first (docs/agents.md).
+NO_MID_CONVERSATION_SYSTEM = {"CLAUDE_CODE_MODEL_CAPABILITIES": "-mid_conv_system,-mid_conv_tool_change"}
+
+
 async def run_claude(
     claude: Path, proxy_url: str, session_id: str, workdir: Path, prompt: str, *, resume: bool = False,
+    more_env: dict[str, str] | None = None,
 ) -> CliRun:
     home = workdir.parent / "home"
     home.mkdir(parents=True, exist_ok=True)
@@ -130,6 +147,7 @@ async def run_claude(
         DISABLE_TELEMETRY="1",
         DISABLE_AUTOUPDATER="1",
         DISABLE_ERROR_REPORTING="1",
+        **(more_env or {}),
     )
     # acceptEdits: -p mode would refuse the Write tool otherwise (and --dangerously-skip-permissions is refused
     # as root). --output-format json: one result object with is_error and the final text.
@@ -139,9 +157,10 @@ async def run_claude(
     return await run_cli(command, workdir, env)
 
 
-def claude_task(session_id: str, path: Path, content: str, answer: str) -> list[dict[str, object]]:
-    """Claude Code's ``Write`` tool (``file_path`` must be absolute)."""
-    return script(session_id, tool_call("Write", {"file_path": str(path), "content": content + "\n"}), answer)
+def claude_task(model: str, session_id: str, path: Path, content: str, answer: str) -> list[dict[str, object]]:
+    """Claude Code's ``Write`` tool (``file_path`` must be absolute); the file holds ``content`` and a newline."""
+    arguments = {"file_path": str(path), "content": content + "\n"}
+    return script(model, session_id, tool_call(model, "Write", arguments), answer)
 
 
 # -- the export ---------------------------------------------------------------------------------------------------
@@ -171,6 +190,6 @@ async def assert_one_segment(proxy: Any, session_id: str, turns: int = 2) -> dic
 FULL_TARGET = os.environ.get("DRESSAGE_E2E_CLI_FULL") == "1"
 
 
-def follow_up(session_id: str, answer: str) -> dict[str, object]:
+def follow_up(model: str, session_id: str, answer: str) -> dict[str, object]:
     """The engine's answer to the resumed run's new prompt."""
-    return {"session": session_id, "output": "<think>\nAnswer the follow-up.\n</think>\n\n" + answer}
+    return {"session": session_id, "output": turn(model, "Answer the follow-up.", answer)}

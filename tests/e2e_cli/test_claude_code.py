@@ -1,7 +1,10 @@
 """Claude Code (npm ``@anthropic-ai/claude-code``, pinned in conftest.py) end to end through the proxy's
-``POST /v1/messages``: ``claude -p`` with ``ANTHROPIC_BASE_URL`` at the proxy runs the scripted task (the engine
-calls Claude Code's own ``Write`` tool to create a file, then answers), exits 0, and the session exports as one
-segment. Fails on main, which has no ``/v1/messages`` (the test then skips, saying so)."""
+``POST /v1/messages``: ``claude -p`` with ``ANTHROPIC_BASE_URL`` at the proxy (docs/agents.md) runs the scripted task
+(the engine calls Claude Code's own ``Write`` tool to create a file, then answers), exits 0, and the session exports
+as one segment: for Qwen3 with Claude Code's default request shape (a mid-conversation ``system`` turn included),
+for Qwen3.5 with that turn switched off (its template takes a system message only first). On main, which has no
+``/v1/messages``, the tests skip, saying so; against the front end's first ready commit Claude Code got a 400 (the
+``system`` turn)."""
 
 from __future__ import annotations
 
@@ -11,22 +14,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e_cli.agents import FULL_TARGET, PROOF_FILE, assert_one_segment, claude_task, follow_up, run_claude
+from tests.e2e_cli.agents import (
+    FULL_TARGET, NO_MID_CONVERSATION_SYSTEM, PROOF_FILE, assert_one_segment, claude_task, follow_up, run_claude,
+)
 
 CONTENT = "written by claude code through dressage"
-FOLLOW_UP = "Nothing else: the file is there."
 ANSWER = "I wrote proof.txt with the Write tool."
+FOLLOW_UP = "Nothing else: the file is there."
+PROMPT = "Write the proof file, then say so."
 
 
+@pytest.mark.parametrize(("model", "more_env"), [("qwen3", {}), ("qwen3_5", NO_MID_CONVERSATION_SYSTEM)])
 async def test_claude_print_mode_writes_the_file_and_exports_one_segment(
-    messages_endpoint: None, claude_cli: Path, start_proxy, tmp_path: Path,
+    messages_endpoint: None, claude_cli: Path, start_proxy, tmp_path: Path, model: str, more_env: dict[str, str],
 ) -> None:
     session_id = f"claude-{uuid.uuid4().hex[:12]}"
     workdir = tmp_path / "work"
     workdir.mkdir()
-    proxy = await start_proxy(script=claude_task(session_id, workdir / PROOF_FILE, CONTENT, ANSWER))
+    proxy = await start_proxy(model=model, script=claude_task(model, session_id, workdir / PROOF_FILE, CONTENT, ANSWER))
 
-    run = await run_claude(claude_cli, proxy.url, session_id, workdir, "Write the proof file, then say so.")
+    run = await run_claude(claude_cli, proxy.url, session_id, workdir, PROMPT, more_env=more_env)
 
     assert run.returncode == 0, run.describe()
     result = json.loads(run.stdout)
@@ -44,10 +51,11 @@ async def test_claude_continue_continues_the_same_segment(
     session_id = f"claude-{uuid.uuid4().hex[:12]}"
     workdir = tmp_path / "work"
     workdir.mkdir()
-    script = [*claude_task(session_id, workdir / PROOF_FILE, CONTENT, ANSWER), follow_up(session_id, FOLLOW_UP)]
+    script = [*claude_task("qwen3", session_id, workdir / PROOF_FILE, CONTENT, ANSWER),
+              follow_up("qwen3", session_id, FOLLOW_UP)]
     proxy = await start_proxy(script=script)
 
-    first = await run_claude(claude_cli, proxy.url, session_id, workdir, "Write the proof file, then say so.")
+    first = await run_claude(claude_cli, proxy.url, session_id, workdir, PROMPT)
     assert first.returncode == 0, first.describe()
     second = await run_claude(claude_cli, proxy.url, session_id, workdir, "Anything else?", resume=True)
 
