@@ -10,7 +10,8 @@ paths only, every JSON error response into::
      "request_id": "req_..."}
 
 keeping its status and headers (``Retry-After``, ``WWW-Authenticate``); ``code`` is the proxy's stable code
-(``docs/api.md``), an extra member the SDKs ignore. The Anthropic ``type`` follows the status as Anthropic's API
+(``docs/api.md``), an extra member the SDKs ignore. Every response on these paths, errors or not, also carries the
+exchange's id as ``request-id``, the header the Anthropic SDKs read (``_request_id``, ``error.request_id``). The Anthropic ``type`` follows the status as Anthropic's API
 assigns them (:data:`ERROR_TYPES`). An error met after a stream started is an ``event: error`` SSE event of the same
 shape (:func:`sse_error_event`, written by ``messages_stream.py``).
 """
@@ -24,9 +25,13 @@ from typing import Any
 from proxy.api import dumps
 from proxy.api.errors import ErrorCode, status_of
 from proxy.asgi_wrapper import HttpExchangeWrapper
+from proxy.request_id import current_request_id
 
 #: the paths served in Anthropic's shape (the prefix itself and everything under it)
 ANTHROPIC_PREFIX = "/v1/messages"
+
+#: the response header the Anthropic SDKs read the request id from
+REQUEST_ID_HEADER = b"request-id"
 
 #: HTTP status -> Anthropic error type (anthropic.types.ErrorType; 413 is Anthropic's request_too_large)
 ERROR_TYPES = {
@@ -87,10 +92,14 @@ class AnthropicErrorShape(HttpExchangeWrapper):
             return
         held: dict[str, Any] | None = None
         body = bytearray()
+        request_id = current_request_id()
 
         async def reshaping_send(message: MutableMapping[str, Any]) -> None:
             nonlocal held
             kind = message.get("type")
+            if kind == "http.response.start" and request_id is not None:
+                message = {**message, "headers": [*(message.get("headers") or ()),
+                                                   (REQUEST_ID_HEADER, request_id.encode())]}
             if kind == "http.response.start" and int(message.get("status", 200)) >= 400 and _is_json(message):
                 held = dict(message)
                 return

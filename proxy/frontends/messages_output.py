@@ -11,10 +11,11 @@ The chat completion of the translated request (``proxy/frontends/chat_bridge.py`
 - The blocks hold exactly the recorded assistant message (``reasoning_content``, ``content``, ``tool_calls`` with
   their ids, ``input`` = the parsed arguments), so echoing them back continues the checkpoint
   (``messages_request.py``: the echo rule). Empty reasoning or content makes no block.
-- **Signatures**: a thinking block is signed with :func:`thinking_signature`, a hash of its text under this
-  proxy's prefix: stable across restarts and across the proxies of a fleet, and recognisable
-  (:func:`is_own_signature`) when a client echoes the block back. It is an integrity mark, not a secret: the
-  client owns its history anyway.
+- **Signatures**: a thinking block's ``signature`` (:func:`thinking_signature`) carries its reasoning (base64) and
+  a hash of it under this proxy's prefix: stable across restarts and across the proxies of a fleet, recognised
+  when a client echoes the block back (:func:`reasoning_from_signature`), and enough to restore the recorded
+  reasoning when the client asked for ``thinking.display: "omitted"`` (the block's ``thinking`` is then empty, as
+  Anthropic's). It is an integrity mark, not a secret: the client owns its history anyway.
 - **stop_reason**: chat ``length`` -> ``max_tokens``; ``tool_calls`` -> ``tool_use``; ``stop`` -> ``stop_sequence``
   (with ``stop_sequence`` set) when the generation ended on one of the request's ``stop_sequences``, else
   ``end_turn``.
@@ -24,7 +25,9 @@ The chat completion of the translated request (``proxy/frontends/chat_bridge.py`
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -38,14 +41,30 @@ STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "stop": "end_t
 
 
 def thinking_signature(thinking: str) -> str:
-    """The signature of a thinking block's text written by this proxy."""
-    digest = hashlib.sha256(_SIGNATURE_DOMAIN + thinking.encode("utf-8", "surrogatepass")).hexdigest()
-    return SIGNATURE_PREFIX + digest[:40]
+    """The signature of a thinking block written by this proxy: ``dressage-v1:<base64url of the reasoning>.<hash>``.
+    It carries the reasoning itself, as Anthropic's signatures carry theirs (encrypted): a client that asked for
+    the thinking ``display: "omitted"`` gets an empty ``thinking`` and still echoes the recorded reasoning back."""
+    data = thinking.encode("utf-8", "surrogatepass")
+    return SIGNATURE_PREFIX + base64.urlsafe_b64encode(data).decode("ascii") + "." + _digest(data)
 
 
-def is_own_signature(thinking: str, signature: str) -> bool:
-    """Whether ``signature`` is this proxy's for ``thinking`` (the block came from this proxy, unchanged)."""
-    return signature.startswith(SIGNATURE_PREFIX) and signature == thinking_signature(thinking)
+def reasoning_from_signature(signature: str) -> str | None:
+    """The reasoning a signature of this proxy carries, or None for any other signature (another model's, or one
+    whose text or hash was changed)."""
+    if not signature.startswith(SIGNATURE_PREFIX):
+        return None
+    encoded, dot, digest = signature[len(SIGNATURE_PREFIX):].rpartition(".")
+    try:
+        data = base64.urlsafe_b64decode(encoded.encode("ascii"))
+    except (ValueError, UnicodeEncodeError):
+        return None
+    if not dot or not hmac.compare_digest(digest, _digest(data)):
+        return None
+    return data.decode("utf-8", "surrogatepass")
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(_SIGNATURE_DOMAIN + data).hexdigest()[:32]
 
 
 def stop_reason(finish_reason: str | None, matched_stop: Any, stop_sequences: Sequence[str] | None) -> tuple[str, str | None]:
@@ -82,12 +101,14 @@ def usage_json(usage: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
-    """The content blocks of a chat assistant message: thinking, text, then one tool_use per call."""
+def content_blocks(message: dict[str, Any], *, show_thinking: bool = True) -> list[dict[str, Any]]:
+    """The content blocks of a chat assistant message: thinking (its text empty unless ``show_thinking``: the
+    request's ``thinking.display: "omitted"``; the signature carries it), text, then one tool_use per call."""
     blocks: list[dict[str, Any]] = []
     reasoning = message.get("reasoning_content")
     if reasoning:
-        blocks.append({"type": "thinking", "thinking": reasoning, "signature": thinking_signature(reasoning)})
+        shown_text = reasoning if show_thinking else ""
+        blocks.append({"type": "thinking", "thinking": shown_text, "signature": thinking_signature(reasoning)})
     if message.get("content"):
         blocks.append({"type": "text", "text": message["content"]})
     for call in message.get("tool_calls") or ():
@@ -100,6 +121,7 @@ def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 def message_json(
     completion: dict[str, Any], model: str, matched_stop: Any, stop_sequences: Sequence[str] | None, msg_id: str,
+    *, show_thinking: bool = True,
 ) -> dict[str, Any]:
     """The ``Message`` object of a non-streaming chat completion (``model``: the name the client asked for)."""
     choice = completion["choices"][0]
@@ -109,7 +131,7 @@ def message_json(
         "type": "message",
         "role": "assistant",
         "model": model,
-        "content": content_blocks(choice["message"]),
+        "content": content_blocks(choice["message"], show_thinking=show_thinking),
         "stop_reason": reason,
         "stop_sequence": sequence,
         "usage": usage_json(completion.get("usage")),
@@ -117,6 +139,6 @@ def message_json(
 
 
 __all__ = [
-    "SIGNATURE_PREFIX", "content_blocks", "is_own_signature", "message_id", "message_json", "stop_reason",
+    "SIGNATURE_PREFIX", "content_blocks", "message_id", "message_json", "reasoning_from_signature", "stop_reason",
     "thinking_signature", "tool_input", "usage_json",
 ]

@@ -13,11 +13,12 @@ types (``anthropic.types``, through pydantic) before they are translated.
 | ``model`` (string, required) | ``model`` |
 | ``max_tokens`` (integer >= 1, required; 0, Anthropic's cache pre-warm, is refused) | ``max_tokens`` |
 | ``system``: string or text blocks | a first ``system`` message (blocks joined with a blank line) |
+| a ``system`` message inside ``messages`` (Claude Code sends one after the first user message) | a ``system`` message in its place, or a ``user`` message where the served template takes system messages only first (``inner_system_role``) |
 | user ``text`` blocks (consecutive ones joined with a blank line) | a ``user`` message |
 | user ``tool_result`` block (string or text-block ``content``; ``is_error`` accepted) | a ``tool`` message, ``tool_call_id`` = ``tool_use_id`` |
 | assistant ``text`` blocks | ``content`` (joined with a blank line; ``null`` when there are none) |
 | assistant ``tool_use`` block | a ``tool_calls`` entry: the same ``id``, ``function.name``, ``function.arguments`` = ``input`` |
-| assistant ``thinking`` block with this proxy's ``signature`` | ``reasoning_content`` |
+| assistant ``thinking`` block with this proxy's ``signature`` | ``reasoning_content``: the reasoning the signature carries (the block's displayed text is not read: it is empty under ``display: "omitted"``) |
 | assistant ``thinking`` block signed elsewhere, ``redacted_thinking`` block | dropped (another model's reasoning) |
 | ``tools`` (custom tools: ``name``, ``description``, ``input_schema``, ``strict``) | ``tools`` (function tools) |
 | ``tool_choice`` ``auto`` / ``any`` / ``tool`` / ``none``; ``disable_parallel_tool_use`` | ``auto`` / ``required`` / named / ``none``; ``parallel_tool_calls: false`` |
@@ -32,8 +33,8 @@ Decisions:
   exactly the assistant message the proxy recorded: reasoning from the thinking block, content from the text
   block, tool calls with the same ids and arguments. So a multi-turn conversation continues its checkpoint (one
   segment).
-- **Thinking signatures.** The proxy signs its thinking blocks (``messages_output.thinking_signature``: a hash of
-  the text). A thinking block whose signature is not this proxy's carries another model's reasoning (a
+- **Thinking signatures.** The proxy signs its thinking blocks (``messages_output.thinking_signature``: the
+  reasoning and a hash of it). A thinking block whose signature is not this proxy's carries another model's reasoning (a
   conversation begun with a real Claude model), which the served template must not render as its own; it is dropped,
   as are ``redacted_thinking`` blocks, which this proxy never produces. Dropping reasoning never breaks the
   trajectory: reasoning is not part of the session trie's message key (``docs/sessions.md``).
@@ -44,9 +45,9 @@ Decisions:
   after it, so the answer would not continue it.
 - **Ignored**: ``metadata``, ``cache_control`` (top level and on blocks), ``service_tier``, ``context_management``
   (server-side context editing: the proxy records the full history), ``inference_geo``, ``speed``,
-  ``diagnostics``, ``output_config.effort``, ``citations`` on text blocks, ``thinking.budget_tokens`` and
-  ``thinking.display`` (the thinking switch is the template's; thinking counts toward ``max_tokens`` as in
-  Anthropic's API), and unknown fields. ``output_config.format``, ``container`` and ``mcp_servers`` change what
+  ``diagnostics``, ``output_config.effort``, ``citations`` on text blocks, ``thinking.budget_tokens`` (the
+  thinking switch is the template's; thinking counts toward ``max_tokens`` as in Anthropic's API), and unknown
+  fields. ``thinking.display: "omitted"`` (Claude Code's) is honoured by the answer (:func:`shows_thinking`). ``output_config.format``, ``container`` and ``mcp_servers`` change what
   the answer would be and are refused.
 """
 
@@ -59,7 +60,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from proxy.api.errors import ApiError
 from proxy.api.fields import INT32_MAX, json_type, optional_bool, optional_float, optional_int, require_object, shown
-from proxy.frontends.messages_output import is_own_signature
+from proxy.frontends.messages_output import reasoning_from_signature
 
 #: how consecutive text blocks of one message (and the blocks of ``system``) are joined into one string
 BLOCK_SEPARATOR = "\n\n"
@@ -79,14 +80,28 @@ _BLOCKS = {
     "redacted_thinking": TypeAdapter(sdk.RedactedThinkingBlockParam),
 }
 _TOOL = TypeAdapter(sdk.ToolParam)
-_TOOL_CHOICE = TypeAdapter(sdk.ToolChoiceParam)
-_THINKING = TypeAdapter(sdk.ThinkingConfigParam)
+# The members of the SDK's unions, by their "type" (a union would report an error for every member).
+_TOOL_CHOICES = {
+    "auto": TypeAdapter(sdk.ToolChoiceAutoParam),
+    "any": TypeAdapter(sdk.ToolChoiceAnyParam),
+    "tool": TypeAdapter(sdk.ToolChoiceToolParam),
+    "none": TypeAdapter(sdk.ToolChoiceNoneParam),
+}
+_THINKING = {
+    "enabled": TypeAdapter(sdk.ThinkingConfigEnabledParam),
+    "adaptive": TypeAdapter(sdk.ThinkingConfigAdaptiveParam),
+    "disabled": TypeAdapter(sdk.ThinkingConfigDisabledParam),
+}
 _METADATA = TypeAdapter(sdk.MetadataParam)
 
 
-def chat_body(body: Any, *, require_max_tokens: bool = True) -> dict[str, Any]:
+def chat_body(body: Any, *, require_max_tokens: bool = True, inner_system_role: str = "system") -> dict[str, Any]:
     """The chat-completions body equivalent to the Messages body ``body`` (``require_max_tokens=False``: the
-    ``count_tokens`` body, which has none)."""
+    ``count_tokens`` body, which has none). ``inner_system_role`` is the role a system message inside ``messages``
+    becomes: ``system`` where the served template renders one anywhere (Qwen3), ``user`` where it refuses a system
+    message after the first (Qwen3.5: "System message must be at the beginning"): kept in its place either way, so
+    the conversation's prefix never changes (folding it into the system prompt would rewrite the prompt's start
+    whenever one more came)."""
     body = require_object(body)
     out: dict[str, Any] = {}
     model = body.get("model")
@@ -113,7 +128,7 @@ def chat_body(body: Any, *, require_max_tokens: bool = True) -> dict[str, Any]:
     if body.get("metadata") is not None:
         _validated(_METADATA, body["metadata"], "metadata")
     messages = _system(body.get("system"))
-    messages.extend(_messages(body.get("messages")))
+    messages.extend(_messages(body.get("messages"), inner_system_role))
     out["messages"] = messages
     tools = body.get("tools")
     if tools is not None:
@@ -125,8 +140,7 @@ def chat_body(body: Any, *, require_max_tokens: bool = True) -> dict[str, Any]:
             out["parallel_tool_calls"] = False
     thinking = body.get("thinking")
     if thinking is not None:
-        _require_kind(thinking, "thinking", ("enabled", "adaptive", "disabled"))
-        config = _validated(_THINKING, thinking, "thinking")
+        config = _validated(_member(_THINKING, thinking, "thinking"), thinking, "thinking")
         out["chat_template_kwargs"] = {"enable_thinking": config["type"] != "disabled"}
     stop = body.get("stop_sequences")
     if stop is not None:
@@ -149,6 +163,13 @@ def chat_body(body: Any, *, require_max_tokens: bool = True) -> dict[str, Any]:
     return out
 
 
+def shows_thinking(body: dict[str, Any]) -> bool:
+    """Whether the answer shows its thinking text: not when ``thinking.display`` is ``"omitted"`` (the block is
+    still sent, its text empty, its signature carrying the reasoning)."""
+    thinking = body.get("thinking")
+    return not (isinstance(thinking, dict) and thinking.get("display") == "omitted")
+
+
 # -- system and messages ------------------------------------------------------------------------------------------------
 
 
@@ -165,7 +186,7 @@ def _system(system: Any) -> list[dict[str, Any]]:
     return [{"role": "system", "content": BLOCK_SEPARATOR.join(texts)}] if texts else []
 
 
-def _messages(value: Any) -> list[dict[str, Any]]:
+def _messages(value: Any, inner_system_role: str) -> list[dict[str, Any]]:
     if not isinstance(value, list):
         raise ApiError.invalid_request(f"messages must be an array, not {json_type(value)}", "messages")
     if not value:
@@ -186,6 +207,9 @@ def _messages(value: Any) -> list[dict[str, Any]]:
             )
         if role == "user":
             out.extend(_user_messages(content, f"{where}.content"))
+        elif role == "system":
+            texts = [_block(block, f"{where}.content[{i}]", ("text",))["text"] for i, block in enumerate(content)]
+            out.append({"role": inner_system_role, "content": BLOCK_SEPARATOR.join(texts)})
         elif role == "assistant":
             if index == len(value) - 1:
                 raise ApiError.unsupported_parameter(
@@ -194,11 +218,6 @@ def _messages(value: Any) -> list[dict[str, Any]]:
                     where,
                 )
             out.append(_assistant_message(content, f"{where}.content"))
-        elif role == "system":
-            # A mid-conversation system turn (Claude Code sends one after the first user message: environment,
-            # skills, deferred tools): a chat system message in place, which the chat template renders where it is.
-            texts = [_block(block, f"{where}.content[{at}]", ("text",))["text"] for at, block in enumerate(content)]
-            out.append({"role": "system", "content": BLOCK_SEPARATOR.join(texts)})
         else:
             raise ApiError.invalid_request(
                 f"{where}.role must be user, assistant or system, not {shown(role)}", f"{where}.role"
@@ -257,8 +276,8 @@ def _assistant_message(content: list[Any], where: str) -> dict[str, Any]:
                 "id": block["id"], "type": "function",
                 "function": {"name": block["name"], "arguments": raw["input"]},
             })
-        elif kind == "thinking" and is_own_signature(block["thinking"], block["signature"]):
-            reasoning.append(block["thinking"])
+        elif kind == "thinking" and (recorded := reasoning_from_signature(block["signature"])) is not None:
+            reasoning.append(recorded)
         # else: another model's thinking, or redacted thinking: dropped (module docstring)
     message: dict[str, Any] = {"role": "assistant", "content": BLOCK_SEPARATOR.join(texts) if texts else None}
     if reasoning:
@@ -311,8 +330,7 @@ def _tools(value: Any) -> list[dict[str, Any]]:
 
 def _tool_choice(value: Any) -> tuple[Any, bool | None]:
     """The chat ``tool_choice`` and ``parallel_tool_calls`` (None: not said)."""
-    _require_kind(value, "tool_choice", ("auto", "any", "tool", "none"))
-    choice = _validated(_TOOL_CHOICE, value, "tool_choice")
+    choice = _validated(_member(_TOOL_CHOICES, value, "tool_choice"), value, "tool_choice")
     kind = choice["type"]
     parallel = None if "disable_parallel_tool_use" not in choice else not choice["disable_parallel_tool_use"]
     mapped: Any = {"auto": "auto", "any": "required", "none": "none"}.get(kind)
@@ -335,26 +353,23 @@ def _validated(adapter: TypeAdapter[Any], value: Any, where: str) -> Any:
 
 
 def _validation_error(exc: ValidationError, where: str) -> ApiError:
-    errors = exc.errors(include_url=False, include_input=False)
-    # A union (tool_choice, thinking) reports one error per member: the member named by the value's "type" is the
-    # one that says what is wrong; otherwise the first.
-    first = errors[0]
+    first = exc.errors(include_url=False, include_input=False)[0]
     path = where
     for part in first["loc"]:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif not part[:1].isupper():  # union members are named by their class ("ToolChoiceAutoParam")
-            path += f".{part}"
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
     return ApiError.invalid_request(f"{path}: {first['msg']}", path)
 
 
-def _require_kind(value: Any, where: str, kinds: tuple[str, ...]) -> None:
-    """A clear message for an object whose ``type`` is none of ``kinds`` (pydantic would list every union member)."""
-    kind = value.get("type") if isinstance(value, dict) else None
-    if kind not in kinds:
+def _member(members: dict[str, TypeAdapter[Any]], value: Any, where: str) -> TypeAdapter[Any]:
+    """The SDK type of a union member named by ``value``'s ``type``."""
+    if not isinstance(value, dict):
+        raise ApiError.invalid_request(f"{where} must be an object, not {json_type(value)}", where)
+    kind = value.get("type")
+    if not isinstance(kind, str) or kind not in members:
         raise ApiError.invalid_request(
-            f"{where}.type must be one of {', '.join(kinds)}, not {shown(kind)}", f"{where}.type"
+            f"{where}.type must be one of {', '.join(members)}, not {shown(kind)}", f"{where}.type"
         )
+    return members[kind]
 
 
-__all__ = ["BLOCK_SEPARATOR", "chat_body"]
+__all__ = ["BLOCK_SEPARATOR", "chat_body", "shows_thinking"]

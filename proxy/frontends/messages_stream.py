@@ -48,6 +48,8 @@ class MessageStreamWriter:
     model: str
     input_tokens: int
     stop_sequences: Sequence[str] | None = None
+    #: false under ``thinking.display: "omitted"``: thinking blocks carry no thinking_delta, only their signature
+    show_thinking: bool = True
     _index: int = -1
     #: the open block: "thinking", "text", ("tool", chat call index), or None
     _open: Any = None
@@ -100,6 +102,8 @@ class MessageStreamWriter:
             events.append(self._open_block(kind, block))
         if kind == "thinking":
             self._thinking.append(text)
+            if not self.show_thinking:
+                return events
             delta = {"type": "thinking_delta", "thinking": text}
         else:
             delta = {"type": "text_delta", "text": text}

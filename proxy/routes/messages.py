@@ -10,7 +10,7 @@ met before the handler runs (keys, media type, body size).
 Headers: ``x-api-key`` is read by the access rules like ``Authorization: Bearer`` (``proxy/access.py``);
 ``anthropic-version`` and ``anthropic-beta`` are accepted and change nothing (the proxy serves one version of the
 API). Every answer carries ``request-id`` (what the Anthropic SDKs expose as ``_request_id``), the same id as
-``X-Request-Id``.
+``X-Request-Id`` (written by ``AnthropicErrorShape``).
 
 ``count_tokens`` answers ``{"input_tokens": N}``: the request rendered with the served chat template as the proxy
 renders a conversation's first turn (its messages, the tools the template is offered, the effective template
@@ -31,12 +31,13 @@ from proxy.api.session_identity import SessionIdSources
 from proxy.controllers.off_loop import INLINE_BODY_BYTES, run_sized
 from proxy.frontends.chat_bridge import ChatRun
 from proxy.frontends.messages_output import message_id, message_json
-from proxy.frontends.messages_request import chat_body
+from proxy.frontends.messages_request import chat_body, shows_thinking
 from proxy.frontends.messages_stream import MessageStreamWriter, sse_body
 from proxy.request_id import current_request_id, new_request_id
 from proxy.routes.chat import SSE_HEADERS
 from proxy.routes.json_body import read_json_body
 from proxy.services import ProxyServices
+from proxy.tokenization import TitoError
 from proxy.session_context import set_current_session_id
 from proxy.trajectory.message_keys import effective_template_kwargs
 
@@ -56,9 +57,12 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
             extensions["dressage_generation_controller"] = services.generation_controller()
         return extensions["dressage_generation_controller"]
 
-    def read(headers: Headers, body: Any, *, counting: bool = False) -> tuple[ChatCompletionRequest, str]:
-        """The chat request of a Messages body, and the model name the client asked for."""
-        translated = chat_body(body, require_max_tokens=not counting)
+    inner_system_role = system_role_inside(services.tokenizer)
+
+    def read(headers: Headers, body: Any, *, counting: bool = False) -> tuple[ChatCompletionRequest, str, bool]:
+        """The chat request of a Messages body, the model name the client asked for, and whether the answer shows
+        its thinking text."""
+        translated = chat_body(body, require_max_tokens=not counting, inner_system_role=inner_system_role)
         if counting and not any(headers.get(name) for name in session_ids.headers):
             headers = Headers(headers)
             headers[session_ids.headers[0]] = COUNT_TOKENS_SESSION
@@ -66,41 +70,46 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
             translated, headers, session_ids, tool_call_type=config.effective_tool_call_type,
             max_messages=config.max_messages,
         )
-        return chat, translated["model"]
+        return chat, translated["model"], shows_thinking(body)
 
     @app.post("/v1/messages")
     async def messages() -> Response:
-        chat, model = await read_json_body(partial(read, request.headers))
+        chat, model, show_thinking = await read_json_body(partial(read, request.headers))
         set_current_session_id(chat.session_id)
         run = await ChatRun.start(controller(), chat, app.nursery, request.scope)
         stop_sequences = chat.stop
         if not chat.stream:
             completion = await run.completion()
-            answer = message_json(completion, model, _matched_stop(run), stop_sequences, _message_id())
-            return _with_request_id(Response(dumps(answer), status=200, content_type=JSON))
+            answer = message_json(
+                completion, model, _matched_stop(run), stop_sequences, _message_id(), show_thinking=show_thinking,
+            )
+            return Response(dumps(answer), status=200, content_type=JSON)
         first = await run.first_chunk()
-        writer = MessageStreamWriter(_message_id(), model, _prompt_tokens(run), stop_sequences)
+        writer = MessageStreamWriter(_message_id(), model, _prompt_tokens(run), stop_sequences, show_thinking)
         body = sse_body(writer, run.chunks(first), partial(_matched_stop, run))
         response = Response(body, status=200, content_type="text/event-stream")
         response.headers.update(SSE_HEADERS)
         response.timeout = None  # never cut a stream (stack-notes pitfall 2)
-        return _with_request_id(response)
+        return response
 
     @app.post("/v1/messages/count_tokens")
     async def count_tokens() -> Response:
-        chat, _ = await read_json_body(partial(read, request.headers, counting=True))
+        chat, _, _ = await read_json_body(partial(read, request.headers, counting=True))
         tools = list(chat.template_tools) if chat.template_tools else None
         kwargs = effective_template_kwargs(chat.chat_template_kwargs, services.sessions.config.default_template_kwargs)
         size = sum(len(str(message.get("content") or "")) for message in chat.messages)
         ids = await run_sized(size, INLINE_BODY_BYTES, services.tokenizer.encode_full, list(chat.messages), tools, kwargs)
-        return _with_request_id(Response(dumps({"input_tokens": len(ids)}), status=200, content_type=JSON))
+        return Response(dumps({"input_tokens": len(ids)}), status=200, content_type=JSON)
 
 
-def _with_request_id(response: Response) -> Response:
-    request_id = current_request_id()
-    if request_id is not None:
-        response.headers["request-id"] = request_id
-    return response
+def system_role_inside(tokenizer: Any) -> str:
+    """The role a system message inside ``messages`` gets (``messages_request.chat_body``): ``system`` when the
+    served template renders a system message after a user message, else ``user`` (probed once, at start)."""
+    try:
+        tokenizer.encode_full([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}], None, None)
+    except TitoError:
+        return "user"
+    return "system"
 
 
 def _matched_stop(run: ChatRun) -> Any:

@@ -127,6 +127,8 @@ async def test_every_route_has_a_class_and_unknown_paths_need_the_admin_key(star
         "/session/<path:session_id>": RouteClass.ADMIN, "/trajectory/read": RouteClass.ADMIN,
         "/trajectory/ack": RouteClass.ADMIN,
         "/trajectory/stats": RouteClass.ADMIN, "/metrics": RouteClass.ADMIN,
+        # the Anthropic Messages API (proxy/routes/messages.py)
+        "/v1/messages": RouteClass.AGENT, "/v1/messages/count_tokens": RouteClass.AGENT,
     }
     proxy = await start_proxy()
     app = create_proxy_app(proxy.handle.services)

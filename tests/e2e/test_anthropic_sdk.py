@@ -17,22 +17,16 @@ import httpx
 import pytest
 import trio
 
-from tests.e2e.harness import generated_ids
+from tests.e2e.harness import CALCULATOR_TOOLS, generated_ids
 
 SYSTEM = "You are a helpful calculator assistant with access to calculator tools."
 USER = "Please calculate 5 plus 3, and then multiply the result by 2."
 ANSWER = "5 plus 3 equals 8. Multiplying 8 by 2 gives 16."
+#: the chat calculator tools as Anthropic custom tools
 TOOLS = [
-    {
-        "name": name,
-        "description": f"{name} two integers",
-        "input_schema": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    }
-    for name in ("add", "multiply")
+    {"name": tool["function"]["name"], "description": tool["function"]["description"],
+     "input_schema": tool["function"]["parameters"]}
+    for tool in CALCULATOR_TOOLS
 ]
 REASONING = ["First add 5 and 3.", "Now multiply 8 by 2.", "Done."]
 TEXTS = ["I'll calculate that for you.", "Continuing the calculation.", ANSWER]
@@ -114,6 +108,8 @@ async def run_conversation(proxy: Any, session: str, *, stream: bool) -> None:
 
         message = await trio.to_thread.run_sync(create)
         check_answer(message, turn)
+        if not stream:
+            assert message._request_id.startswith("req_")  # the request-id header, read by the SDK
         sent = proxy.requests_of(session)[-1]
         # usage and count_tokens say the prompt the proxy sent; output_tokens every generated token.
         assert message.usage.input_tokens == len(sent.input_ids) == counted
@@ -164,3 +160,190 @@ async def test_messages_create_tools_and_thinking_three_turns_one_segment(start_
 async def test_messages_stream_tools_and_thinking_three_turns_one_segment(start_proxy) -> None:
     proxy = await start_proxy(model="qwen3", script=[{"session": "anth-stream", "output": o} for o in outputs()])
     await run_conversation(proxy, "anth-stream", stream=True)
+
+
+async def test_stop_sequence_and_max_tokens(start_proxy) -> None:
+    proxy = await start_proxy(model="qwen3", script=[
+        {"session": "anth-stop", "output": "<think>\nOk.\n</think>\n\nHello world STOP never shown"},
+        {"session": "anth-stop", "output": "one two three four five six seven eight nine ten", "eos": False},
+    ])
+
+    def run() -> tuple[Any, Any]:
+        with client(proxy, "anth-stop") as sdk:
+            stopped = sdk.messages.create(
+                model="m", max_tokens=64, stop_sequences=["STOP"], messages=[{"role": "user", "content": "hi"}],
+            )
+            cut = sdk.messages.create(model="m", max_tokens=4, messages=[
+                {"role": "user", "content": "hi"}, {"role": "assistant", "content": stopped.content},
+                {"role": "user", "content": "count"},
+            ])
+            return stopped, cut
+
+    stopped, cut = await trio.to_thread.run_sync(run)
+    assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", "STOP")
+    assert [block.type for block in stopped.content] == ["thinking", "text"]
+    assert stopped.content[1].text.strip() == "Hello world"
+    assert (cut.stop_reason, cut.stop_sequence, cut.usage.output_tokens) == ("max_tokens", None, 4)
+
+
+async def test_errors_come_in_anthropic_shape_from_every_layer(start_proxy) -> None:
+    """The SDK raises its own typed errors, whose bodies are Anthropic's; the access rules, the body limit and the
+    router, which run before the route, answer in the same shape on these paths (the chat path keeps OpenAI's)."""
+    proxy = await start_proxy(model="qwen3", api_key="secret", max_body_bytes=64 * 1024, script=[
+        {"session": "anth-err", "output": "never", "error_status": 503},
+    ])
+
+    def sdk_errors() -> list[Any]:
+        caught = []
+        calls = [
+            (anthropic.Anthropic(base_url=proxy.url, api_key="wrong", max_retries=0), {}),
+            (anthropic.Anthropic(base_url=proxy.url, api_key="secret", max_retries=0), {}),
+            (client(proxy, "anth-err").with_options(api_key="secret"),
+             {"tools": [{"type": "web_search_20250305", "name": "web_search"}]}),
+            (client(proxy, "anth-err").with_options(api_key="secret"), {}),
+        ]
+        for sdk, extra in calls:
+            with pytest.raises(anthropic.APIStatusError) as error:
+                sdk.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}], **extra)
+            caught.append(error.value)
+        return caught
+
+    wrong_key, no_session, server_tool, upstream = await trio.to_thread.run_sync(sdk_errors)
+    assert isinstance(wrong_key, anthropic.AuthenticationError)
+    assert isinstance(no_session, anthropic.BadRequestError) and isinstance(server_tool, anthropic.BadRequestError)
+    assert isinstance(upstream, anthropic.InternalServerError) and upstream.status_code == 503
+    for error, kind, code in [
+        (wrong_key, "authentication_error", "unauthorized"), (no_session, "invalid_request_error", "missing_session_id"),
+        (server_tool, "invalid_request_error", "unsupported_parameter"),
+        (upstream, "overloaded_error", "upstream_overloaded"),
+    ]:
+        assert error.body["type"] == "error" and error.body["request_id"].startswith("req_")
+        assert (error.body["error"]["type"], error.body["error"]["code"]) == (kind, code)
+        assert error.request_id == error.body["request_id"]
+    assert "X-Session-Id" in no_session.message and "web_search_20250305" in server_tool.message
+
+    key = {"x-api-key": "secret", "anthropic-version": "2023-06-01", "X-Session-Id": "anth-raw"}
+    async with httpx.AsyncClient(base_url=proxy.url, timeout=60) as http:
+        answers = {
+            "not json": await http.post("/v1/messages", content=b"{", headers={**key, "content-type": "application/json"}),
+            "text/plain": await http.post("/v1/messages", content=b"{}", headers={**key, "content-type": "text/plain"}),
+            "too large": await http.post("/v1/messages/count_tokens", json={"pad": "x" * 70_000}, headers=key),
+            "unknown path": await http.post("/v1/messages/batches", json={}, headers=key),
+            "wrong method": await http.get("/v1/messages", headers=key),
+            "chat": await http.post("/v1/chat/completions", json={}, headers=key),
+        }
+    expected = {
+        "not json": (400, "invalid_request_error"), "text/plain": (415, "invalid_request_error"),
+        "too large": (413, "request_too_large"), "unknown path": (404, "not_found_error"),
+        "wrong method": (405, "invalid_request_error"),
+    }
+    for name, (status, kind) in expected.items():
+        answer = answers[name]
+        assert answer.status_code == status, (name, answer.text)
+        body = answer.json()
+        assert body["type"] == "error" and body["error"]["type"] == kind, (name, body)
+        assert body["request_id"] == answer.headers["x-request-id"]
+        assert int(answer.headers["content-length"]) == len(answer.content)
+    assert answers["chat"].status_code == 400 and "code" in answers["chat"].json()["error"]  # OpenAI's shape
+
+
+async def test_a_stream_cut_upstream_ends_in_an_error_event(start_proxy) -> None:
+    proxy = await start_proxy(model="qwen3", script=[
+        {"session": "anth-cut", "output": "one two three four five six seven", "drop_after": 3},
+    ])
+
+    def run() -> tuple[list[str], Any]:
+        seen: list[str] = []
+        with client(proxy, "anth-cut") as sdk, pytest.raises(anthropic.APIStatusError) as error:
+            with sdk.messages.stream(model="m", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as s:
+                for event in s:
+                    seen.append(event.type)
+        return seen, error.value
+
+    seen, error = await trio.to_thread.run_sync(run)
+    assert seen[0] == "message_start" and "message_stop" not in seen
+    assert error.body["type"] == "error" and error.body["error"]["type"] == "api_error"
+    assert error.body["error"]["code"] == "upstream_unavailable"
+    assert await proxy.debug("anth-cut") is None or (await proxy.debug("anth-cut"))["steps"] == 0
+
+
+# -- Claude Code's request shape (captured from Claude Code 2.1.332, trimmed: /work/notes/cli-requests, i18-clis) -----
+
+CLAUDE_CODE_BETAS = (
+    "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27,"
+    "mid-conversation-tool-changes-2026-07-01,thinking-token-count-2026-05-13,advanced-tool-use-2025-11-20,"
+    "effort-2025-11-24"
+)
+CLAUDE_CODE_TOOLS = [
+    {"name": "DeferredToolPlaceholder", "description": "Reserved placeholder; never call this tool.",
+     "input_schema": {"type": "object", "properties": {}}, "defer_loading": True},
+    {"name": "Write", "description": "Writes a file to the local filesystem.", "input_schema": {
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+        "properties": {"file_path": {"description": "The absolute path", "type": "string"},
+                       "content": {"description": "The content to write", "type": "string"}},
+        "required": ["file_path", "content"], "additionalProperties": False}},
+]
+CLAUDE_CODE_SYSTEM = [
+    {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332.62b; cc_entrypoint=sdk-cli;"},
+    {"type": "text", "text": "You are a Claude agent, built on Anthropic's Claude Agent SDK.",
+     "cache_control": {"type": "ephemeral"}},
+    {"type": "text", "text": "\nYou are an agent working with the user toward their goals.\n\n",
+     "cache_control": {"type": "ephemeral"}},
+]
+ENVIRONMENT = "# Environment\nYou have been invoked in the following environment:\n - Primary working directory: /w"
+
+
+async def test_claude_code_shaped_requests_stay_one_segment(start_proxy) -> None:
+    """Claude Code's requests as captured: ``?beta=true``, its beta headers, a system message inside ``messages``
+    (as a block list, then as a string), ``cache_control`` everywhere, ``metadata``, ``defer_loading`` tools,
+    adaptive thinking with ``display: "omitted"``, ``context_management``, ``output_config.effort``,
+    ``max_tokens`` 32000 (clamped to what the context leaves). On Qwen3.5, whose template takes a system message
+    only first, the inner one is a user turn. The thinking block comes back empty and is echoed so; its signature
+    restores the recorded reasoning, and the conversation stays one segment."""
+    write = ("<tool_call>\n<function=Write>\n<parameter=file_path>\n/w/hello.txt\n</parameter>\n"
+             "<parameter=content>\nhello\n</parameter>\n</function>\n</tool_call>")
+    script = ["I will write it.\n</think>\n\n" + write, "Done.\n</think>\n\nI wrote hello into hello.txt."]
+    proxy = await start_proxy(model="qwen3_5", script=[{"session": "claude-code", "output": o} for o in script])
+    user = {"role": "user", "content": [
+        {"type": "text", "text": "<system-reminder>\nAttribution for git commits.\n</system-reminder>"},
+        {"type": "text", "text": "Write hello into hello.txt"},
+    ]}
+    inner_system = {"role": "system", "content": [
+        {"type": "text", "text": ENVIRONMENT, "cache_control": {"type": "ephemeral"}}]}
+
+    def turn(messages: list[Any]) -> tuple[Any, list[str]]:
+        seen: list[str] = []
+        with client(proxy, "claude-code") as sdk, sdk.messages.stream(
+            model="dressage/embedded-engine", max_tokens=32000, system=CLAUDE_CODE_SYSTEM, messages=messages,
+            tools=CLAUDE_CODE_TOOLS, thinking={"type": "adaptive", "display": "omitted"},
+            output_config={"effort": "high"},
+            metadata={"user_id": json.dumps({"device_id": "d", "account_uuid": "", "session_id": "c8db"})},
+            extra_headers={"anthropic-beta": CLAUDE_CODE_BETAS, "x-app": "cli"}, extra_query={"beta": "true"},
+            extra_body={"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}},
+        ) as stream:
+            for event in stream:
+                seen.append(event.type if event.type != "content_block_delta" else event.delta.type)
+            return stream.get_final_message(), seen
+
+    first, seen = await trio.to_thread.run_sync(turn, [user, inner_system])
+    assert [block.type for block in first.content] == ["thinking", "tool_use"]
+    assert first.content[0].thinking == "" and "thinking_delta" not in seen  # display: omitted
+    call = first.content[1]
+    assert (call.name, call.input, first.stop_reason) == ("Write", {"file_path": "/w/hello.txt", "content": "hello"},
+                                                           "tool_use")
+    history = [user, {"role": "system", "content": ENVIRONMENT}, {"role": "assistant", "content": first.content},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
+                                             "content": "File created successfully at: /w/hello.txt",
+                                             "cache_control": {"type": "ephemeral"}}]}]
+    second, _ = await trio.to_thread.run_sync(turn, history)
+    assert second.content[-1].text == "I wrote hello into hello.txt." and second.stop_reason == "end_turn"
+
+    sent = proxy.requests_of("claude-code")
+    assert sent[1].input_ids[: len(sent[0].input_ids) + len(sent[0].output_ids)] == sent[0].input_ids + sent[0].output_ids
+    prompt = proxy.tito.decode(list(sent[0].input_ids))
+    assert "<|im_start|>user\n" + ENVIRONMENT in prompt  # the inner system message, as a user turn on Qwen3.5
+    assert len(sent[1].input_ids) + sent[1].sampling_params["max_new_tokens"] <= 32768  # within the context
+    segments = await proxy.segments("claude-code")
+    assert len(segments) == 1 and segments[0]["num_turns"] == 2
+    # The recorded reasoning is the model's, restored from the signature though the client never saw it.
+    assert "I will write it." in proxy.tito.decode(segments[0]["token_ids"])
