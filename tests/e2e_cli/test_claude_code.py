@@ -1,10 +1,10 @@
 """Claude Code (npm ``@anthropic-ai/claude-code``, pinned in conftest.py) end to end through the proxy's
 ``POST /v1/messages``: ``claude -p`` with ``ANTHROPIC_BASE_URL`` at the proxy (docs/agents.md) runs the scripted task
 (the engine calls Claude Code's own ``Write`` tool to create a file, then answers), exits 0, and the session exports
-as one segment: for Qwen3 with Claude Code's default request shape (a mid-conversation ``system`` turn included),
-for Qwen3.5 with that turn switched off (its template takes a system message only first). On main, which has no
-``/v1/messages``, the tests skip, saying so; against the front end's first ready commit Claude Code got a 400 (the
-``system`` turn)."""
+as one segment: on Qwen3 and Qwen3.5 with Claude Code's default request shape (its mid-conversation ``system`` turn
+included: a system turn in place on Qwen3, a user turn on Qwen3.5, whose template takes a system message only
+first), and with that turn switched off (docs/agents.md). On main, which has no ``/v1/messages``, the tests skip,
+saying so; against the front end's first ready commit Claude Code got a 400 (the ``system`` turn)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ FOLLOW_UP = "Nothing else: the file is there."
 PROMPT = "Write the proof file, then say so."
 
 
-@pytest.mark.parametrize(("model", "more_env"), [("qwen3", {}), ("qwen3_5", NO_MID_CONVERSATION_SYSTEM)])
+@pytest.mark.parametrize(("model", "more_env"), [
+    ("qwen3", {}), ("qwen3_5", {}), ("qwen3_5", NO_MID_CONVERSATION_SYSTEM),
+], ids=["qwen3", "qwen3_5", "qwen3_5-no-mid-conversation-system"])
 async def test_claude_print_mode_writes_the_file_and_exports_one_segment(
     messages_endpoint: None, claude_cli: Path, start_proxy, tmp_path: Path, model: str, more_env: dict[str, str],
 ) -> None:
