@@ -37,13 +37,16 @@ def _cli(pytestconfig: pytest.Config, package: tuple[str, str, str]) -> Path:
         pytest.skip(f"SKIPPED LOUDLY: npm {name}@{version} is not available: {error}")
 
 
+# Each CLI needs its endpoint: checked first, so a branch without it skips before ~400 MB are installed.
 @pytest.fixture(scope="session")
-def codex_cli(pytestconfig: pytest.Config) -> Path:
+def codex_cli(pytestconfig: pytest.Config, missing_endpoints: dict[str, int]) -> Path:
+    require_endpoint(missing_endpoints, "/v1/responses")
     return _cli(pytestconfig, CODEX)
 
 
 @pytest.fixture(scope="session")
-def claude_cli(pytestconfig: pytest.Config) -> Path:
+def claude_cli(pytestconfig: pytest.Config, missing_endpoints: dict[str, int]) -> Path:
+    require_endpoint(missing_endpoints, "/v1/messages")
     return _cli(pytestconfig, CLAUDE_CODE)
 
 

@@ -28,7 +28,7 @@ PROMPT = "Write the proof file, then say so."
     ("qwen3", {}), ("qwen3_5", {}), ("qwen3_5", NO_MID_CONVERSATION_SYSTEM),
 ], ids=["qwen3", "qwen3_5", "qwen3_5-no-mid-conversation-system"])
 async def test_claude_print_mode_writes_the_file_and_exports_one_segment(
-    messages_endpoint: None, claude_cli: Path, start_proxy, tmp_path: Path, model: str, more_env: dict[str, str],
+    claude_cli: Path, start_proxy, tmp_path: Path, model: str, more_env: dict[str, str],
 ) -> None:
     session_id = f"claude-{uuid.uuid4().hex[:12]}"
     workdir = tmp_path / "work"
@@ -46,7 +46,7 @@ async def test_claude_print_mode_writes_the_file_and_exports_one_segment(
 
 @pytest.mark.skipif(not FULL_TARGET, reason="full CLI target only (./dev e2e-cli): runs Claude Code twice")
 async def test_claude_continue_continues_the_same_segment(
-    messages_endpoint: None, claude_cli: Path, start_proxy, tmp_path: Path,
+    claude_cli: Path, start_proxy, tmp_path: Path,
 ) -> None:
     """``claude -p --continue`` sends the recorded conversation again plus the new prompt: it continues the first
     run's checkpoint, so the session is still one segment, now of three turns."""

@@ -21,7 +21,7 @@ PROMPT = "Write the proof file, then say so."
 
 @pytest.mark.parametrize("model", ["qwen3", "qwen3_5"])
 async def test_codex_exec_writes_the_file_and_exports_one_segment(
-    responses_endpoint: None, codex_cli: Path, start_proxy, tmp_path: Path, model: str,
+    codex_cli: Path, start_proxy, tmp_path: Path, model: str,
 ) -> None:
     session_id = f"codex-{uuid.uuid4().hex[:12]}"
     proxy = await start_proxy(model=model, script=codex_task(model, session_id, CONTENT, ANSWER))
@@ -38,7 +38,7 @@ async def test_codex_exec_writes_the_file_and_exports_one_segment(
 
 @pytest.mark.skipif(not FULL_TARGET, reason="full CLI target only (./dev e2e-cli): runs Codex twice")
 async def test_codex_exec_resume_continues_the_same_segment(
-    responses_endpoint: None, codex_cli: Path, start_proxy, tmp_path: Path,
+    codex_cli: Path, start_proxy, tmp_path: Path,
 ) -> None:
     """``codex exec resume --last`` sends the whole recorded conversation again (store=false) plus the new prompt:
     it continues the first run's checkpoint, so the session is still one segment, now of three turns."""
