@@ -63,8 +63,10 @@ def ensure_npm_package(package: str, version: str, executable: str, say: Say) ->
 
 
 def _npm_install(npm: str, prefix: Path, spec: str, say: Say, deadline: float) -> None:
+    # Scripts and optional dependencies on whatever the user's npm config says: Claude Code's postinstall puts its
+    # native binary (an optional dependency) in place of a stub that only prints "native binary not installed".
     command = [npm, "install", "--prefix", str(prefix), "--no-save", "--no-audit", "--no-fund", "--loglevel=error",
-               spec]
+               "--ignore-scripts=false", "--include=optional", spec]
     timeout = deadline - time.monotonic()
     say(f"tests: running `npm install {spec}` into {prefix} (up to {timeout:.0f} s)")
     started = time.monotonic()
