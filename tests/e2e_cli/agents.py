@@ -78,8 +78,10 @@ async def run_cli(command: list[str], cwd: Path, env: dict[str, str]) -> CliRun:
 
 # -- Codex CLI ----------------------------------------------------------------------------------------------------
 
-def codex_config(proxy_url: str, session_id: str) -> str:
-    """``config.toml`` of a Codex home that points Codex at the proxy (docs/agents.md explains each line)."""
+def codex_config(proxy_url: str, session_id: str | None) -> str:
+    """``config.toml`` of a Codex home that points Codex at the proxy (docs/agents.md explains each line);
+    ``session_id`` None: no ``X-Session-Id`` header (the proxy then reads Codex's own ``session-id``)."""
+    header = "" if session_id is None else f'http_headers = {{ "X-Session-Id" = "{session_id}" }}\n'
     return f"""\
 model = "{MODEL}"
 model_provider = "dressage"
@@ -97,12 +99,11 @@ name = "dressage-proxy"
 base_url = "{proxy_url}/v1"
 wire_api = "responses"
 env_key = "DRESSAGE_API_KEY"
-http_headers = {{ "X-Session-Id" = "{session_id}" }}
-"""
+{header}"""
 
 
 async def run_codex(
-    codex: Path, proxy_url: str, session_id: str, workdir: Path, prompt: str, *, resume: bool = False,
+    codex: Path, proxy_url: str, session_id: str | None, workdir: Path, prompt: str, *, resume: bool = False,
 ) -> CliRun:
     home = workdir.parent / "home"
     codex_home = home / ".codex"
@@ -119,7 +120,8 @@ async def run_codex(
 
 def codex_task(model: str, session_id: str, content: str, answer: str) -> list[dict[str, object]]:
     """Codex's shell tool as its request names it (``exec_command``, run with ``bash -lc`` in the working folder);
-    the file holds ``content`` and a newline."""
+    the file holds ``content`` (single-quoted in the command: no ``'`` in it) and a newline."""
+    assert "'" not in content
     command = f"printf '%s\\n' '{content}' > {PROOF_FILE}"
     return script(model, session_id, tool_call(model, "exec_command", {"cmd": command}), answer)
 
@@ -134,26 +136,29 @@ NO_MID_CONVERSATION_SYSTEM = {"CLAUDE_CODE_MODEL_CAPABILITIES": "-mid_conv_syste
 
 async def run_claude(
     claude: Path, proxy_url: str, session_id: str, workdir: Path, prompt: str, *, resume: bool = False,
-    more_env: dict[str, str] | None = None,
+    more_env: dict[str, str] | None = None, own_session_id: bool = False,
 ) -> CliRun:
+    """``own_session_id``: no ``X-Session-Id`` header; Claude Code's own ``--session-id`` (a uuid) names the run, and
+    the proxy reads it from ``X-Claude-Code-Session-Id``."""
     home = workdir.parent / "home"
     home.mkdir(parents=True, exist_ok=True)
     env = bare_env(
         home,
         ANTHROPIC_BASE_URL=proxy_url,
         ANTHROPIC_API_KEY="not-needed",
-        ANTHROPIC_CUSTOM_HEADERS=f"X-Session-Id: {session_id}",
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
         DISABLE_TELEMETRY="1",
         DISABLE_AUTOUPDATER="1",
         DISABLE_ERROR_REPORTING="1",
+        **({} if own_session_id else {"ANTHROPIC_CUSTOM_HEADERS": f"X-Session-Id: {session_id}"}),
         **(more_env or {}),
     )
     # acceptEdits: -p mode would refuse the Write tool otherwise (and --dangerously-skip-permissions is refused
     # as root). --output-format json: one result object with is_error and the final text.
     # ``--continue``: the newest conversation of this working folder, continued with a new prompt
     command = [str(claude), "-p", *(["--continue"] if resume else []), "--model", MODEL, "--permission-mode",
-               "acceptEdits", "--output-format", "json", prompt]
+               "acceptEdits", "--output-format", "json", *(["--session-id", session_id] if own_session_id else []),
+               prompt]
     return await run_cli(command, workdir, env)
 
 
