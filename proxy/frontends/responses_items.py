@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterator
 from typing import Any
 
 from proxy.api.errors import ApiError
@@ -57,6 +58,15 @@ def _tag_of(item: dict[str, Any]) -> str | None:
     return parts[1] if len(parts) == 3 and parts[2].isdigit() and len(parts[1]) == 32 else None
 
 
+def objects_of(value: list[Any], where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(path, object)`` for each entry of the array ``value`` at ``where``; a non-object entry is refused."""
+    for index, entry in enumerate(value):
+        at = f"{where}[{index}]"
+        if not isinstance(entry, dict):
+            raise ApiError.invalid_request(f"{at} must be an object, not {json_type(entry)}", at)
+        yield at, entry
+
+
 def encrypt_reasoning(text: str) -> str:
     """The ``encrypted_content`` of a reasoning item the proxy answers: its text, recoverable by the proxy."""
     return ENCRYPTED_PREFIX + base64.b64encode(text.encode("utf-8")).decode("ascii")
@@ -81,10 +91,7 @@ def items_to_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     open_turn: dict[str, Any] | None = None  # the assistant message items are still joining
     open_tag: str | None = None  # the response tag of the open turn's items (None: not the proxy's ids)
-    for index, item in enumerate(items):
-        at = f"{where}[{index}]"
-        if not isinstance(item, dict):
-            raise ApiError.invalid_request(f"{at} must be an object, not {json_type(item)}", at)
+    for at, item in objects_of(items, where):
         kind = item.get("type", "message")  # EasyInputMessage may omit its type
         tag = _tag_of(item)
         if open_turn is not None and tag is not None and open_tag is not None and tag != open_tag:
@@ -216,4 +223,5 @@ def merge_leading_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]
     return [{"role": "system", "content": text}, *messages[count:]]
 
 
-__all__ = ["ENCRYPTED_PREFIX", "decrypt_reasoning", "encrypt_reasoning", "item_id", "items_to_messages", "merge_leading_system"]
+__all__ = ["ENCRYPTED_PREFIX", "decrypt_reasoning", "encrypt_reasoning", "item_id", "items_to_messages", "merge_leading_system",
+           "objects_of"]

@@ -3,19 +3,19 @@ model) plus the few Responses options the answer needs.
 
 :func:`read_responses_body` validates the Responses-only fields here, with the Responses names in every error, and
 leaves the rest (sampling ranges, tool schemas, message shapes) to ``ChatCompletionRequest.from_http``, which the
-route calls on :attr:`ResponsesBody.chat` (its errors name the chat field; :func:`responses_param` maps the name
-back).
+route calls on :attr:`ResponsesBody.chat` (its errors name the chat fields; :func:`responses_error` renames them).
 
 | Responses field | becomes |
 |---|---|
 | ``input`` (string or items) | the chat ``messages`` after the stored conversation of ``previous_response_id`` (``responses_items.py``) |
 | ``instructions`` | a leading ``system`` message (not carried over from a previous response, as in OpenAI's API) |
-| ``tools`` (``type: function``) | chat function tools; hosted tools (web search, file search, computer, ...) are ``unsupported_parameter`` |
+| ``tools`` (``type: function``; ``namespace`` groups of them) | chat function tools (a namespace's flattened; its calls carry the namespace); hosted tools (web search, file search, computer, ...) are ``unsupported_parameter`` |
 | ``tool_choice`` | ``none`` / ``auto`` / ``required`` / ``{"type": "function", "name"}`` |
 | ``max_output_tokens`` | ``max_completion_tokens`` |
 | ``reasoning.effort`` | ``reasoning_effort`` (``reasoning.summary`` also puts the reasoning text in the item's ``summary``) |
 | ``text.format`` | ``response_format`` (text, json_object, json_schema) |
 | ``temperature``, ``top_p``, ``parallel_tool_calls``, ``top_logprobs`` | the same chat fields |
+| the chat extensions ``session_id``, ``instance_id``, ``turn_id``, ``seed``, ``top_k``, ``min_p``, ``presence_penalty``, ``frequency_penalty``, ``repetition_penalty``, ``chat_template_kwargs``, ``response_mask`` | the same chat fields (``docs/api.md``, chat request body) |
 | ``include: ["message.output_text.logprobs"]`` | ``logprobs: true`` |
 | ``stream``, ``store``, ``previous_response_id`` | handled by the route (``proxy/routes/responses.py``) |
 | ``text.verbosity`` | accepted and ignored (a hint; the Agents SDK's default model sends ``low``) |
@@ -26,21 +26,24 @@ back).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import attrs
 
 from proxy.api.errors import ApiError
 from proxy.api.fields import json_type, optional_bool, optional_str, require_object, shown
-from proxy.frontends.responses_items import items_to_messages
+from proxy.frontends.responses_items import items_to_messages, merge_leading_system, objects_of
 
 #: ``include`` values the proxy honours; any other is refused by name
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
 IGNORED_INCLUDES = frozenset({"message.input_image.image_url", "computer_call_output.output.image_url"})
-#: fields read and passed on to the chat body under the same name
+#: fields read and passed on to the chat body under the same name: OpenAI's, then the proxy's chat extensions
+#: (session identity, SGLang sampling extras, template kwargs, the client's loss mask of the new messages)
 CHAT_FIELDS = ("model", "temperature", "top_p", "parallel_tool_calls", "top_logprobs", "session_id", "instance_id",
-               "turn_id", "seed")
+               "turn_id", "seed", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
+               "chat_template_kwargs", "response_mask")
 #: field -> values accepted besides null (they ask for nothing the proxy lacks)
 DEFAULT_ONLY = {
     "service_tier": ("auto", "default"),
@@ -60,10 +63,9 @@ FUNCTION_TOOL_KEYS = ("name", "description", "parameters", "strict")
 
 @attrs.frozen
 class ResponsesBody:
-    """A validated Responses request: the chat body to run (``messages`` without the previous response's
-    conversation, which the route prepends) and what the answer echoes or needs."""
+    """A validated Responses request: the chat body to run and what the answer echoes or needs."""
 
-    #: the chat-completions body (``messages`` holds the instructions' system message and the new input only)
+    #: the chat-completions body without its ``messages`` (:meth:`conversation` gives them)
     chat: dict[str, Any]
     #: the chat messages of ``input`` alone (what is stored after the previous conversation)
     input_messages: list[dict[str, Any]]
@@ -74,8 +76,16 @@ class ResponsesBody:
     logprobs: bool
     encrypted_reasoning: bool
     reasoning_summary: bool
+    #: tool name -> the ``namespace`` tool that declared it (its calls carry that namespace)
+    namespaces: dict[str, str]
     #: the Response object's echo of the request (tools, tool_choice, reasoning, text, ...)
     echo: dict[str, Any]
+
+    def conversation(self, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The chat messages to run after ``history`` (a previous response's conversation): the instructions as a
+        system message, the history, the new input; leading system messages merged (``merge_leading_system``)."""
+        system = [{"role": "system", "content": self.instructions}] if self.instructions else []
+        return merge_leading_system(system + history + self.input_messages)
 
 
 def read_responses_body(body: Any) -> ResponsesBody:
@@ -87,9 +97,7 @@ def read_responses_body(body: Any) -> ResponsesBody:
     include = _include(body.get("include"))
     logprobs = LOGPROBS_INCLUDE in include or bool(body.get("top_logprobs"))
     chat: dict[str, Any] = {key: body[key] for key in CHAT_FIELDS if body.get(key) is not None}
-    system = [{"role": "system", "content": instructions}] if instructions else []
-    chat["messages"] = system + input_messages
-    tools = _tools(body.get("tools"))
+    tools, namespaces = _tools(body.get("tools"))
     if tools:
         chat["tools"] = tools
     if body.get("tool_choice") is not None:
@@ -119,7 +127,8 @@ def read_responses_body(body: Any) -> ResponsesBody:
         logprobs=logprobs,
         encrypted_reasoning=ENCRYPTED_INCLUDE in include,
         reasoning_summary=summary is not None,
-        echo=_echo(body, tools),
+        namespaces=namespaces,
+        echo=_echo(body),
     )
 
 
@@ -158,29 +167,42 @@ def _include(value: Any) -> frozenset[str]:
     return frozenset(value)
 
 
-def _tools(value: Any) -> list[dict[str, Any]]:
+def _tools(value: Any) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The chat function tools, and the namespace of each tool declared inside a ``namespace`` tool (a group of
+    function tools: flattened here, the namespace written back on its calls)."""
     if value is None:
-        return []
+        return [], {}
     if not isinstance(value, list):
         raise ApiError.invalid_request(f"tools must be an array, not {json_type(value)}", "tools")
-    tools = []
-    for index, tool in enumerate(value):
-        where = f"tools[{index}]"
-        if not isinstance(tool, dict):
-            raise ApiError.invalid_request(f"{where} must be an object, not {json_type(tool)}", where)
-        kind = tool.get("type")
-        if kind != "function":
-            raise ApiError.unsupported_parameter(
-                f"{where} is a {shown(kind)} tool: this proxy serves function tools only (hosted tools such as "
-                "web_search, file_search, computer_use, code_interpreter, image_generation, mcp, local_shell and "
-                "custom tools are not available)", f"{where}.type",
-            )
-        name = tool.get("name")
+    tools: list[dict[str, Any]] = []
+    namespaces: dict[str, str] = {}
+    for where, tool in objects_of(value, "tools"):
+        if tool.get("type") != "namespace":
+            tools.append(_function_tool(tool, where))
+            continue
+        name, inner = tool.get("name"), tool.get("tools")
         if not isinstance(name, str) or not name:
             raise ApiError.invalid_request(f"{where}.name must be a non-empty string", f"{where}.name")
-        function = {key: tool[key] for key in FUNCTION_TOOL_KEYS if tool.get(key) is not None}
-        tools.append({"type": "function", "function": function})
-    return tools
+        if not isinstance(inner, list):
+            raise ApiError.invalid_request(f"{where}.tools must be an array, not {json_type(inner)}", f"{where}.tools")
+        for at, member in objects_of(inner, f"{where}.tools"):
+            tools.append(_function_tool(member, at))
+            namespaces[tools[-1]["function"]["name"]] = name
+    return tools, namespaces
+
+
+def _function_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    kind = tool.get("type")
+    if kind != "function":
+        raise ApiError.unsupported_parameter(
+            f"{where} is a {shown(kind)} tool: this proxy serves function tools only (hosted tools such as "
+            "web_search, file_search, computer_use, code_interpreter, image_generation, mcp, local_shell and "
+            "custom tools are not available)", f"{where}.type",
+        )
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise ApiError.invalid_request(f"{where}.name must be a non-empty string", f"{where}.name")
+    return {"type": "function", "function": {key: tool[key] for key in FUNCTION_TOOL_KEYS if tool.get(key) is not None}}
 
 
 def _tool_choice(value: Any) -> Any:
@@ -228,13 +250,12 @@ def _text_format(value: Any) -> dict[str, Any] | None:
     )
 
 
-def _echo(body: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
+def _echo(body: dict[str, Any]) -> dict[str, Any]:
     """What the Response object repeats of its request (OpenAI's fields, with their defaults)."""
     reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
     return {
         "instructions": body.get("instructions"),
-        "tools": [{"type": "function", "strict": None, "description": None, "parameters": None,
-                   **tool["function"]} for tool in tools],
+        "tools": body.get("tools") or [],  # as given (validated: function and namespace tools)
         "tool_choice": body.get("tool_choice") if body.get("tool_choice") is not None else "auto",
         "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
         "temperature": body.get("temperature"),
@@ -251,6 +272,21 @@ def _echo(body: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+#: chat field names in the chat layer's error messages -> the Responses request's names
+_CHAT_NAMES = (("max_completion_tokens", "max_output_tokens"), ("reasoning_effort", "reasoning.effort"),
+               ("response_format", "text.format"), (".function.", "."))
+
+
+def responses_error(error: ApiError) -> ApiError:
+    """An error of ``ChatCompletionRequest.from_http`` on the translated body, in the Responses request's terms
+    (a chat message index is not an input item index: ``messages[i]`` becomes ``input``)."""
+    message = re.sub(r"\bmessages(\[\d+\])?", "input", error.message)
+    for chat, responses in _CHAT_NAMES:
+        message = message.replace(chat, responses)
+    return ApiError(error.status, error.code, message, responses_param(error.param), error.type,
+                    details=error.details, headers=error.headers)
+
+
 def responses_param(param: str | None) -> str | None:
     """A chat field name of an error (from ``ChatCompletionRequest.from_http`` on the translated body) in the
     Responses request's terms."""
@@ -264,4 +300,4 @@ def responses_param(param: str | None) -> str | None:
     return param.replace(".function.", ".") if param.startswith("tools[") else param
 
 
-__all__ = ["ResponsesBody", "read_responses_body", "responses_param"]
+__all__ = ["ResponsesBody", "read_responses_body", "responses_error", "responses_param"]

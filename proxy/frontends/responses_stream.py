@@ -6,7 +6,9 @@ One :class:`ResponseEvents` per answer. Events carry ``sequence_number`` from 0,
 ``response.created``, ``response.in_progress``; per output item ``response.output_item.added``, for a reasoning or
 message item ``response.content_part.added``, its deltas (``response.reasoning_text.delta``,
 ``response.output_text.delta``, ``response.function_call_arguments.delta``), their ``.done``,
-``response.content_part.done``, ``response.output_item.done``; then ``response.completed`` (or
+``response.content_part.done``, ``response.output_item.done``; with ``reasoning.summary`` set, the reasoning item
+also streams its text as its summary (``response.reasoning_summary_part.added``,
+``response.reasoning_summary_text.delta`` / ``.done``, ``response.reasoning_summary_part.done``); then ``response.completed`` (or
 ``response.incomplete`` when the answer hit ``max_output_tokens``). A stream that ends in an error gets an
 ``error`` event and ``response.failed``.
 
@@ -41,7 +43,7 @@ class ResponseEvents:
 
     def __init__(
         self, response_id: str, echo: dict[str, Any], *, model: str, created_at: int, logprobs: bool = False,
-        reasoning_summary: bool = False, encrypted_reasoning: bool = False,
+        reasoning_summary: bool = False, encrypted_reasoning: bool = False, namespaces: dict[str, str] | None = None,
     ) -> None:
         self.response: dict[str, Any] = {
             "id": response_id, "object": "response", "created_at": created_at, "status": "in_progress",
@@ -50,6 +52,7 @@ class ResponseEvents:
         self._logprobs = logprobs
         self._summary = reasoning_summary
         self._encrypted = encrypted_reasoning
+        self._namespaces = namespaces or {}
         self._sequence = 0
         self._open: dict[str, Any] | None = None  # the item being streamed
         self._calls: dict[int, dict[str, Any]] = {}  # chat tool-call index -> its function_call item
@@ -151,7 +154,12 @@ class ResponseEvents:
             events.append(self._event("response.content_part.done", **where, content_index=0,
                                       part=dict(item["content"][0])))
             if self._summary:
-                item["summary"] = [{"type": "summary_text", "text": text}]
+                part = {"type": "summary_text", "text": text}
+                events.append(self._event("response.reasoning_summary_text.done", **where, summary_index=0,
+                                          text=text))
+                events.append(self._event("response.reasoning_summary_part.done", **where, summary_index=0,
+                                          part=dict(part)))
+                item["summary"] = [part]
             if self._encrypted:
                 item["encrypted_content"] = encrypt_reasoning(text)
         elif item["type"] == "message":
@@ -168,15 +176,21 @@ class ResponseEvents:
 
     def _reasoning(self, text: str) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
-        if self._open is None or self._open["type"] != "reasoning":
+        opening = self._open is None or self._open["type"] != "reasoning"
+        if opening:
             part = {"type": "reasoning_text", "text": ""}
             events += self._begin({"id": self._item_id("rs"), "type": "reasoning", "summary": [], "content": [part],
                                    "status": "in_progress"}, part)
         item = self._open
         assert item is not None
+        where = {"item_id": item["id"], "output_index": len(self.response["output"]) - 1}
+        if opening and self._summary:  # the summary is the reasoning itself, streamed along (Codex CLI shows it)
+            events.append(self._event("response.reasoning_summary_part.added", **where, summary_index=0,
+                                      part={"type": "summary_text", "text": ""}))
         item["content"][0]["text"] += text
-        events.append(self._event("response.reasoning_text.delta", item_id=item["id"],
-                                  output_index=len(self.response["output"]) - 1, content_index=0, delta=text))
+        events.append(self._event("response.reasoning_text.delta", **where, content_index=0, delta=text))
+        if self._summary:
+            events.append(self._event("response.reasoning_summary_text.delta", **where, summary_index=0, delta=text))
         return events
 
     def _text(self, text: str, logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -206,6 +220,8 @@ class ResponseEvents:
         if item is None:
             item = {"id": self._item_id("fc"), "type": "function_call", "call_id": call.get("id") or new_id("call"),
                     "name": function.get("name") or "", "arguments": "", "status": "in_progress"}
+            if item["name"] in self._namespaces:
+                item["namespace"] = self._namespaces[item["name"]]
             self._calls[index] = item
             events += self._begin(item, None)
         arguments = function.get("arguments") or ""

@@ -21,7 +21,6 @@ The answer's ``X-Session-Id`` header names the session used. ``store`` (default 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -30,14 +29,14 @@ from typing import Any
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from proxy.api import ChatCompletionRequest, parse_json_body
+from proxy.api import ChatCompletionRequest, dumps, parse_json_body
 from proxy.api.errors import ApiError, ErrorCode
 from proxy.api.fields import identifier
 from proxy.api.session_identity import SessionIdSources, header_map, read_session_id
 from proxy.controllers.off_loop import INLINE_BODY_BYTES, run_sized
 from proxy.frontends.chat_bridge import ChatRun
-from proxy.frontends.responses_items import items_to_messages, merge_leading_system
-from proxy.frontends.responses_request import ResponsesBody, read_responses_body, responses_param
+from proxy.frontends.responses_items import items_to_messages
+from proxy.frontends.responses_request import ResponsesBody, read_responses_body, responses_error
 from proxy.frontends.responses_store import ResponseChains, StoredResponse
 from proxy.frontends.responses_stream import ResponseEvents, new_id
 from proxy.routes.chat import SSE_HEADERS
@@ -71,8 +70,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         session_id = _session_id(raw, previous, response_id)
         set_current_session_id(session_id)
         history = previous.conversation() if previous is not None else []
-        instructions = body.chat["messages"][:1 if body.instructions else 0]
-        chat_body = {**body.chat, "messages": merge_leading_system(instructions + history + body.input_messages)}
+        chat_body = {**body.chat, "messages": body.conversation(history)}
         headers = {**header_map(request.headers), session_ids.headers[0].lower(): session_id}
         chat = await run_sized(len(data), INLINE_BODY_BYTES, _chat_request, chat_body, headers)
         run = await ChatRun.start(controller, chat, app.nursery, request.scope)
@@ -89,7 +87,9 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                     if event["type"] == "error":  # the chat stream ended in an error: answer it
                         raise _error_of(event)
                     final = event
-            response = Response(json.dumps(final["response"]), status=200, content_type=JSON)
+            if "response" not in final:  # a chat stream with no chunk at all (never seen; not a 500 either)
+                raise ApiError.upstream_error("the upstream answer ended before it began")
+            response = Response(dumps(final["response"]), status=200, content_type=JSON)
         response.headers["X-Session-Id"] = session_id
         return response
 
@@ -138,8 +138,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                 max_messages=config.max_messages,
             )
         except ApiError as error:
-            raise ApiError(error.status, error.code, error.message, responses_param(error.param), error.type,
-                           details=error.details, headers=error.headers) from None
+            raise responses_error(error) from None
 
     async def _events(
         body: ResponsesBody, run: ChatRun, first: bytes, response_id: str, session_id: str,
@@ -153,7 +152,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                     translator = ResponseEvents(
                         response_id, body.echo, model=chunk.get("model") or "", created_at=int(time.time()),
                         logprobs=body.logprobs, reasoning_summary=body.reasoning_summary,
-                        encrypted_reasoning=body.encrypted_reasoning,
+                        encrypted_reasoning=body.encrypted_reasoning, namespaces=body.namespaces,
                     )
                     for event in translator.opening():
                         yield event
@@ -178,7 +177,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
 async def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     async with aclosing(events) as iterator:
         async for event in iterator:
-            yield f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
+            yield b"event: " + event["type"].encode() + b"\ndata: " + dumps(event) + b"\n\n"
 
 
 def _error_of(error: dict[str, Any]) -> ApiError:

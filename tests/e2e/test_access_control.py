@@ -129,6 +129,7 @@ async def test_every_route_has_a_class_and_unknown_paths_need_the_admin_key(star
         "/trajectory/stats": RouteClass.ADMIN, "/metrics": RouteClass.ADMIN,
         # the Anthropic Messages API (proxy/routes/messages.py)
         "/v1/messages": RouteClass.AGENT, "/v1/messages/count_tokens": RouteClass.AGENT,
+        "/v1/responses": RouteClass.AGENT,  # proxy/routes/responses.py
     }
     proxy = await start_proxy()
     app = create_proxy_app(proxy.handle.services)

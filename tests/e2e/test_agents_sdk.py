@@ -1,13 +1,14 @@
 """The OpenAI Agents SDK (``openai-agents``) as a new user runs it: an Agent with one function tool, its default
 model (the Responses API model, ``OpenAIResponsesModel``) served by the proxy, tracing off. The run calls the tool,
 gets its result and answers; the session exports as ONE segment whose mask covers exactly what the engine
-generated."""
+generated, run and streamed."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import openai
 import pytest
 
 from tests.e2e.harness import generated_ids
@@ -26,7 +27,11 @@ OUTPUTS = [
 ]
 
 
-async def test_agent_with_a_function_tool_records_one_segment(start_proxy) -> None:
+@pytest.mark.parametrize(("streamed", "chained"), [(False, False), (True, False), (False, True)],
+                         ids=["run", "run_streamed", "run_chained"])
+async def test_agent_with_a_function_tool_records_one_segment(start_proxy, streamed: bool, chained: bool) -> None:
+    """``chained``: the SDK's ``auto_previous_response_id`` (each turn sends its new items and the previous
+    response's id; the proxy's response chain supplies the rest)."""
     if agents is None:
         pytest.skip(f"openai-agents is not installed ({IMPORT_ERROR}): pip install -e '.[test]'")
     proxy = await start_proxy(model="qwen3", script=[{"session": SESSION, "output": o} for o in OUTPUTS])
@@ -44,9 +49,24 @@ async def test_agent_with_a_function_tool_records_one_segment(start_proxy) -> No
         config = agents.RunConfig(
             model_provider=agents.OpenAIProvider(openai_client=client, use_responses=True), tracing_disabled=True,
         )
-        return await agents.Runner.run(agent, "What is 2 plus 3?", run_config=config)
+        if not streamed:
+            return await agents.Runner.run(agent, "What is 2 plus 3?", run_config=config,
+                                           auto_previous_response_id=chained)
+        result = agents.Runner.run_streamed(agent, "What is 2 plus 3?", run_config=config)
+        kinds = [event.type async for event in result.stream_events()]
+        assert "raw_response_event" in kinds and "run_item_stream_event" in kinds
+        return result
 
-    result = await proxy.under_asyncio(run, default_headers={"X-Session-Id": SESSION})
+    sent: list[dict[str, Any]] = []
+
+    async def record(request: Any) -> None:
+        sent.append(json.loads(request.content))
+
+    result = await proxy.under_asyncio(run, default_headers={"X-Session-Id": SESSION},
+                                       http_client=openai.DefaultAsyncHttpxClient(event_hooks={"request": [record]}))
+    assert len(sent) == 2
+    assert ("previous_response_id" in sent[1]) is chained
+    assert len(sent[1]["input"]) == (1 if chained else 4)  # the tool's output alone, or the whole history
     assert calls == [(2, 3)]
     assert result.final_output == "2 plus 3 is 5."
     model = agents.OpenAIProvider(use_responses=True, api_key="unused").get_model(None)

@@ -6,60 +6,26 @@ what the engine generated and whose logprobs include the ones the API answered."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
+import trio
 
-from tests.e2e.harness import generated_ids
+from tests.e2e.harness import CALCULATOR_TOOLS, generated_ids
+from tests.e2e.test_calculator_flow import ANSWER, SYSTEM, USER, qwen3_5_outputs, qwen3_outputs
+from tests.e2e.test_choices import settled
 
-TOOLS = [
-    {
-        "type": "function",
-        "name": name,
-        "description": f"{name} two integers",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    }
-    for name in ("add", "multiply")
-]
-INSTRUCTIONS = "You are a helpful calculator assistant with access to calculator tools."
-USER = "Please calculate 5 plus 3, and then multiply the result by 2."
-ANSWER = "5 plus 3 equals 8. Multiplying 8 by 2 gives 16."
+#: the calculator tools of the chat tests, as Responses function tools
+TOOLS = [{"type": "function", **tool["function"]} for tool in CALCULATOR_TOOLS]
+INSTRUCTIONS = SYSTEM
 RESULTS = ["8", "16"]
 
 
-def qwen3_outputs() -> list[str]:
-    def call(name: str, a: int, b: int) -> str:
-        return "<tool_call>\n" + json.dumps({"name": name, "arguments": {"a": a, "b": b}}) + "\n</tool_call>"
-
-    return [
-        "<think>\nFirst add 5 and 3.\n</think>\n\nI'll calculate that for you.\n" + call("add", 5, 3),
-        "<think>\nNow multiply 8 by 2.\n</think>\n\n" + call("multiply", 8, 2),
-        "<think>\nDone.\n</think>\n\n" + ANSWER,
-    ]
-
-
-def qwen3_5_outputs() -> list[str]:
-    def call(name: str, a: int, b: int) -> str:
-        return (
-            f"<tool_call>\n<function={name}>\n<parameter=a>\n{a}\n</parameter>\n<parameter=b>\n{b}\n</parameter>\n"
-            "</function>\n</tool_call>"
-        )
-
-    return [
-        "First add 5 and 3.\n</think>\n\nI'll calculate that for you.\n\n" + call("add", 5, 3),
-        "Now multiply 8 by 2.\n</think>\n\n" + call("multiply", 8, 2),
-        "Done.\n</think>\n\n" + ANSWER,
-    ]
-
-
 def check_one_segment(proxy: Any, session: str, segments: list[dict[str, Any]], outputs: list[str],
-                      answered_logprobs: list[list[float]]) -> None:
+                      answered_logprobs: list[list[float]], answer: str = ANSWER) -> None:
     """One segment, the engine's requests its prefixes, mask 1 exactly on what the engine generated, and the
     logprobs the API answered found (in order) in each generated span."""
     assert len(segments) == 1, [s["boundary_reason"] for s in segments]
@@ -77,7 +43,7 @@ def check_one_segment(proxy: Any, session: str, segments: list[dict[str, Any]], 
         remaining = iter(logprobs[start:start + len(span)])
         assert all(any(value == pytest.approx(got) for got in remaining) for value in answered), "logprobs"
     assert mask == expected_mask
-    assert proxy.tito.decode(ids).endswith(ANSWER + "<|im_end|>")
+    assert proxy.tito.decode(ids).endswith(answer + "<|im_end|>")
 
 
 def turn_logprobs(response: Any) -> list[float]:
@@ -111,7 +77,7 @@ async def test_function_calls_over_turns_echoing_items(start_proxy, model: str) 
                 call = response.output[-1]
                 assert call.type == "function_call" and call.name == ("add", "multiply")[turn]
                 assert json.loads(call.arguments) == [{"a": 5, "b": 3}, {"a": 8, "b": 2}][turn]
-                assert kinds == (["reasoning", "message", "function_call"], ["reasoning", "function_call"])[turn]
+                assert kinds == ["reasoning", "message", "function_call"]
                 items.append({"type": "function_call_output", "call_id": call.call_id, "output": RESULTS[turn]})
             else:
                 assert kinds == ["reasoning", "message"] and response.output_text == ANSWER
@@ -211,3 +177,118 @@ async def test_refusals_in_openai_error_shape(start_proxy) -> None:
     assert unknown.value.body["param"] == "previous_response_id"
     assert image.value.body["param"] == "input[0].content[0]"
     assert proxy.engine.request_log == type(proxy.engine.request_log)()  # nothing reached the engine
+
+
+CODEX = Path(__file__).parent.parent / "frontends" / "codex_requests"
+
+
+async def sse_items(proxy: Any, body: dict[str, Any], session: str) -> list[dict[str, Any]]:
+    """POST a Codex body; the items of its ``response.output_item.done`` events (what Codex keeps)."""
+    async with httpx.AsyncClient(timeout=60) as client:
+        async with client.stream("POST", proxy.url + "/v1/responses", json=body, headers={
+            "X-Session-Id": session, "accept": "text/event-stream", "authorization": "Bearer dummy",
+        }) as answer:
+            assert answer.status_code == 200, await answer.aread()
+            events = [json.loads(line[6:]) async for line in answer.aiter_lines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "response.completed" and events[-1]["response"]["usage"]["output_tokens"] > 0
+    return [event["item"] for event in events if event["type"] == "response.output_item.done"]
+
+
+async def test_codex_cli_request_bodies_continue_one_segment(start_proxy) -> None:
+    """Codex CLI 0.169's real first request (captured), then its second as Codex builds it (the whole history with
+    the output items as received, ``encrypted_content: null``, and the tool output): one segment."""
+    outputs = [
+        "<think>\nI will run it.\n</think>\n\n<tool_call>\n"
+        + json.dumps({"name": "exec_command", "arguments": {"cmd": "printf hello > hello.txt"}}) + "\n</tool_call>",
+        "<think>\nDone.\n</think>\n\nI wrote hello.txt.",
+    ]
+    session = "codex-replay"
+    proxy = await start_proxy(model="qwen3", script=[{"session": session, "output": o} for o in outputs])
+    body = json.loads((CODEX / "codex-turn1.json").read_text())["body"]
+    items = await sse_items(proxy, body, session)
+    assert [item["type"] for item in items] == ["reasoning", "function_call"]
+    reasoning, call = items
+    assert reasoning["summary"][0]["text"] == "I will run it.\n" and reasoning["encrypted_content"]
+    echoed = [
+        {**reasoning, "encrypted_content": None},
+        {"type": "function_call", "status": "completed", "id": call["id"], "name": call["name"],
+         "arguments": call["arguments"], "call_id": call["call_id"]},
+        {"type": "function_call_output", "id": "fco_1", "call_id": call["call_id"], "output": "exit 0"},
+    ]
+    items = await sse_items(proxy, {**body, "input": body["input"] + echoed}, session)
+    assert [item["type"] for item in items] == ["reasoning", "message"]
+    assert items[1]["content"][0]["text"] == "I wrote hello.txt."
+    check_one_segment(proxy, session, await proxy.segments(session), outputs, [[], []], answer="I wrote hello.txt.")
+
+
+async def test_upstream_failures_in_both_modes_and_chains_end_with_the_session(start_proxy) -> None:
+    """An upstream error before the first token is the chat route's OpenAI error (status and body); a broken
+    answer mid-stream ends the event stream with ``error`` and ``response.failed`` (a non-streaming client gets
+    the error itself); nothing is recorded for either. A finalized session's response ids continue nothing."""
+    proxy = await start_proxy(model="qwen3", script=[
+        {"session": "fail", "output": "never sent", "error_status": 503},
+        {"session": "fail", "output": "One two three four", "protocol_fault": "not_json", "fault_after": 2},
+        {"session": "fail", "output": "One two three four", "protocol_fault": "not_json", "fault_after": 2},
+        {"session": "fail", "output": "Fine."},
+    ])
+    headers = {"X-Session-Id": "fail"}
+    before = await proxy.post("/v1/responses", {"input": "hi"}, headers)
+    assert before.status_code == 503 and before.json()["error"]["code"] == "upstream_overloaded", before.text
+    streamed = await proxy.post("/v1/responses", {"input": "hi", "stream": True}, headers)
+    assert streamed.status_code == 200
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert [event["type"] for event in events[-2:]] == ["error", "response.failed"]
+    assert events[-2]["code"] == "upstream_protocol_error" and events[-1]["response"]["status"] == "failed"
+    whole = await proxy.post("/v1/responses", {"input": "hi"}, headers)
+    assert whole.status_code == 502 and whole.json()["error"]["code"] == "upstream_protocol_error", whole.text
+    async with proxy.async_client() as client:
+        done = await client.responses.create(model="m", input="hi", extra_headers=headers)
+        assert done.output_text == "Fine."
+        segments = await proxy.segments("fail")
+        assert len(segments) == 1 and segments[0]["num_turns"] == 1
+        with pytest.raises(openai.BadRequestError) as gone:
+            await client.responses.create(model="m", input="more", previous_response_id=done.id)
+    assert gone.value.body["param"] == "previous_response_id"
+
+
+async def test_a_client_that_leaves_commits_nothing(start_proxy) -> None:
+    """A streaming client that stops reading after the first text delta, and a non-streaming one that gives up
+    while the answer is generated: the generation hears it (the engine's request is aborted) and nothing is
+    committed."""
+    words = " ".join(f"w{i}" for i in range(200))
+    proxy = await start_proxy(model="qwen3", engine={"token_rate": 50.0}, script=[
+        {"session": "leave-stream", "output": words}, {"session": "leave-whole", "output": words},
+    ])
+    async with proxy.async_client() as client:
+        stream = await client.responses.create(model="m", input="ramble", stream=True,
+                                               extra_headers={"X-Session-Id": "leave-stream"})
+        async with stream:
+            async for event in stream:
+                if event.type == "response.output_text.delta":
+                    break
+    with trio.move_on_after(0.5):
+        await proxy.post("/v1/responses", {"input": "ramble"}, {"X-Session-Id": "leave-whole"})
+    for session in ("leave-stream", "leave-whole"):
+        with trio.fail_after(10):
+            await proxy.engine.wait_until(lambda: len(proxy.requests_of(session)) == 1)
+        record = proxy.requests_of(session)[0]
+        assert record.client_disconnected and len(record.output_ids) < 200
+        view = await settled(proxy, session)
+        assert view is not None and view["steps"] == 0
+
+
+async def test_session_id_sources(start_proxy) -> None:
+    """Without a session header: ``prompt_cache_key`` (Codex's conversation id) names the session; without that
+    either, a new session named after the response; a header wins over both; a previous response of another
+    session is refused."""
+    proxy = await start_proxy(model="qwen3", script=[{"session": "*", "output": "Hi."}] * 4)
+    keyed = await proxy.post("/v1/responses", {"input": "a", "prompt_cache_key": "conv-1"})
+    assert keyed.status_code == 200 and keyed.headers["x-session-id"] == "conv-1"
+    fresh = await proxy.post("/v1/responses", {"input": "b"})
+    assert fresh.headers["x-session-id"] == fresh.json()["id"]
+    named = await proxy.post("/v1/responses", {"input": "c", "prompt_cache_key": "conv-1"}, {"X-Session-Id": "mine"})
+    assert named.headers["x-session-id"] == "mine"
+    other = await proxy.post("/v1/responses", {"input": "d", "previous_response_id": keyed.json()["id"]},
+                             {"X-Session-Id": "mine"})
+    assert other.status_code == 400 and other.json()["error"]["param"] == "previous_response_id"
+    assert [record.routing_key for record in proxy.engine.request_log] == ["conv-1", fresh.json()["id"], "mine"]

@@ -20,11 +20,11 @@ from proxy.api import ApiError, ChatCompletionRequest
 from proxy.frontends.responses_items import (
     encrypt_reasoning,
     items_to_messages,
-    merge_leading_system,
 )
-from proxy.frontends.responses_request import read_responses_body, responses_param
+from proxy.frontends.responses_request import read_responses_body, responses_error, responses_param
 from proxy.frontends.responses_store import ResponseChains, StoredResponse
 from proxy.frontends.responses_stream import ResponseEvents
+from tests.api.strategies import any_value
 
 CODEX = Path(__file__).parent / "codex_requests"
 EVENT = TypeAdapter(ResponseStreamEvent)
@@ -130,7 +130,14 @@ def test_any_conversation_round_trips(turns: list[dict[str, Any]]) -> None:
 
 
 def test_reasoning_options_summary_encrypted_and_incomplete() -> None:
-    _, response = translate(TURN, reasoning_summary=True, encrypted_reasoning=True)
+    events, response = translate(TURN, reasoning_summary=True, encrypted_reasoning=True)
+    for event in events:
+        EVENT.validate_python(event)
+    summary = "".join(e["delta"] for e in events if e["type"] == "response.reasoning_summary_text.delta")
+    assert summary == "Let me add.\n"
+    kinds = [event["type"] for event in events]
+    assert kinds.index("response.reasoning_summary_part.added") < kinds.index(
+        "response.reasoning_summary_part.done") < kinds.index("response.output_item.done")
     reasoning = response["output"][0]
     assert reasoning["summary"] == [{"type": "summary_text", "text": "Let me add.\n"}]
     only_encrypted = {"type": "reasoning", "summary": [], "encrypted_content": reasoning["encrypted_content"]}
@@ -169,8 +176,9 @@ def test_request_translation() -> None:
         "client_metadata": {"anything": "goes"}, "temperature": 0.5,
     })
     chat = body.chat
-    assert chat["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "system", "content": "dev"},
-                                {"role": "user", "content": "hi"}]
+    assert body.input_messages == [{"role": "system", "content": "dev"}, {"role": "user", "content": "hi"}]
+    assert body.conversation([]) == [{"role": "system", "content": "Be brief.\n\ndev"},
+                                     {"role": "user", "content": "hi"}]
     assert chat["tools"] == [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"},
                                                                "strict": False}}]
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "f"}}
@@ -179,7 +187,7 @@ def test_request_translation() -> None:
                                                                               "schema": {"type": "object"}}}
     # (a named tool and a json_schema format cannot both constrain decoding: the chat layer refuses the pair)
     request = ChatCompletionRequest.from_http(
-        {**chat, "tool_choice": "auto", "messages": merge_leading_system(chat["messages"])}, {"X-Session-Id": "s"}
+        {**chat, "tool_choice": "auto", "messages": body.conversation([])}, {"X-Session-Id": "s"}
     )
     assert request.messages[0] == {"role": "system", "content": "Be brief.\n\ndev"}
     assert request.top_logprobs == 3 and request.max_tokens == 64
@@ -203,6 +211,11 @@ def test_refusals_name_the_responses_field(body: dict[str, Any], param: str) -> 
 
 
 def test_chat_errors_are_renamed() -> None:
+    error = responses_error(ApiError.invalid_request("max_completion_tokens must be at least 1, not 0",
+                                                     "max_completion_tokens"))
+    assert (error.message, error.param) == ("max_output_tokens must be at least 1, not 0", "max_output_tokens")
+    assert responses_error(ApiError.invalid_request("messages must not be empty", "messages")).message == (
+        "input must not be empty")
     assert responses_param("messages[3].content") == "input"
     assert responses_param("max_completion_tokens") == "max_output_tokens"
     assert responses_param("tools[1].function.name") == "tools[1].name"
@@ -216,7 +229,7 @@ def test_codex_cli_bodies_are_accepted() -> None:
     turn2 = json.loads((CODEX / "codex-turn2.json").read_text())["body"]
     first, second = read_responses_body(turn1), read_responses_body(turn2)
     assert first.stream and not first.store and first.encrypted_reasoning and first.reasoning_summary
-    merged = merge_leading_system(second.chat["messages"])
+    merged = second.conversation([])
     assert [message["role"] for message in merged] == ["system", "user", "user", "assistant", "tool"]
     assert merged[3]["reasoning_content"] == "I will run it."
     assert merged[3]["tool_calls"][0]["id"] == "call_capture"
@@ -225,6 +238,22 @@ def test_codex_cli_bodies_are_accepted() -> None:
     with pytest.raises(ApiError) as error:
         read_responses_body(default)
     assert error.value.code == "unsupported_parameter" and "function tools only" in error.value.message
+    assert error.value.param == "tools[8].type" and "'web_search'" in error.value.message
+    # Without the hosted web search (Codex: web_search = "disabled"), its namespace tool is served, flattened.
+    tools = [tool for tool in default["tools"] if tool["type"] != "web_search"]
+    served = read_responses_body({**default, "tools": tools})
+    assert served.namespaces["spawn_agent"] == "multi_agent_v1" and "exec_command" not in served.namespaces
+    assert {tool["function"]["name"] for tool in served.chat["tools"]} >= {"spawn_agent", "exec_command"}
+    assert served.echo["tools"] == tools
+
+
+def test_calls_of_a_namespaced_tool_carry_their_namespace() -> None:
+    turn = {"role": "assistant", "content": None, "tool_calls": [call("call_1", "spawn_agent", {"task": "x"}),
+                                                                 call("call_2", "exec_command", {"cmd": "ls"})]}
+    _, response = translate(turn, namespaces={"spawn_agent": "multi_agent_v1"})
+    calls = Response.model_validate(response).output
+    assert [(c.name, c.namespace) for c in calls] == [("spawn_agent", "multi_agent_v1"), ("exec_command", None)]
+    assert items_to_messages(response["output"]) == [turn]
 
 
 def test_chains_are_bounded_and_die_with_their_session() -> None:
@@ -240,3 +269,43 @@ def test_chains_are_bounded_and_die_with_their_session() -> None:
     assert chains.get("r1") is None and chains.get("r2") is second  # the oldest id went; its chain lives on
     alive.discard("s1")
     assert chains.get("r2") is None and len(chains) == 2  # the session ended: its records are gone
+
+
+JUNK_FIELDS = ["input", "instructions", "tools", "tool_choice", "max_output_tokens", "reasoning", "text", "include",
+               "temperature", "top_p", "stream", "store", "previous_response_id", "top_logprobs",
+               "parallel_tool_calls", "metadata", "truncation", "service_tier", "background", "conversation"]
+
+
+@st.composite
+def junk_bodies(draw: st.DrawFn) -> Any:
+    """Codex CLI's real second request with one to three fields (top-level, an item, or a key of an item)
+    replaced by random JSON."""
+    body = json.loads((CODEX / "codex-turn2.json").read_text())["body"]
+    body["tools"] = body["tools"][:1]
+    for _ in range(draw(st.integers(1, 3))):
+        where = draw(st.sampled_from(["top", "item", "key"]))
+        items = body.get("input")
+        if where == "top" or not isinstance(items, list) or not items:
+            body[draw(st.sampled_from(JUNK_FIELDS))] = draw(any_value)
+            continue
+        index = draw(st.integers(0, len(items) - 1))
+        if where == "item" or not isinstance(items[index], dict):
+            items[index] = draw(any_value)
+        else:
+            key = draw(st.sampled_from(["type", "role", "content", "summary", "call_id", "name", "arguments",
+                                        "output", "encrypted_content", "id"]))
+            items[index][key] = draw(any_value)
+    return body
+
+
+@settings(max_examples=150, deadline=None)
+@given(junk_bodies())
+def test_any_junk_body_is_a_4xx_never_a_crash(body: Any) -> None:
+    """Whatever a client sends, the translation and the chat validation after it answer a 4xx ``ApiError`` or a
+    valid chat request: never another exception (a 500)."""
+    try:
+        parsed = read_responses_body(body)
+        ChatCompletionRequest.from_http({**parsed.chat, "messages": parsed.conversation([])},
+                                        {"X-Session-Id": "junk"})
+    except ApiError as error:
+        assert 400 <= error.status < 500, error
