@@ -25,7 +25,7 @@ types (``anthropic.types``, through pydantic) before they are translated.
 | ``thinking`` ``{"type": "enabled", "budget_tokens"}`` or ``adaptive`` / ``disabled`` | ``chat_template_kwargs.enable_thinking`` true / false (absent: the template's default) |
 | ``stop_sequences``, ``temperature`` ([0, 1]), ``top_p``, ``top_k`` | ``stop``, ``temperature``, ``top_p``, ``top_k`` |
 | ``stream`` | ``stream`` with ``stream_options.include_usage`` |
-| ``session_id``, ``instance_id``, ``turn_id`` (the proxy's own body fields) | the same |
+| ``session_id``, ``instance_id``, ``turn_id``, ``chat_template_kwargs`` (the proxy's own body fields) | the same (``thinking`` sets ``enable_thinking`` over the kwargs) |
 
 Decisions:
 
@@ -138,10 +138,14 @@ def chat_body(body: Any, *, require_max_tokens: bool = True, inner_system_role: 
         out["tool_choice"], parallel = _tool_choice(choice)
         if parallel is False:
             out["parallel_tool_calls"] = False
+    kwargs = body.get("chat_template_kwargs")  # the proxy's extension, as on the chat path
+    if kwargs is not None:
+        out["chat_template_kwargs"] = dict(kwargs) if isinstance(kwargs, dict) else kwargs
     thinking = body.get("thinking")
     if thinking is not None:
         config = _validated(_member(_THINKING, thinking, "thinking"), thinking, "thinking")
-        out["chat_template_kwargs"] = {"enable_thinking": config["type"] != "disabled"}
+        enabled = config["type"] != "disabled"
+        out["chat_template_kwargs"] = {**(out.get("chat_template_kwargs") or {}), "enable_thinking": enabled}
     stop = body.get("stop_sequences")
     if stop is not None:
         if not isinstance(stop, list) or not all(isinstance(item, str) for item in stop):

@@ -10,15 +10,19 @@ Also: ``count_tokens`` equals the prompt the proxy sent for the same request, an
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
 import trio
+from anthropic.types import RawMessageStreamEvent
+from pydantic import TypeAdapter
 
 from tests.e2e.harness import CALCULATOR_TOOLS, generated_ids
 
+RAW_EVENT = TypeAdapter(RawMessageStreamEvent)
 SYSTEM = "You are a helpful calculator assistant with access to calculator tools."
 USER = "Please calculate 5 plus 3, and then multiply the result by 2."
 ANSWER = "5 plus 3 equals 8. Multiplying 8 by 2 gives 16."
@@ -94,6 +98,7 @@ async def run_conversation(proxy: Any, session: str, *, stream: bool) -> None:
     messages: list[Any] = [{"role": "user", "content": USER}]
     results = ["8", "16"]
     events: list[str] = []
+    started: list[int] = []  # message_start's input_tokens, per streamed turn
     for turn, output in enumerate(outputs()):
         counted = await count_tokens(proxy, session, messages)
 
@@ -104,6 +109,8 @@ async def run_conversation(proxy: Any, session: str, *, stream: bool) -> None:
                 with sdk.messages.stream(**request(messages)) as answer:
                     for event in answer:
                         events.append(event.type)
+                        if event.type == "message_start":
+                            started.append(event.message.usage.input_tokens)
                     return answer.get_final_message()
 
         message = await trio.to_thread.run_sync(create)
@@ -113,6 +120,8 @@ async def run_conversation(proxy: Any, session: str, *, stream: bool) -> None:
         sent = proxy.requests_of(session)[-1]
         # usage and count_tokens say the prompt the proxy sent; output_tokens every generated token.
         assert message.usage.input_tokens == len(sent.input_ids) == counted
+        if stream:
+            assert started[-1] == len(sent.input_ids)
         assert message.usage.output_tokens == len(generated_ids(tito, output))
         assert list(sent.output_ids) == generated_ids(tito, output)
         assert (sent.sampling_params["temperature"], sent.sampling_params["top_p"]) == (0.7, 0.9)
@@ -191,6 +200,7 @@ async def test_errors_come_in_anthropic_shape_from_every_layer(start_proxy) -> N
     router, which run before the route, answer in the same shape on these paths (the chat path keeps OpenAI's)."""
     proxy = await start_proxy(model="qwen3", api_key="secret", max_body_bytes=64 * 1024, script=[
         {"session": "anth-err", "output": "never", "error_status": 503},
+        {"session": "anth-err", "output": "never", "error_status": 503},
     ])
 
     def sdk_errors() -> list[Any]:
@@ -206,6 +216,12 @@ async def test_errors_come_in_anthropic_shape_from_every_layer(start_proxy) -> N
             with pytest.raises(anthropic.APIStatusError) as error:
                 sdk.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}], **extra)
             caught.append(error.value)
+        # A stream refused before it started is a plain JSON error with its status, not an SSE body.
+        with pytest.raises(anthropic.APIStatusError) as error, client(proxy, "anth-err").with_options(
+            api_key="secret"
+        ).messages.stream(model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}]) as stream:
+            stream.get_final_message()
+        assert error.value.status_code == 503 and error.value.body["error"]["type"] == "overloaded_error"
         return caught
 
     wrong_key, no_session, server_tool, upstream = await trio.to_thread.run_sync(sdk_errors)
@@ -347,3 +363,50 @@ async def test_claude_code_shaped_requests_stay_one_segment(start_proxy) -> None
     assert len(segments) == 1 and segments[0]["num_turns"] == 2
     # The recorded reasoning is the model's, restored from the signature though the client never saw it.
     assert "I will write it." in proxy.tito.decode(segments[0]["token_ids"])
+
+
+async def test_tool_choice_constrains_and_thinking_disabled_reaches_the_template(start_proxy) -> None:
+    call = "<tool_call>\n" + json.dumps({"name": "multiply", "arguments": {"a": 2, "b": 3}}) + "\n</tool_call>"
+    proxy = await start_proxy(model="qwen3", script=[{"session": "anth-choice", "output": call}])
+
+    def run() -> Any:
+        with client(proxy, "anth-choice") as sdk:
+            return sdk.messages.create(
+                model="m", max_tokens=128, messages=[{"role": "user", "content": "2*3?"}], tools=TOOLS,
+                tool_choice={"type": "tool", "name": "multiply", "disable_parallel_tool_use": True},
+                thinking={"type": "disabled"},
+            )
+
+    message = await trio.to_thread.run_sync(run)
+    assert [(block.type, block.name, block.input) for block in message.content] == \
+        [("tool_use", "multiply", {"a": 2, "b": 3})]
+    sent = proxy.requests_of("anth-choice")[-1]
+    # A named choice renders that tool alone and constrains decoding (as the chat path does for the same choice).
+    assert {"json_schema", "structural_tag"} & set(sent.sampling_params)
+    prompt = proxy.tito.decode(list(sent.input_ids))
+    assert '"name": "multiply"' in prompt and '"name": "add"' not in prompt
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # enable_thinking: false
+
+
+async def test_claude_codes_captured_requests_are_served(start_proxy) -> None:
+    """The exact bodies and headers Claude Code sent (``tests/frontends/claude_code_requests``), replayed over HTTP:
+    each is answered with a well-formed stream (every event parsed by the SDK's own types). Claude Code's own
+    session header keys the session where no X-Session-Id was configured."""
+    proxy = await start_proxy(model="qwen3_5", session_id_headers=("X-Session-Id", "X-Claude-Code-Session-Id"))
+    captures = Path(__file__).parents[1] / "frontends" / "claude_code_requests"
+    for path in sorted(captures.glob("*.json")):
+        exchange = json.loads(path.read_text())
+        skip = {"host", "content-length", "connection", "accept-encoding"}
+        headers = {name: value for name, value in exchange["headers"].items() if name.lower() not in skip}
+        async with httpx.AsyncClient(base_url=proxy.url, timeout=120) as http:
+            answer = await http.post(exchange["path"], json=exchange["body"], headers=headers)
+        assert answer.status_code == 200, (path.name, answer.text)
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[6:]) for line in answer.text.splitlines() if line.startswith("data: ")]
+        kinds = [event["type"] for event in events]
+        assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"], (path.name, kinds)
+        for event in events:
+            if event["type"] != "ping":
+                RAW_EVENT.validate_python(event)
+        session = headers.get("X-Session-Id") or headers["X-Claude-Code-Session-Id"]
+        assert proxy.requests_of(session), path.name

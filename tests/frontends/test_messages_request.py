@@ -132,6 +132,8 @@ def test_a_system_message_inside_messages_keeps_its_place() -> None:
 def test_thinking_is_the_templates_switch(thinking: dict[str, Any], enabled: bool) -> None:
     assert chat(thinking=thinking).chat_template_kwargs == {"enable_thinking": enabled}
     assert chat().chat_template_kwargs is None  # absent: the template's (and the server's) default
+    extension = chat(thinking=thinking, chat_template_kwargs={"enable_thinking": not enabled, "x": 1})
+    assert extension.chat_template_kwargs == {"enable_thinking": enabled, "x": 1}
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import Message, RawMessageStreamEvent
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from proxy.api import ApiError
@@ -141,3 +143,52 @@ def test_errors_in_anthropic_shape() -> None:
                 404: "not_found_error", 413: "request_too_large", 415: "invalid_request_error", 500: "api_error"}
     for status, kind in statuses.items():
         assert anthropic_error({"error": {"message": "m"}}, status)["error"]["type"] == kind
+
+
+def _pieces(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({cut % (len(text) + 1) for cut in cuts} | {0, len(text)})
+    return [text[a:b] for a, b in zip(points, points[1:]) if text[a:b]]
+
+
+_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
+_cuts = st.lists(st.integers(0, 100), max_size=4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    reasoning=_text, content=_text, cuts=_cuts, show=st.booleans(),
+    calls=st.lists(st.dictionaries(st.text(min_size=1, max_size=4), st.integers() | _text, max_size=3), max_size=3),
+)
+def test_any_split_of_an_answer_streams_to_the_same_message(
+    reasoning: str, content: str, cuts: list[int], show: bool, calls: list[dict[str, Any]]
+) -> None:
+    """However the chat stream splits the reasoning, the text and each call's arguments, the SDK accumulates the
+    events to the non-streaming Message of the same answer (thinking shown or omitted)."""
+    arguments = [json.dumps(call) for call in calls]
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"reasoning_content": piece}) for piece in _pieces(reasoning, cuts)]
+    chunks += [chunk({"content": piece}) for piece in _pieces(content, cuts)]
+    for index, text in enumerate(arguments):
+        pieces = _pieces(text, cuts)
+        chunks.append(chunk({"tool_calls": [{"index": index, "id": f"call_{index}", "type": "function",
+                                             "function": {"name": "f", "arguments": pieces[0]}}]}))
+        chunks += [chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]}) for p in pieces[1:]]
+    finish = "tool_calls" if calls else "stop"
+    chunks += [chunk({}, finish), chunk(usage={"prompt_tokens": 30, "completion_tokens": 12})]
+    writer = MessageStreamWriter("msg_1", "claude-x", 30, None, show)
+    events = writer.start()
+    for item in chunks:
+        events += writer.feed(item)
+    snapshot = None
+    buffers: dict[int, bytes] = {}
+    for kind, data in parse_sse(frame(events + writer.finish(None))):
+        if kind != "ping":
+            snapshot = accumulate_event(event=EVENT.validate_python(data), current_snapshot=snapshot, json_bufs=buffers)
+    message = {"role": "assistant", "content": content or None, "reasoning_content": reasoning, "tool_calls": [
+        {"id": f"call_{i}", "type": "function", "function": {"name": "f", "arguments": a}}
+        for i, a in enumerate(arguments)]}
+    completion = {"id": "c", "choices": [{"finish_reason": finish, "message": message}],
+                  "usage": {"prompt_tokens": 30, "completion_tokens": 12}}
+    expected = Message.model_validate(message_json(completion, "claude-x", None, None, "msg_1", show_thinking=show))
+    assert snapshot is not None
+    assert snapshot.model_dump(exclude_none=True) == expected.model_dump(exclude_none=True)
