@@ -8,8 +8,8 @@ the tool itself; the test then reads the file and the proxy's export.
 
 The session: each CLI is told to send ``X-Session-Id: <id>`` on every request (Codex: the provider's
 ``http_headers``; Claude Code: ``ANTHROPIC_CUSTOM_HEADERS``), the proxy's default session-id header, so the proxy
-needs no flag. (Each CLI also sends its own per-run uuid, Codex as ``session-id``, Claude Code as
-``X-Claude-Code-Session-Id``: ``--session-id-header`` naming one of those is the alternative, docs/agents.md.)
+needs no flag. (Without it, a run is still one session under the CLI's own id: Codex's conversation id, sent as
+``prompt_cache_key``; Claude Code's ``X-Claude-Code-Session-Id`` with ``--session-id-header``; docs/agents.md.)
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ async def run_cli(command: list[str], cwd: Path, env: dict[str, str]) -> CliRun:
 
 def codex_config(proxy_url: str, session_id: str | None) -> str:
     """``config.toml`` of a Codex home that points Codex at the proxy (docs/agents.md explains each line);
-    ``session_id`` None: no ``X-Session-Id`` header (the proxy then reads Codex's own ``session-id``)."""
+    ``session_id`` None: no ``X-Session-Id`` header (the proxy then takes Codex's ``prompt_cache_key``)."""
     header = "" if session_id is None else f'http_headers = {{ "X-Session-Id" = "{session_id}" }}\n'
     return f"""\
 model = "{MODEL}"

@@ -1,7 +1,7 @@
-"""The other way to map a CLI run to one session (docs/agents.md, "One CLI run, one session"): the CLI sends no
-``X-Session-Id``; the proxy, started with ``--session-id-header`` naming the header the CLI sends anyway, files every
-request of the run under the CLI's own id (Codex: ``session-id``, its thread uuid; Claude Code:
-``X-Claude-Code-Session-Id``, the uuid ``claude --session-id`` chooses). Full CLI target only."""
+"""The other ways to map a CLI run to one session (docs/agents.md, "One CLI run, one session"): the CLI sends no
+``X-Session-Id`` and the proxy files every request of the run under the CLI's own id. Codex: out of the box, its
+conversation id (the ``prompt_cache_key`` of every request, the uuid it prints as ``session id:``). Claude Code: with
+``--session-id-header X-Claude-Code-Session-Id``, the uuid ``claude --session-id`` chooses. Full CLI target only."""
 
 from __future__ import annotations
 
@@ -22,10 +22,12 @@ ANSWER = "Done."
 PROMPT = "Write the proof file, then say so."
 
 
-async def test_codex_runs_under_its_own_session_header(codex_cli: Path, start_proxy, tmp_path: Path) -> None:
-    # Codex's thread uuid is known only once it runs: the script entries are for any session ("*").
+async def test_codex_without_a_session_header_runs_under_its_conversation_id(
+    codex_cli: Path, start_proxy, tmp_path: Path,
+) -> None:
+    # Codex's conversation id is known only once it runs: the script entries are for any session ("*").
     script = [{**entry, "session": "*"} for entry in codex_task("qwen3", "unknown", CONTENT, ANSWER)]
-    proxy = await start_proxy(script=script, session_id_headers=("session-id",))
+    proxy = await start_proxy(script=script)
     workdir = tmp_path / "work"
     workdir.mkdir()
 
