@@ -129,8 +129,8 @@ def codex_task(model: str, session_id: str, content: str, answer: str) -> list[d
 # -- Claude Code --------------------------------------------------------------------------------------------------
 
 #: Claude Code's switch for its mid-conversation ``system`` turn (and the tool-change beta that rides on it): off,
-#: it puts that text in ``system`` and sends only user and assistant messages. Needed for Qwen3.5, whose chat
-#: template takes a system message only first (docs/agents.md).
+#: it puts that text in ``system`` and sends only user and assistant messages (docs/agents.md: the alternative to
+#: the front end's handling of that turn, which Qwen3.5's template would otherwise refuse in place).
 NO_MID_CONVERSATION_SYSTEM = {"CLAUDE_CODE_MODEL_CAPABILITIES": "-mid_conv_system,-mid_conv_tool_change"}
 
 
@@ -191,7 +191,7 @@ async def assert_one_segment(proxy: Any, session_id: str, turns: int = 2) -> dic
 
 # -- the full target (./dev e2e-cli): a second run of the CLI continues the conversation -----------------------------
 
-#: set by ``./dev e2e-cli``: the tests that run each CLI twice (its own resume) run too
+#: set by ``./dev e2e-cli``: the extra CLI runs (each CLI's resume, each CLI without a session header) run too
 FULL_TARGET = os.environ.get("DRESSAGE_E2E_CLI_FULL") == "1"
 
 
