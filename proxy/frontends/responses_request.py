@@ -9,6 +9,7 @@ route calls on :attr:`ResponsesBody.chat` (its errors name the chat fields; :fun
 |---|---|
 | ``input`` (string or items) | the chat ``messages`` after the stored conversation of ``previous_response_id`` (``responses_items.py``) |
 | ``instructions`` | a leading ``system`` message (not carried over from a previous response, as in OpenAI's API) |
+| ``system`` / ``developer`` messages | the leading ones joined into the first system message; a later one a ``system`` message in its place, or ``user`` where the template refuses that (``template_probe.py``) |
 | ``tools`` (``type: function``; ``namespace`` groups of them) | chat function tools (a namespace's flattened; its calls carry the namespace); hosted tools (web search, file search, computer, ...) are ``unsupported_parameter`` |
 | ``tool_choice`` | ``none`` / ``auto`` / ``required`` / ``{"type": "function", "name"}`` |
 | ``max_output_tokens`` | ``max_completion_tokens`` |
@@ -81,11 +82,15 @@ class ResponsesBody:
     #: the Response object's echo of the request (tools, tool_choice, reasoning, text, ...)
     echo: dict[str, Any]
 
-    def conversation(self, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def conversation(self, history: list[dict[str, Any]], inner_system_role: str = "system") -> list[dict[str, Any]]:
         """The chat messages to run after ``history`` (a previous response's conversation): the instructions as a
-        system message, the history, the new input; leading system messages merged (``merge_leading_system``)."""
+        system message, the history, the new input; leading system messages merged (``merge_leading_system``),
+        later ones given ``inner_system_role`` (``user`` where the template takes system messages only first:
+        ``proxy/frontends/template_probe.py``)."""
         system = [{"role": "system", "content": self.instructions}] if self.instructions else []
-        return merge_leading_system(system + history + self.input_messages)
+        messages = merge_leading_system(system + history + self.input_messages)
+        return [{**message, "role": inner_system_role} if index and message["role"] == "system" else message
+                for index, message in enumerate(messages)]
 
 
 def read_responses_body(body: Any) -> ResponsesBody:

@@ -39,6 +39,7 @@ from proxy.frontends.responses_items import items_to_messages
 from proxy.frontends.responses_request import ResponsesBody, read_responses_body, responses_error
 from proxy.frontends.responses_store import ResponseChains, StoredResponse
 from proxy.frontends.responses_stream import ResponseEvents, new_id
+from proxy.frontends.template_probe import system_role_inside
 from proxy.routes.chat import SSE_HEADERS
 from proxy.services import ProxyServices
 from proxy.session_context import set_current_session_id
@@ -58,6 +59,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         session = sessions.peek(session_id)
         return session is not None and session.trie is not None
 
+    inner_system_role = system_role_inside(services.tokenizer)
     chains = ResponseChains(session_alive)
     app.extensions["dressage_response_chains"] = chains
 
@@ -70,7 +72,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         session_id = _session_id(raw, previous, response_id)
         set_current_session_id(session_id)
         history = previous.conversation() if previous is not None else []
-        chat_body = {**body.chat, "messages": body.conversation(history)}
+        chat_body = {**body.chat, "messages": body.conversation(history, inner_system_role)}
         headers = {**header_map(request.headers), session_ids.headers[0].lower(): session_id}
         chat = await run_sized(len(data), INLINE_BODY_BYTES, _chat_request, chat_body, headers)
         run = await ChatRun.start(controller, chat, app.nursery, request.scope)

@@ -292,3 +292,24 @@ async def test_session_id_sources(start_proxy) -> None:
                              {"X-Session-Id": "mine"})
     assert other.status_code == 400 and other.json()["error"]["param"] == "previous_response_id"
     assert [record.routing_key for record in proxy.engine.request_log] == ["conv-1", fresh.json()["id"], "mine"]
+
+
+@pytest.mark.parametrize("model", ["qwen3", "qwen3_5"])
+async def test_a_developer_message_mid_conversation_is_served(start_proxy, model: str) -> None:
+    """Codex CLI's shape: developer messages first, then later one more. Served on both templates (Qwen3.5's
+    takes a system message only first: the later one goes as a user turn), and the conversation stays one
+    segment across the turns."""
+    outputs = ["<think>\nok\n</think>\n\nFirst." if model == "qwen3" else "ok\n</think>\n\nFirst.",
+               "<think>\nok\n</think>\n\nSecond." if model == "qwen3" else "ok\n</think>\n\nSecond."]
+    proxy = await start_proxy(model=model, script=[{"session": "dev", "output": o} for o in outputs])
+    items: list[Any] = [{"role": "developer", "content": "rules"}, {"role": "developer", "content": "skills"},
+                        {"role": "user", "content": "one"}]
+    async with proxy.async_client() as client:
+        for turn in range(2):
+            response = await client.responses.create(model="m", input=items, store=False,
+                                                     extra_headers={"X-Session-Id": "dev"})
+            assert response.output_text == ("First.", "Second.")[turn]
+            items += [item.model_dump(exclude_none=True) for item in response.output]
+            items += [{"role": "developer", "content": "sandbox changed"}, {"role": "user", "content": "two"}]
+    segments = await proxy.segments("dev")
+    assert len(segments) == 1 and segments[0]["num_turns"] == 2

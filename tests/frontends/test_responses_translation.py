@@ -24,6 +24,8 @@ from proxy.frontends.responses_items import (
 from proxy.frontends.responses_request import read_responses_body, responses_error, responses_param
 from proxy.frontends.responses_store import ResponseChains, StoredResponse
 from proxy.frontends.responses_stream import ResponseEvents
+from proxy.frontends.template_probe import system_role_inside
+from proxy.tokenization import load_tito_tokenizer
 from tests.api.strategies import any_value
 
 CODEX = Path(__file__).parent / "codex_requests"
@@ -309,3 +311,20 @@ def test_any_junk_body_is_a_4xx_never_a_crash(body: Any) -> None:
                                         {"X-Session-Id": "junk"})
     except ApiError as error:
         assert 400 <= error.status < 500, error
+
+
+@pytest.mark.parametrize(("model", "role"), [("qwen3", "system"), ("qwen3_5", "user")])
+def test_a_later_system_message_gets_the_role_the_template_takes(model: str, role: str, qwen3_path: Path,
+                                                                  qwen3_5_path: Path) -> None:
+    """Qwen3's template renders a system message anywhere; Qwen3.5's refuses one that is not first, so a later
+    ``developer`` message (Codex sends them) goes as a user turn there, and the rendered prompt holds it."""
+    tokenizer = load_tito_tokenizer(model, qwen3_path if model == "qwen3" else qwen3_5_path)
+    assert system_role_inside(tokenizer) == role
+    body = read_responses_body({"instructions": "rules", "input": [
+        {"role": "developer", "content": "more rules"}, {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"}, {"role": "developer", "content": "now sandboxed"},
+        {"role": "user", "content": "go"}]})
+    messages = body.conversation([], system_role_inside(tokenizer))
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", role, "user"]
+    assert messages[0]["content"] == "rules\n\nmore rules"
+    assert "now sandboxed" in tokenizer.decode(tokenizer.encode_full(messages, None, None))
