@@ -11,9 +11,10 @@ paths only, every JSON error response into::
 
 keeping its status and headers (``Retry-After``, ``WWW-Authenticate``); ``code`` is the proxy's stable code
 (``docs/api.md``), an extra member the SDKs ignore. Every response on these paths, errors or not, also carries the
-exchange's id as ``request-id``, the header the Anthropic SDKs read (``_request_id``, ``error.request_id``). The Anthropic ``type`` follows the status as Anthropic's API
-assigns them (:data:`ERROR_TYPES`). An error met after a stream started is an ``event: error`` SSE event of the same
-shape (:func:`sse_error_event`, written by ``messages_stream.py``).
+exchange's id as ``request-id``, the header the Anthropic SDKs read (``_request_id``, ``error.request_id``). The
+Anthropic ``type`` follows the status as Anthropic's API assigns them (:data:`ERROR_TYPES`). An error met after a
+stream started is an ``event: error`` SSE event of the same shape (:func:`sse_error_event`, written by
+``messages_stream.py``).
 """
 
 from __future__ import annotations

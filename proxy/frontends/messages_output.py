@@ -67,7 +67,9 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(_SIGNATURE_DOMAIN + data).hexdigest()[:32]
 
 
-def stop_reason(finish_reason: str | None, matched_stop: Any, stop_sequences: Sequence[str] | None) -> tuple[str, str | None]:
+def stop_reason(
+    finish_reason: str | None, matched_stop: Any, stop_sequences: Sequence[str] | None
+) -> tuple[str, str | None]:
     """``(stop_reason, stop_sequence)`` of a chat ``finish_reason``; ``matched_stop`` is what the generation
     stopped on (SGLang's ``matched``: a stop string, a token id, or None)."""
     if finish_reason == "stop" and isinstance(matched_stop, str) and matched_stop in (stop_sequences or ()):

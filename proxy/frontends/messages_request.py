@@ -16,7 +16,7 @@ types (``anthropic.types``, through pydantic) before they are translated.
 | a ``system`` message inside ``messages`` (Claude Code sends one after the first user message) | a ``system`` message in its place, or a ``user`` message where the served template takes system messages only first (``inner_system_role``) |
 | user ``text`` blocks (consecutive ones joined with a blank line) | a ``user`` message |
 | user ``tool_result`` block (string or text-block ``content``; ``is_error`` accepted) | a ``tool`` message, ``tool_call_id`` = ``tool_use_id`` |
-| assistant ``text`` blocks | ``content`` (joined with a blank line; ``null`` when there are none) |
+| assistant ``text`` blocks | ``content`` (concatenated as they are: the pieces of one recorded text; ``null`` when there are none) |
 | assistant ``tool_use`` block | a ``tool_calls`` entry: the same ``id``, ``function.name``, ``function.arguments`` = ``input`` |
 | assistant ``thinking`` block with this proxy's ``signature`` | ``reasoning_content``: the reasoning the signature carries (the block's displayed text is not read: it is empty under ``display: "omitted"``) |
 | assistant ``thinking`` block signed elsewhere, ``redacted_thinking`` block | dropped (another model's reasoning) |
@@ -47,8 +47,8 @@ Decisions:
   (server-side context editing: the proxy records the full history), ``inference_geo``, ``speed``,
   ``diagnostics``, ``output_config.effort``, ``citations`` on text blocks, ``thinking.budget_tokens`` (the
   thinking switch is the template's; thinking counts toward ``max_tokens`` as in Anthropic's API), and unknown
-  fields. ``thinking.display: "omitted"`` (Claude Code's) is honoured by the answer (:func:`shows_thinking`). ``output_config.format``, ``container`` and ``mcp_servers`` change what
-  the answer would be and are refused.
+  fields. ``thinking.display: "omitted"`` (Claude Code's) is honoured by the answer (:func:`shows_thinking`).
+  ``output_config.format``, ``container`` and ``mcp_servers`` change what the answer would be and are refused.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def shows_thinking(body: dict[str, Any]) -> bool:
     return not (isinstance(thinking, dict) and thinking.get("display") == "omitted")
 
 
-# -- system and messages ------------------------------------------------------------------------------------------------
+# -- system and messages -----------------------------------------------------------------------------------------------
 
 
 def _system(system: Any) -> list[dict[str, Any]]:
@@ -283,7 +283,9 @@ def _assistant_message(content: list[Any], where: str) -> dict[str, Any]:
         elif kind == "thinking" and (recorded := reasoning_from_signature(block["signature"])) is not None:
             reasoning.append(recorded)
         # else: another model's thinking, or redacted thinking: dropped (module docstring)
-    message: dict[str, Any] = {"role": "assistant", "content": BLOCK_SEPARATOR.join(texts) if texts else None}
+    # Concatenated as they are: an answer whose text a stream split into blocks (text, thinking, text) echoes back
+    # as exactly the recorded content.
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
     if calls:
@@ -307,7 +309,7 @@ def _block(raw: Any, where: str, kinds: tuple[str, ...]) -> dict[str, Any]:
     return _validated(_BLOCKS[kind], raw, where)
 
 
-# -- tools ----------------------------------------------------------------------------------------------------------------
+# -- tools -------------------------------------------------------------------------------------------------------------
 
 
 def _tools(value: Any) -> list[dict[str, Any]]:
@@ -343,7 +345,7 @@ def _tool_choice(value: Any) -> tuple[Any, bool | None]:
     return mapped, parallel
 
 
-# -- the SDK's types --------------------------------------------------------------------------------------------------
+# -- the SDK's types ---------------------------------------------------------------------------------------------------
 
 
 def _validated(adapter: TypeAdapter[Any], value: Any, where: str) -> Any:

@@ -139,7 +139,9 @@ class MessageStreamWriter:
             signature = thinking_signature("".join(self._thinking))
             self._thinking = []
             delta = {"type": "signature_delta", "signature": signature}
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta}))
+            events.append(
+                ("content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta})
+            )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": self._index}))
         self._open = None
         return events

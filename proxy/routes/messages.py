@@ -37,8 +37,8 @@ from proxy.request_id import current_request_id, new_request_id
 from proxy.routes.chat import SSE_HEADERS
 from proxy.routes.json_body import read_json_body
 from proxy.services import ProxyServices
-from proxy.tokenization import TitoError
 from proxy.session_context import set_current_session_id
+from proxy.tokenization import TitoError
 from proxy.trajectory.message_keys import effective_template_kwargs
 
 JSON = "application/json"
@@ -98,22 +98,31 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         tools = list(chat.template_tools) if chat.template_tools else None
         kwargs = effective_template_kwargs(chat.chat_template_kwargs, services.sessions.config.default_template_kwargs)
         size = sum(len(str(message.get("content") or "")) for message in chat.messages)
-        ids = await run_sized(size, INLINE_BODY_BYTES, services.tokenizer.encode_full, list(chat.messages), tools, kwargs)
+        ids = await run_sized(
+            size, INLINE_BODY_BYTES, services.tokenizer.encode_full, list(chat.messages), tools, kwargs
+        )
         return Response(dumps({"input_tokens": len(ids)}), status=200, content_type=JSON)
+
+
+#: the text of the probe's system message (found in the render when the template shows it)
+_PROBE = "dressage-inner-system-probe"
 
 
 def system_role_inside(tokenizer: Any) -> str:
     """The role a system message inside ``messages`` gets (``messages_request.chat_body``): ``system`` when the
-    served template renders a system message after a user message, else ``user`` (probed once, at start)."""
+    served template renders a system message after a user message, else ``user`` (it refuses one, or would drop
+    it silently); probed once, at start."""
     try:
-        tokenizer.encode_full([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}], None, None)
+        probe = [{"role": "user", "content": "a"}, {"role": "system", "content": _PROBE}]
+        ids = tokenizer.encode_full(probe, None, None)
     except TitoError:
         return "user"
-    return "system"
+    return "system" if _PROBE in tokenizer.decode(ids) else "user"
 
 
 def _matched_stop(run: ChatRun) -> Any:
-    """What the generation stopped on (a stop string, a token id, or None), once it finished."""
+    """What the generation stopped on (a stop string, a token id, or None), once it finished. A Messages request
+    is always one generation (no ``n``), whose ``output`` is its ``StepOutput``."""
     output = getattr(run.generation, "output", None)
     return getattr(output, "matched_stop", None)
 

@@ -99,8 +99,10 @@ async def run_conversation(proxy: Any, session: str, *, stream: bool) -> None:
     results = ["8", "16"]
     events: list[str] = []
     started: list[int] = []  # message_start's input_tokens, per streamed turn
+    counts: list[int] = []  # count_tokens, per turn
     for turn, output in enumerate(outputs()):
         counted = await count_tokens(proxy, session, messages)
+        counts.append(counted)
 
         def create() -> Any:
             with client(proxy, session) as sdk:
@@ -154,6 +156,9 @@ async def run_conversation(proxy: Any, session: str, *, stream: bool) -> None:
         start = len(record.input_ids)
         expected_mask[start:start + len(record.output_ids)] = [1] * len(record.output_ids)
     assert segment["loss_mask"] == expected_mask
+    # Each turn's count_tokens is where the recorded segment's trained span of that turn begins.
+    starts = [i for i, mask in enumerate(expected_mask) if mask and (i == 0 or not expected_mask[i - 1])]
+    assert starts == counts
     trained = [lp for lp, mask in zip(segment["logprobs"], expected_mask) if mask]
     assert len(trained) == sum(len(record.output_ids) for record in sent)
     assert all(lp != 0.0 for lp in trained[:-1])
@@ -229,7 +234,8 @@ async def test_errors_come_in_anthropic_shape_from_every_layer(start_proxy) -> N
     assert isinstance(no_session, anthropic.BadRequestError) and isinstance(server_tool, anthropic.BadRequestError)
     assert isinstance(upstream, anthropic.InternalServerError) and upstream.status_code == 503
     for error, kind, code in [
-        (wrong_key, "authentication_error", "unauthorized"), (no_session, "invalid_request_error", "missing_session_id"),
+        (wrong_key, "authentication_error", "unauthorized"),
+        (no_session, "invalid_request_error", "missing_session_id"),
         (server_tool, "invalid_request_error", "unsupported_parameter"),
         (upstream, "overloaded_error", "upstream_overloaded"),
     ]:
@@ -241,7 +247,8 @@ async def test_errors_come_in_anthropic_shape_from_every_layer(start_proxy) -> N
     key = {"x-api-key": "secret", "anthropic-version": "2023-06-01", "X-Session-Id": "anth-raw"}
     async with httpx.AsyncClient(base_url=proxy.url, timeout=60) as http:
         answers = {
-            "not json": await http.post("/v1/messages", content=b"{", headers={**key, "content-type": "application/json"}),
+            "not json": await http.post(
+                "/v1/messages", content=b"{", headers={**key, "content-type": "application/json"}),
             "text/plain": await http.post("/v1/messages", content=b"{}", headers={**key, "content-type": "text/plain"}),
             "too large": await http.post("/v1/messages/count_tokens", json={"pad": "x" * 70_000}, headers=key),
             "unknown path": await http.post("/v1/messages/batches", json={}, headers=key),
@@ -355,7 +362,8 @@ async def test_claude_code_shaped_requests_stay_one_segment(start_proxy) -> None
     assert second.content[-1].text == "I wrote hello into hello.txt." and second.stop_reason == "end_turn"
 
     sent = proxy.requests_of("claude-code")
-    assert sent[1].input_ids[: len(sent[0].input_ids) + len(sent[0].output_ids)] == sent[0].input_ids + sent[0].output_ids
+    first_step = sent[0].input_ids + sent[0].output_ids
+    assert sent[1].input_ids[: len(first_step)] == first_step
     prompt = proxy.tito.decode(list(sent[0].input_ids))
     assert "<|im_start|>user\n" + ENVIRONMENT in prompt  # the inner system message, as a user turn on Qwen3.5
     assert len(sent[1].input_ids) + sent[1].sampling_params["max_new_tokens"] <= 32768  # within the context

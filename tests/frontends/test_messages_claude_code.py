@@ -29,7 +29,9 @@ def capture(name: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("model", ["qwen3", "qwen3_5"])
 @pytest.mark.parametrize("name", FILES)
-def test_claude_code_bodies_are_accepted_and_render(name: str, model: str, qwen3_path: Path, qwen3_5_path: Path) -> None:
+def test_claude_code_bodies_are_accepted_and_render(
+    name: str, model: str, qwen3_path: Path, qwen3_5_path: Path
+) -> None:
     tito = load_tito_tokenizer(model, qwen3_path if model == "qwen3" else qwen3_5_path)
     role = system_role_inside(tito)
     assert role == ("system" if model == "qwen3" else "user")

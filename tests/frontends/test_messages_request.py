@@ -115,7 +115,8 @@ def test_the_signature_carries_the_recorded_reasoning() -> None:
 
 def test_a_system_message_inside_messages_keeps_its_place() -> None:
     messages = [{"role": "user", "content": "hi"},
-                {"role": "system", "content": [{"type": "text", "text": "env", "cache_control": {"type": "ephemeral"}}]},
+                {"role": "system",
+                 "content": [{"type": "text", "text": "env", "cache_control": {"type": "ephemeral"}}]},
                 {"role": "user", "content": "go"}]
     for role in ("system", "user"):
         translated = chat_body(body(messages=messages), inner_system_role=role)
@@ -236,3 +237,49 @@ def test_an_answer_echoed_back_is_the_recorded_message(
     assert echoed.get("reasoning_content") == (reasoning or None)
     assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in echoed.get("tool_calls", [])] == \
         [(f"call_{index}", name, args) for index, (name, args) in enumerate(calls)]
+
+
+def test_an_answers_text_split_into_blocks_echoes_as_the_recorded_text() -> None:
+    request = chat(messages=[
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Let me check.\n"},
+            {"type": "thinking", "thinking": "", "signature": thinking_signature("hmm")},
+            {"type": "text", "text": "It is 8."},
+        ]},
+        {"role": "user", "content": "r"},
+    ])
+    assert request.messages[1] == {
+        "role": "assistant", "content": "Let me check.\nIt is 8.", "reasoning_content": "hmm"}
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3), max_leaves=12,
+)
+_block_types = st.sampled_from(["text", "tool_use", "tool_result", "thinking", "redacted_thinking", "image", None])
+_blocks = st.lists(st.fixed_dictionaries({"type": _block_types}, optional={
+    "text": _json, "id": _json, "name": _json, "input": _json, "tool_use_id": _json, "content": _json,
+    "thinking": _json, "signature": _json, "is_error": _json, "cache_control": _json}), max_size=3)
+_messages = st.lists(st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "system", "tool"]) | _json, "content": _blocks | _json}), max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(fields=st.fixed_dictionaries({}, optional={
+    "model": _json, "max_tokens": _json, "system": _blocks | _json, "messages": _messages | _json,
+    "tools": st.lists(st.fixed_dictionaries({"name": _json, "input_schema": _json}, optional={"type": _json}),
+                      max_size=2) | _json,
+    "tool_choice": st.fixed_dictionaries({"type": st.sampled_from(["auto", "any", "tool", "none"]) | _json},
+                                         optional={"name": _json, "disable_parallel_tool_use": _json}) | _json,
+    "thinking": st.fixed_dictionaries({"type": st.sampled_from(["enabled", "disabled", "adaptive"]) | _json},
+                                      optional={"budget_tokens": _json, "display": _json}) | _json,
+    "stop_sequences": _json, "temperature": _json, "top_p": _json, "top_k": _json, "stream": _json,
+    "metadata": _json, "chat_template_kwargs": _json, "output_config": _json,
+}))
+def test_any_body_is_translated_or_refused_with_an_api_error(fields: dict[str, Any]) -> None:
+    """Junk anywhere in the body is a 4xx ApiError, never another exception (which would be a 500)."""
+    try:
+        ChatCompletionRequest.from_http(chat_body({"model": "m", "max_tokens": 8, **fields}), HEADERS)
+    except ApiError as error:
+        assert 400 <= error.status < 500
