@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e_cli.agents import (
-    FULL_TARGET, NO_MID_CONVERSATION_SYSTEM, PROOF_FILE, assert_one_segment, claude_task, follow_up, run_claude,
+    NO_MID_CONVERSATION_SYSTEM, PROOF_FILE, assert_one_segment, claude_task, follow_up, run_claude,
 )
 
 CONTENT = "written by claude code through dressage"
@@ -44,7 +44,7 @@ async def test_claude_print_mode_writes_the_file_and_exports_one_segment(
     await assert_one_segment(proxy, session_id)
 
 
-@pytest.mark.skipif(not FULL_TARGET, reason="full CLI target only (./dev e2e-cli): runs Claude Code twice")
+@pytest.mark.full_cli  # runs Claude Code twice
 async def test_claude_continue_continues_the_same_segment(
     claude_cli: Path, start_proxy, tmp_path: Path,
 ) -> None:

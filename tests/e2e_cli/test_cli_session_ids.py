@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.e2e_cli.agents import (
-    FULL_TARGET, PROOF_FILE, assert_one_segment, claude_task, codex_task, run_claude, run_codex,
+    PROOF_FILE, assert_one_segment, claude_task, codex_task, run_claude, run_codex,
 )
 
-pytestmark = pytest.mark.skipif(not FULL_TARGET, reason="full CLI target only (./dev e2e-cli)")
+pytestmark = pytest.mark.full_cli
 
 CONTENT = "filed under the id the CLI sends anyway"
 ANSWER = "Done."

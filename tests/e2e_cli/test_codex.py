@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e_cli.agents import FULL_TARGET, PROOF_FILE, assert_one_segment, codex_task, follow_up, run_codex
+from tests.e2e_cli.agents import PROOF_FILE, assert_one_segment, codex_task, follow_up, run_codex
 
 CONTENT = "written by codex through dressage"
 ANSWER = "I wrote proof.txt with the shell."
@@ -36,7 +36,7 @@ async def test_codex_exec_writes_the_file_and_exports_one_segment(
     await assert_one_segment(proxy, session_id)
 
 
-@pytest.mark.skipif(not FULL_TARGET, reason="full CLI target only (./dev e2e-cli): runs Codex twice")
+@pytest.mark.full_cli  # runs Codex twice
 async def test_codex_exec_resume_continues_the_same_segment(
     codex_cli: Path, start_proxy, tmp_path: Path,
 ) -> None:
