@@ -325,9 +325,12 @@ def _tools(value: Any) -> list[dict[str, Any]]:
                 f"{where}.type",
             )
         checked = _validated(_TOOL, tool, where)
-        function: dict[str, Any] = {"name": checked["name"], "parameters": tool["input_schema"]}
+        # OpenAI's key order (name, description, parameters): the template renders the tool as JSON, so the same
+        # tool declared through any protocol is the same prompt text (tests/e2e/test_protocols_agree.py).
+        function: dict[str, Any] = {"name": checked["name"]}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
+        function["parameters"] = tool["input_schema"]
         if tool.get("strict") is True:
             function["strict"] = True
         out.append({"type": "function", "function": function})
