@@ -24,10 +24,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from proxy.tokenization.tito import TemplateMismatchError, TitoTokenizer
+from proxy.tokenization.chatml import ChatMLTitoTokenizer
+from proxy.tokenization.glm import GLM_FAMILIES
+from proxy.tokenization.tito import TemplateMismatchError, TitoTokenizer, read_chat_template
 
 
-class Qwen3TitoTokenizer(TitoTokenizer):
+class Qwen3TitoTokenizer(ChatMLTitoTokenizer):
     """Qwen3 (hybrid thinking; JSON tool calls inside ``<tool_call>``)."""
 
     family = "qwen3"
@@ -36,7 +38,7 @@ class Qwen3TitoTokenizer(TitoTokenizer):
         return self.EMPTY_THINK if self.thinking_disabled(chat_template_kwargs) else ""
 
 
-class Qwen35TitoTokenizer(TitoTokenizer):
+class Qwen35TitoTokenizer(ChatMLTitoTokenizer):
     """Qwen3.5 (generation prompt opens the think block; XML tool calls; system only as the first message)."""
 
     family = "qwen3_5"
@@ -48,6 +50,9 @@ class Qwen35TitoTokenizer(TitoTokenizer):
 #: family name (the value of --tito-model / --trajectory-build-model) -> implementation
 TITO_FAMILIES: dict[str, type[TitoTokenizer]] = {"qwen3": Qwen3TitoTokenizer, "qwen3_5": Qwen35TitoTokenizer}
 _ALIASES = {"qwen3.5": "qwen3_5", "qwen35": "qwen3_5"}
+# GLM (proxy/tokenization/glm.py): one entry per official template version
+TITO_FAMILIES.update(GLM_FAMILIES)
+_ALIASES.update({"glm-4.7": "glm4_7", "glm47": "glm4_7", "glm-5": "glm5", "glm-5.1": "glm5_1", "glm-5.2": "glm5_2"})
 
 _cache: dict[tuple[str, Path], TitoTokenizer] = {}
 _cache_lock = threading.Lock()
@@ -68,7 +73,10 @@ def detect_family(tokenizer_path: str | Path) -> str:
     Raises :class:`~proxy.tokenization.tito.TemplateMismatchError` naming every family's objection when none fits,
     and FileNotFoundError when the folder lacks the files."""
     objections = []
-    for name in TITO_FAMILIES:
+    # A template byte-identical to an official one names its family (GLM's versions share the junction rules)
+    template = read_chat_template(Path(tokenizer_path))
+    exact = [name for name, cls in TITO_FAMILIES.items() if getattr(cls, "template_matches", lambda _: False)(template)]
+    for name in exact + [name for name in TITO_FAMILIES if name not in exact]:
         try:
             load_tito_tokenizer(name, tokenizer_path)
         except TemplateMismatchError as exc:
