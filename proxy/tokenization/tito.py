@@ -127,6 +127,7 @@ class TitoTokenizer(abc.ABC):
         # idempotent caches: concurrent writers store equal values, so no lock is needed
         self._gen_prompt_ids: dict[str, tuple[int, ...]] = {}
         self._token_bytes: dict[int, bytes] = {}
+        self._query_prompts: dict[str, str] = {}
         self._check_template()
 
     @abc.abstractmethod
@@ -410,7 +411,10 @@ class TitoTokenizer(abc.ABC):
         if normalized["role"] != "assistant":
             raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, f"not an assistant message: {normalized['role']}")
         query = [{"role": "user", "content": _ANCHOR_QUERY}]
-        prompt = self._render(query, None, chat_template_kwargs, add_generation_prompt=True)
+        key = _kwargs_key(self._template_kwargs(chat_template_kwargs))
+        prompt = self._query_prompts.get(key)
+        if prompt is None:  # idempotent cache: the same for every turn under these kwargs
+            prompt = self._query_prompts[key] = self._render(query, None, chat_template_kwargs, True)
         turn = self._render(query + [normalized], None, chat_template_kwargs, add_generation_prompt=False)
         return prompt, turn
 

@@ -1,6 +1,7 @@
 """The TITO property battery for GLM-4.7, GLM-5, GLM-5.1 and GLM-5.2 against their official templates.
 
-Each template runs GLM_EXAMPLES (2,000 by default) generated episodes (tool loops with parallel tool results,
+Each template runs GLM_EPISODES (2,000 by default) seeded episodes from ``random_scripts`` (the Qwen generators'
+shapes and alphabet without hypothesis's draw cost), plus the hypothesis property over ``strategies.scripts`` (tool loops with parallel tool results,
 reasoning, user interjections, unicode; thinking unset/on/off, ``clear_thinking``, GLM-5.2's ``reasoning_effort``),
 reusing the Qwen battery's generators (``strategies.scripts``) and driver (``simulation.simulate``). The simulated
 model emits the template's own rendering of each assistant turn then the role token it stops on
@@ -18,6 +19,7 @@ model emits the template's own rendering of each assistant turn then the role to
 from __future__ import annotations
 
 import os
+import random
 from typing import Any
 
 import attrs
@@ -30,12 +32,14 @@ from proxy.tokenization.glm import ASSISTANT, stop_token_for
 
 from .glm_files import TEMPLATE_FOLDERS, glm_root
 from .glm_model import predict_text_stable
+from .random_scripts import random_script
 from .simulation import simulate
 from .strategies import Script, scripts
 
-GLM_EXAMPLES = int(os.environ.get("DRESSAGE_GLM_EXAMPLES", "2000"))
+#: seeded episodes per template (random_scripts); DRESSAGE_GLM_EPISODES changes it for a quicker or deeper run
+GLM_EPISODES = int(os.environ.get("DRESSAGE_GLM_EPISODES", "2000"))
 GLM_SETTINGS = settings(
-    max_examples=GLM_EXAMPLES,
+    max_examples=int(os.environ.get("DRESSAGE_TITO_EXAMPLES", "40")),
     deadline=None,
     database=None,
     # no shrinking: an episode is up to 12 steps of real renders, and shrinking one takes minutes
@@ -55,14 +59,20 @@ class GlmScript(Script):
         return {**({} if self.thinking is None else {"enable_thinking": self.thinking}), **self.extra}
 
 
+def _glm_extra(family: str, rng: random.Random) -> dict[str, Any]:
+    """GLM's other switches: ``clear_thinking=False`` keeps history reasoning; GLM-5.2's ``reasoning_effort``."""
+    extra: dict[str, Any] = {}
+    if rng.randint(0, 3) == 0:
+        extra["clear_thinking"] = False
+    if family == "glm5_2" and rng.random() < 0.5:
+        extra["reasoning_effort"] = rng.choice(["high", "max"])
+    return extra
+
+
 @st.composite
 def glm_scripts(draw: st.DrawFn, family: str) -> GlmScript:
     script = draw(scripts(family, max_steps=12))
-    extra: dict[str, Any] = {}
-    if draw(st.integers(0, 3)) == 0:
-        extra["clear_thinking"] = False
-    if family == "glm5_2" and draw(st.booleans()):
-        extra["reasoning_effort"] = draw(st.sampled_from(["high", "max"]))
+    extra = _glm_extra(family, random.Random(draw(st.integers(0, 2**32))))
     return GlmScript(**attrs.asdict(script, recurse=False), extra=extra)
 
 
@@ -126,3 +136,15 @@ def check_episode(glm: TitoTokenizer, script: GlmScript) -> None:
 @given(data=st.data())
 def test_glm_tito_battery(glm: TitoTokenizer, data):
     check_episode(glm, data.draw(glm_scripts(glm.family)))
+
+
+def test_glm_tito_battery_seeded(glm: TitoTokenizer):
+    """GLM_EPISODES seeded episodes; a failure names its seed (``random_script(family, random.Random(seed))``)."""
+    for seed in range(GLM_EPISODES):
+        rng = random.Random(seed)
+        script = random_script(glm.family, rng)
+        script = GlmScript(**attrs.asdict(script, recurse=False), extra=_glm_extra(glm.family, rng))
+        try:
+            check_episode(glm, script)
+        except AssertionError as exc:
+            raise AssertionError(f"{glm.family} episode seed {seed}: {script}") from exc
