@@ -142,7 +142,7 @@ def test_glm_tito_battery_seeded(glm: TitoTokenizer):
     """GLM_EPISODES seeded episodes; a failure names its seed (``random_script(family, random.Random(seed))``)."""
     for seed in range(GLM_EPISODES):
         rng = random.Random(seed)
-        script = random_script(glm.family, rng)
+        script = random_script(glm.family, rng, max_steps=8)
         script = GlmScript(**attrs.asdict(script, recurse=False), extra=_glm_extra(glm.family, rng))
         try:
             check_episode(glm, script)
