@@ -75,6 +75,11 @@ def add_env_argument(
 MODEL_FAMILIES: dict[str, tuple[str, str, str]] = {
     "qwen3": ("qwen3", "qwen25", "qwen3"),
     "qwen3_5": ("qwen3_5", "qwen3_coder", "qwen3"),
+    # GLM (proxy/tokenization/glm.py): one entry per official template; SGLang's parsers glm47 and glm45
+    "glm4_7": ("glm4_7", "glm47", "glm45"),
+    "glm5": ("glm5", "glm47", "glm45"),
+    "glm5_1": ("glm5_1", "glm47", "glm45"),
+    "glm5_2": ("glm5_2", "glm47", "glm45"),
 }
 BUILD_MODES = ("concat", "last_step")
 PARSE_BACKENDS = ("local", "sglang_api", "hybrid")

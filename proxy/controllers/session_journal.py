@@ -117,7 +117,7 @@ def result_from_json(session_id: str, stored: Mapping[str, Any] | None) -> Final
 
 
 async def load_session(
-    store: TrajectoryStore, session_id: str, config: SessionConfig, end_of_turn_id: int | None
+    store: TrajectoryStore, session_id: str, config: SessionConfig, end_of_turn_id: int | frozenset[int] | None
 ) -> Session:
     """The session as the store knows it (see the module docstring). Raises ``JournalFormatError`` and
     ``ReplayMismatchError`` for a journal this proxy cannot rebuild (never silently a new session)."""
@@ -141,7 +141,7 @@ async def load_session(
     return session
 
 
-def _rebuild(session_id: str, config: SessionConfig, end_of_turn_id: int | None, steps: tuple[bytes, ...]) -> Session:
+def _rebuild(session_id: str, config: SessionConfig, end_of_turn_id: int | frozenset[int] | None, steps: tuple[bytes, ...]) -> Session:
     """Decode the journal and replay it (pure: a worker thread may run it)."""
     return replay_session(session_id, config, end_of_turn_id, [step_journal.decode(data) for data in steps])
 

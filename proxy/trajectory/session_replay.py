@@ -45,7 +45,7 @@ _PREPARE, _RESTART, _COMMIT = 0, 1, 2
 
 
 def replay_session(
-    session_id: str, config: SessionConfig, end_of_turn_id: int | None, records: Iterable[StepRecord]
+    session_id: str, config: SessionConfig, end_of_turn_id: int | frozenset[int] | None, records: Iterable[StepRecord]
 ) -> Session:
     """A session holding exactly the committed steps of ``records`` (any order: they are sorted by their moments)."""
     session = Session(session_id, config, end_of_turn_id)
