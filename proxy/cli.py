@@ -28,6 +28,7 @@ from proxy.controllers.fleet_control import join_fleet
 from proxy.controllers.lifecycle import LifecycleController
 from proxy.controllers.store_leases import run_lease_renewal
 from proxy.export_command import export_main
+from proxy.families_command import families_main
 from proxy.http_limits import http_limits
 from proxy.observability.logs import configure_proxy_logging
 from proxy.controllers.session_reaper import expiry_policy, run_reaper
@@ -71,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="dressage-proxy view EXPORT.jsonl|.parquet opens the trajectory viewer on an exported file "
         "(dressage-proxy view --help); dressage-proxy export --store URL --out PATH writes a store's segments to "
         "one (dressage-proxy export --help); dressage-proxy fleet pause|resume --urls URL,... pauses or resumes "
-        "every proxy of a fleet (dressage-proxy fleet --help).",
+        "every proxy of a fleet (dressage-proxy fleet --help); dressage-proxy families lists the supported model "
+        "families (dressage-proxy families --help).",
     )
     add_proxy_arguments(parser)
     add_service_arguments(parser)
@@ -130,6 +132,8 @@ async def run_proxy(
             lifecycle = services.lifecycle
             if warning := bind_warning(config):
                 log.warning(warning)
+            if config.model_family_warning:  # an unrecognised or edited chat template (proxy/families/detection.py)
+                log.warning(config.model_family_warning, extra={"model_family": config.trajectory_build_model})
             async with trio.open_nursery() as serving:
                 url = await serving.start(functools.partial(
                     serve_app, app, config.host, config.port, limits=http_limits(config),
@@ -185,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Subcommands beside serving: the trajectory viewer on an exported file (proxy/ui/view_command.py), the export
     # of a store to such a file (proxy/export_command.py), and pause/resume of a fleet (proxy/fleet_command.py).
-    subcommands = {"view": view_main, "export": export_main, "fleet": fleet_main}
+    subcommands = {"view": view_main, "export": export_main, "fleet": fleet_main, "families": families_main}
     if argv[:1] and argv[0] in subcommands:
         return subcommands[argv[0]](argv[1:])
     try:

@@ -71,16 +71,6 @@ def add_env_argument(
         parser.add_argument(flag, type=convert, default=default, help=help_text, **kwargs)
 
 
-#: --trajectory-build-model -> (TITO family, tool-call parser type, reasoning parser type), spec 5.6
-MODEL_FAMILIES: dict[str, tuple[str, str, str]] = {
-    "qwen3": ("qwen3", "qwen25", "qwen3"),
-    "qwen3_5": ("qwen3_5", "qwen3_coder", "qwen3"),
-    # GLM (proxy/tokenization/glm.py): one entry per official template; SGLang's parsers glm47 and glm45
-    "glm4_7": ("glm4_7", "glm47", "glm45"),
-    "glm5": ("glm5", "glm47", "glm45"),
-    "glm5_1": ("glm5_1", "glm47", "glm45"),
-    "glm5_2": ("glm5_2", "glm47", "glm45"),
-}
 BUILD_MODES = ("concat", "last_step")
 PARSE_BACKENDS = ("local", "sglang_api", "hybrid")
 
@@ -103,10 +93,16 @@ class ProxyConfig:
     upstream_max_connections: int = 512
     #: concat (TITO concatenation along the path) or last_step (re-render the last step at finalize)
     trajectory_build_mode: str = "concat"
-    #: qwen3 or qwen3_5: selects the TITO tokenizer, the tool-call format and the reasoning format together
+    #: the model family (--model-family, alias --trajectory-build-model; proxy/families/): selects the TITO
+    #: tokenizer, the tool-call format and the reasoning format together
     trajectory_build_model: str = "qwen3"
     #: overrides the TITO family of the build model
     tito_model: str | None = None
+    #: how the family was chosen: flag, default, template_sha256, structure or unrecognised
+    #: (proxy/families/detection.py)
+    model_family_source: str = "default"
+    #: the one start-up warning about the family (a template that is not a family's official one), or None
+    model_family_warning: str | None = None
     #: tokens of the model's context window; None: the upstream's own limit decides
     context_window: int | None = None
     #: clamp a request's max_tokens to what is left of the context window
@@ -119,7 +115,7 @@ class ProxyConfig:
     partial_rollout: bool = False
     tool_call_parse_backend: str = "sglang_api"
     reasoning_parse_backend: str = "sglang_api"
-    #: SGLang tool-call parser name (qwen25 or qwen3_coder); None: the build model's
+    #: SGLang tool-call parser name (qwen25 or qwen3_coder); None: the family's
     model_tool_call_type: str | None = None
     #: SGLang reasoning parser name (qwen3); None: the build model's
     model_reasoning_type: str | None = None
@@ -188,15 +184,22 @@ class ProxyConfig:
 
     @property
     def effective_tito_model(self) -> str:
-        return self.tito_model or MODEL_FAMILIES[self.trajectory_build_model][0]
+        """The canonical name of the family whose TITO tokenizer is loaded."""
+        from proxy.families import family_name  # noqa: PLC0415 - the registry loads the tokenizer code
+
+        return family_name(self.tito_model or self.trajectory_build_model)
 
     @property
-    def effective_tool_call_type(self) -> str:
-        return self.model_tool_call_type or MODEL_FAMILIES[self.trajectory_build_model][1]
+    def effective_tool_call_type(self) -> str | None:
+        from proxy.families import get_family  # noqa: PLC0415
+
+        return self.model_tool_call_type or get_family(self.trajectory_build_model).tool_call_parser
 
     @property
-    def effective_reasoning_type(self) -> str:
-        return self.model_reasoning_type or MODEL_FAMILIES[self.trajectory_build_model][2]
+    def effective_reasoning_type(self) -> str | None:
+        from proxy.families import get_family  # noqa: PLC0415
+
+        return self.model_reasoning_type or get_family(self.trajectory_build_model).reasoning_parser
 
     def summary(self) -> dict[str, Any]:
         """A JSON-ready view for /health and the start-up log."""
@@ -229,17 +232,22 @@ def sglang_ssl_context(ca_file: Path | None) -> ssl.SSLContext | None:
     return context
 
 
-def _detected_family(tokenizer_path: Path | None) -> str:
-    """The build model when none was chosen: the family of the template at ``tokenizer_path`` (qwen3 without one)."""
-    if tokenizer_path is None:
-        return "qwen3"
-    from proxy.tokenization.families import detect_family  # noqa: PLC0415 - loads tokenizers; only when needed
+def _model_family(args: argparse.Namespace) -> tuple[str, str, str | None]:
+    """(family name, how it was chosen, the start-up warning): ``--model-family`` (or its older spelling
+    ``--trajectory-build-model``), else the family of the template at ``--tokenizer-path`` (qwen3 without one)."""
+    from proxy.families import detect_family, family_name  # noqa: PLC0415 - loads tokenizers; only when needed
     from proxy.tokenization.tito import TemplateMismatchError  # noqa: PLC0415
 
+    chosen = args.model_family or args.trajectory_build_model
+    if chosen is not None:
+        return family_name(chosen), "flag", None
+    if args.tokenizer_path is None:
+        return "qwen3", "default", None
     try:
-        return detect_family(tokenizer_path)
+        detection = detect_family(args.tokenizer_path)
     except (TemplateMismatchError, FileNotFoundError) as exc:
-        raise ConfigError(f"--tokenizer-path: {exc}; choose --trajectory-build-model") from None
+        raise ConfigError(f"--tokenizer-path: {exc}; choose --model-family") from None
+    return detection.family.name, detection.how, detection.warning
 
 
 def positive_int(text: str) -> int:
@@ -346,15 +354,20 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
         "never read the body; default: session_id)",
     )
 
+    from proxy.families import family_names  # noqa: PLC0415 - the registry loads the tokenizer code
+
+    families = family_names()
     model = parser.add_argument_group("model, tokenization and parsing")
     add_env_argument(
-        model, "--trajectory-build-model", convert=choice(*MODEL_FAMILIES), default=None,
-        help="model family: qwen3 (JSON tool calls, parser qwen25) or qwen3_5 (XML tool calls, parser "
-        "qwen3_coder); sets the TITO tokenizer and the parsers unless overridden (default: detected from the "
-        "chat template at --tokenizer-path; qwen3 without one)",
+        model, "--model-family", convert=choice(*families), default=None,
+        help=f"model family ({', '.join(families)}; dressage-proxy families describes them): sets the TITO "
+        "tokenizer and the parsers unless overridden; generic: any template, a full render every step, each step "
+        "its own segment (default: detected from the chat template at --tokenizer-path; qwen3 without one)",
     )
-    add_env_argument(model, "--tito-model", convert=choice(*MODEL_FAMILIES), default=None,
-                     help="TITO tokenizer family (default: the build model's)")
+    add_env_argument(model, "--trajectory-build-model", convert=choice(*families), default=None,
+                     help="the older name of --model-family (--model-family wins when both are given)")
+    add_env_argument(model, "--tito-model", convert=choice(*families), default=None,
+                     help="TITO tokenizer family (default: the model family's)")
     add_env_argument(model, "--model-tool-call-type", convert=choice("qwen25", "qwen3_coder"), default=None,
                      help="tool-call format / SGLang parser name (default: the build model's)")
     add_env_argument(model, "--model-reasoning-type", convert=choice("qwen3"), default=None,
@@ -404,6 +417,7 @@ def proxy_config_from_args(args: argparse.Namespace) -> ProxyConfig:
     (``proxy/service_flags.py``) are added by ``proxy/cli.py:config_from_args``."""
     router = args.sglang_router_url.rstrip("/") if args.sglang_router_url else None
     sglang_ssl_context(args.sglang_ca_file)  # fail at start-up, with the flag's name, not at the first request
+    family, source, warning = _model_family(args)
     return ProxyConfig(
         host=args.host,
         port=args.port,
@@ -413,8 +427,10 @@ def proxy_config_from_args(args: argparse.Namespace) -> ProxyConfig:
         sglang_ca_file=args.sglang_ca_file,
         upstream_max_connections=args.upstream_max_connections,
         trajectory_build_mode=args.trajectory_build_mode,
-        trajectory_build_model=args.trajectory_build_model or _detected_family(args.tokenizer_path),
+        trajectory_build_model=family,
         tito_model=args.tito_model,
+        model_family_source=source,
+        model_family_warning=warning,
         context_window=args.context_window,
         dynamic_max_tokens=args.dynamic_max_tokens,
         rollout_temperature=args.rollout_temperature,

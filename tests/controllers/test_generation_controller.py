@@ -24,7 +24,7 @@ from proxy.controllers.generation_driver import Generation
 from proxy.controllers.step_output import TextDecoder
 from proxy.controllers.upstream_request import ReadOutcome, ending_event, failure_event
 from proxy.services import ProxyServices
-from proxy.tokenization import load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
 from proxy.upstream.client import SGLangClient
 from proxy.upstream.errors import (
     UpstreamErrorChunk,

@@ -12,7 +12,7 @@ import io
 import pytest
 
 from proxy.demo import SCRIPTS, Style, main, mask_runs, run_demo
-from proxy.tokenization import load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
 from serving.tokenizer_files import model_tokenizer_path
 
 

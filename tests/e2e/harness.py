@@ -24,7 +24,7 @@ import trio
 
 from engine import EngineHandle
 from proxy.cli import ProxyHandle
-from proxy.tokenization import load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
 
 #: every test client fails fast: no SDK retries (a retry would hide the error under test)
 SDK_OPTIONS = {"api_key": "not-needed", "max_retries": 0, "timeout": 60.0}

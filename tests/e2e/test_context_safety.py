@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.tokenization import load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
 
 LONG = " ".join(f"token{i}" for i in range(120))  # ~240 tokens: more than the 128 SGLang defaults to
 MESSAGES = [{"role": "user", "content": "Tell me a long story."}]

@@ -13,7 +13,7 @@ import trio
 from engine import EngineConfig
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
-from proxy.tokenization import load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
 from tests.e2e.harness import CALCULATOR_TOOLS, Proxy
 from tests.tokenization.glm_files import glm_root
 

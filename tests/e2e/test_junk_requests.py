@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from engine import EngineConfig
 from proxy.cli import ProxyHandle, run_proxy
 from proxy.config import ProxyConfig
-from proxy.tokenization import load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
 from tests.api.strategies import json_values, mutated_bodies, valid_bodies
 
 SESSION = "junk-target"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proxy.tokenization import load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
 
 
 def render(tokenizer_path: Path, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.tokenization import load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
 from proxy.tokenization.tito import GIL_FREE_ENCODE_CHARS
 
 PIECES = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from proxy.controllers.session_registry import SessionRegistry
-from proxy.tokenization import load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
 from proxy.trajectory.memory_store import InMemoryTrajectoryStore
 from proxy.trajectory.stores import open_store
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.tokenization import TitoTokenizer, load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
+from proxy.tokenization import TitoTokenizer
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,10 @@ from proxy.tokenization.messages import flatten_content
 from .strategies import Script
 
 
+#: families whose chat template is another's byte for byte: the predictions below are models of the template
+SAME_TEMPLATE_AS = {"qwen3_6": "qwen3_5"}
+
+
 def nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
@@ -82,6 +86,7 @@ def simulate(tito: TitoTokenizer, script: Script) -> Simulation:
 def last_query_index(family: str, messages: list[dict[str, Any]]) -> int:
     """Index of the last user message that is a real query (not a wrapped tool response), as the templates see
     it; -1 when there is none."""
+    family = SAME_TEMPLATE_AS.get(family, family)
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         if message["role"] != "user":
@@ -102,6 +107,7 @@ def predict_text_stable(family: str, thinking: bool | None, messages: list[dict[
     after the last query *and* when the reasoning is non-empty; in thinking-off mode the prompt's empty think
     block is never reproduced for a non-final turn.
     """
+    family = SAME_TEMPLATE_AS.get(family, family)
     lqi = last_query_index(family, messages)
     assistants = [(i, m) for i, m in enumerate(messages) if m["role"] == "assistant"]
     if family == "qwen3_5":
@@ -115,6 +121,7 @@ def predict_bpe_resplit(family: str, thinking: bool | None, messages: list[dict[
     """Whether a text-stable history still tokenizes differently: Qwen3.5 in thinking mode, an assistant turn
     with empty reasoning (prompt ends ``<think>\\n``, the model emits ``\\n</think>``, a whole-text encode merges
     the two newlines)."""
+    family = SAME_TEMPLATE_AS.get(family, family)
     if family != "qwen3_5" or thinking is False:
         return False
     return any(m["role"] == "assistant" and not (m.get("reasoning_content") or "").strip() for m in messages)

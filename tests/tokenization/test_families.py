@@ -7,14 +7,8 @@ import threading
 import pytest
 import tokenizers
 
-from proxy.tokenization import (
-    Qwen3TitoTokenizer,
-    Qwen35TitoTokenizer,
-    TemplateMismatchError,
-    TitoTokenizer,
-    family_name,
-    load_tito_tokenizer,
-)
+from proxy.families import Qwen3TitoTokenizer, Qwen35TitoTokenizer, family_name, load_tito_tokenizer
+from proxy.tokenization import TemplateMismatchError, TitoTokenizer
 from proxy.tokenization.tito import read_chat_template
 
 CONVERSATION = [

@@ -27,7 +27,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from proxy.tokenization import DriftKind, TitoTokenizer, TurnGeneration, audit_drift, build_last_step, load_tito_tokenizer
+from proxy.families import load_tito_tokenizer
+from proxy.tokenization import DriftKind, TitoTokenizer, TurnGeneration, audit_drift, build_last_step
 from proxy.tokenization.glm import ASSISTANT, stop_token_for
 
 from .glm_files import TEMPLATE_FOLDERS, glm_root

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.tokenization import TitoFailure, TitoFailureReason, TitoFragment, build_last_step, load_tito_tokenizer
-from proxy.tokenization.families import detect_family
+from proxy.families import detect_family, load_tito_tokenizer
+from proxy.tokenization import TitoFailure, TitoFailureReason, TitoFragment, build_last_step
 
 from .glm_files import TEMPLATE_FOLDERS, glm_root
 
@@ -31,7 +31,8 @@ def glm(family):
 
 
 def test_each_official_template_is_detected_as_its_own_version(family):
-    assert detect_family(glm_root() / family) == family
+    detection = detect_family(glm_root() / family)
+    assert (detection.family.name, detection.how) == (family, "template_sha256")
 
 
 def test_full_encode_equals_the_official_template_through_transformers(glm, family):

