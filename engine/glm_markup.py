@@ -18,6 +18,10 @@ import json
 import re
 from typing import Any
 
+from .determinism import stable_hash
+from .plausible_text import sentence, topic
+from .policy import tool_arguments, tools_in_system
+
 ROLES = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
 ASSISTANT = "<|assistant|>"
 USER, OBSERVATION = "<|user|>", "<|observation|>"
@@ -31,23 +35,8 @@ def split_turns(context: str) -> list[tuple[str, str]]:
 
 
 def prompt_tools(turns: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """The offered tools: the JSON lines inside ``<tools>`` of the first system turn."""
-    for role, content in turns:
-        if role != "system" or "<tools>" not in content:
-            continue
-        match = re.search(r"<tools>\n(.*?)\n</tools>", content, re.S)
-        tools = []
-        for line in (match.group(1) if match else "").split("\n"):
-            try:
-                tool = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(tool, dict):
-                function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
-                if isinstance(function.get("name"), str) and function["name"]:
-                    tools.append(function)
-        return tools
-    return []
+    """The offered tools: the JSON lines inside ``<tools>`` of the first system turn that has them."""
+    return next((tools_in_system(content) for role, content in turns if role == "system" and "<tools>" in content), [])
 
 
 def render_glm_call(name: str, arguments: dict[str, Any]) -> str:
@@ -76,10 +65,6 @@ def stop_role(reply: str) -> str:
 def default_glm_reply(context: str, *, seed: int, prefix: str) -> str:
     """The default policy (``engine/policy.py``) in GLM markup: a tool call when tools are offered and the last turn
     is a user message, else an answer; ``prefix``: the thinking prefix the prompt ends with."""
-    from .determinism import stable_hash
-    from .plausible_text import sentence, topic
-    from .policy import tool_arguments
-
     turns = split_turns(context)
     tools = prompt_tools(turns)
     users = [content for role, content in turns if role == "user"]

@@ -9,7 +9,7 @@ first two tokens and the generation prompt's tokens as its last).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from proxy.tokenization.results import LastStepError, TitoError, TitoFailure, TitoFailureReason
@@ -38,19 +38,7 @@ class ChatMLTitoTokenizer(TitoTokenizer):
         return self.ASSISTANT_HEADER + self.thinking_prefix(chat_template_kwargs)
 
     def _check_template(self) -> None:
-        for kwargs in ({}, {"enable_thinking": True}, {"enable_thinking": False}):
-            query = [{"role": "user", "content": "q"}]
-            try:
-                without = self._render(query, None, kwargs, add_generation_prompt=False)
-                with_prompt = self._render(query, None, kwargs, add_generation_prompt=True)
-            except TitoError as exc:
-                raise TemplateMismatchError(f"{self.source}: template failed on a one-message chat: {exc}") from None
-            expected = self.generation_prompt(kwargs)
-            if with_prompt != without + expected:
-                raise TemplateMismatchError(
-                    f"{self.source}: the generation prompt for {kwargs} is {with_prompt[len(without):]!r}, "
-                    f"but the {self.family} family expects {expected!r}"
-                )
+        for kwargs, expected in self._checked_generation_prompts():
             result = self._fragment_text([{"role": "user", "content": "u"}], True, None, kwargs, self.end_of_turn_id)
             want = f"\n<|im_start|>user\nu<|im_end|>\n{expected}"
             if not isinstance(result, str) or result != want:
@@ -71,18 +59,9 @@ class ChatMLTitoTokenizer(TitoTokenizer):
             )
         return turn[len(prompt) : -len(self.JUNCTION)]
 
-    def _fragment_text(
-        self,
-        new_messages: list[dict[str, Any]],
-        history_has_query: bool,
-        tools: Sequence[Mapping[str, Any]] | None,
-        chat_template_kwargs: Mapping[str, Any] | None,
-        checkpoint_end: int,
+    def _cut_fragment(
+        self, text: str, anchor: str, checkpoint_end: int, chat_template_kwargs: Mapping[str, Any] | None
     ) -> str | TitoFailure:
-        rendered = self._render_synthetic(new_messages, history_has_query, tools, chat_template_kwargs)
-        if isinstance(rendered, TitoFailure):
-            return rendered
-        text, anchor = rendered
         cut = anchor + self.END_OF_TURN
         if text.count(cut) != 1:
             return TitoFailure(
@@ -121,16 +100,12 @@ class ChatMLTitoTokenizer(TitoTokenizer):
         return text
 
     def last_step_spans(
-        self,
-        ids: list[int],
-        offsets: list[tuple[int, int]],
-        data: bytes,
-        messages: list[dict[str, Any]],
-        has_tools: bool,
-        chat_template_kwargs: Mapping[str, Any] | None,
+        self, ids: list[int], messages: list[dict[str, Any]], has_tools: bool, kwargs: Mapping[str, Any] | None
     ) -> list[tuple[int, int]]:
         """Spans located on token ids (``<|im_start|>`` followed by ``assistant\\n``) and byte offsets; the
         thinking prefix the render starts a turn with belongs to the prompt."""
+        offsets = self.token_offsets(ids)
+        data = b"".join(self.token_bytes(t) for t in ids)
         expected_turns = _count_turns(messages, has_tools)
         found_turns = ids.count(self.turn_start_id)
         if found_turns != expected_turns:
@@ -139,7 +114,7 @@ class ChatMLTitoTokenizer(TitoTokenizer):
                 "text"
             )
         header = b"assistant" + self.JUNCTION.encode()
-        prefix = self.thinking_prefix(chat_template_kwargs).encode()
+        prefix = self.thinking_prefix(kwargs).encode()
         spans: list[tuple[int, int]] = []
         for p, token_id in enumerate(ids):
             if token_id != self.turn_start_id or not data.startswith(header, offsets[p][1]):

@@ -25,7 +25,7 @@ same special tokens in the same order).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from proxy.tokenization.messages import normalize_messages
@@ -63,19 +63,7 @@ class GlmTitoTokenizer(TitoTokenizer):
         return ASSISTANT + self.thinking_prefix(chat_template_kwargs)
 
     def _check_template(self) -> None:
-        for kwargs in ({}, {"enable_thinking": True}, {"enable_thinking": False}):
-            query = [{"role": "user", "content": "q"}]
-            try:
-                without = self._render(query, None, kwargs, add_generation_prompt=False)
-                with_prompt = self._render(query, None, kwargs, add_generation_prompt=True)
-            except TitoError as exc:
-                raise TemplateMismatchError(f"{self.source}: template failed on a one-message chat: {exc}") from None
-            expected = self.generation_prompt(kwargs)
-            if with_prompt != without + expected:
-                raise TemplateMismatchError(
-                    f"{self.source}: the generation prompt for {kwargs} is {with_prompt[len(without):]!r}, "
-                    f"but the {self.family} family expects {expected!r}"
-                )
+        for kwargs, expected in self._checked_generation_prompts():
             for message, stop, want in (
                 ({"role": "user", "content": "u"}, USER, "u"),
                 ({"role": "tool", "content": "t"}, OBSERVATION, "<tool_response>t</tool_response>"),
@@ -105,18 +93,9 @@ class GlmTitoTokenizer(TitoTokenizer):
             )
         return body + stop_token_for(message if isinstance(message, Mapping) else {})
 
-    def _fragment_text(
-        self,
-        new_messages: list[dict[str, Any]],
-        history_has_query: bool,
-        tools: Sequence[Mapping[str, Any]] | None,
-        chat_template_kwargs: Mapping[str, Any] | None,
-        checkpoint_end: int,
+    def _cut_fragment(
+        self, text: str, anchor: str, checkpoint_end: int, chat_template_kwargs: Mapping[str, Any] | None
     ) -> str | TitoFailure:
-        rendered = self._render_synthetic(new_messages, history_has_query, tools, chat_template_kwargs)
-        if isinstance(rendered, TitoFailure):
-            return rendered
-        text, anchor = rendered
         if text.count(anchor) != 1:
             return TitoFailure(
                 TitoFailureReason.JUNCTION_MISMATCH,
@@ -155,25 +134,21 @@ class GlmTitoTokenizer(TitoTokenizer):
         return text + stop_token_for(final)
 
     def last_step_spans(
-        self,
-        ids: list[int],
-        offsets: list[tuple[int, int]],
-        data: bytes,
-        messages: list[dict[str, Any]],
-        has_tools: bool,
-        chat_template_kwargs: Mapping[str, Any] | None,
+        self, ids: list[int], messages: list[dict[str, Any]], has_tools: bool, kwargs: Mapping[str, Any] | None
     ) -> list[tuple[int, int]]:
         """From after ``<|assistant|>`` (and the thinking prefix the turn starts with) up to and including the next
         role token. Refused when the render has more role tokens than the messages' skeleton (special-token text
         inside a message)."""
+        offsets = self.token_offsets(ids)
+        data = b"".join(self.token_bytes(t) for t in ids)
         role_ids = set(self.role_ids.values())
-        expected = self._skeleton_role_count(messages, has_tools, chat_template_kwargs)
+        expected = self._skeleton_role_count(messages, has_tools, kwargs)
         found = sum(1 for token_id in ids if token_id in role_ids)
         if found != expected:
             raise LastStepError(
                 f"the render has {found} role tokens for {expected} expected: a message contains special-token text"
             )
-        prefix = self.thinking_prefix(chat_template_kwargs).encode()
+        prefix = self.thinking_prefix(kwargs).encode()
         spans: list[tuple[int, int]] = []
         for p, token_id in enumerate(ids):
             if token_id != self.assistant_id:

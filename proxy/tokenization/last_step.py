@@ -92,9 +92,7 @@ def build_last_step(
     text = tokenizer.render_full(messages, tools, chat_template_kwargs, add_generation_prompt=False)
     text = tokenizer.close_last_step_text(text, normalized[-1])
     ids = tokenizer.encode_text(text)
-    offsets = tokenizer.token_offsets(ids)
-    data = b"".join(tokenizer.token_bytes(t) for t in ids)
-    spans = tokenizer.last_step_spans(ids, offsets, data, normalized, bool(tools), chat_template_kwargs)
+    spans = tokenizer.last_step_spans(ids, normalized, bool(tools), chat_template_kwargs)
     mask = [0] * len(ids)
     for first, end in spans:
         mask[first:end] = [1] * (end - first)

@@ -139,6 +139,26 @@ class TitoTokenizer(abc.ABC):
     def _check_template(self) -> None:
         """Fail at load time (TemplateMismatchError) when the template does not follow the family's pinned rules."""
 
+    def _checked_generation_prompts(self) -> list[tuple[dict[str, Any], str]]:
+        """The first load-time check of every family: with thinking unset, on and off, the template's generation
+        prompt after a one-message chat is the pinned one. Returns ``(kwargs, prompt)`` for the junction checks."""
+        checked = []
+        for kwargs in ({}, {"enable_thinking": True}, {"enable_thinking": False}):
+            query = [{"role": "user", "content": "q"}]
+            try:
+                without = self._render(query, None, kwargs, add_generation_prompt=False)
+                with_prompt = self._render(query, None, kwargs, add_generation_prompt=True)
+            except TitoError as exc:
+                raise TemplateMismatchError(f"{self.source}: template failed on a one-message chat: {exc}") from None
+            expected = self.generation_prompt(kwargs)
+            if with_prompt != without + expected:
+                raise TemplateMismatchError(
+                    f"{self.source}: the generation prompt for {kwargs} is {with_prompt[len(without):]!r}, "
+                    f"but the {self.family} family expects {expected!r}"
+                )
+            checked.append((kwargs, expected))
+        return checked
+
     @property
     def vocab_size(self) -> int:
         """Token ids are ``0 <= id < vocab_size`` (added tokens included): the ids an upstream may generate."""
@@ -303,15 +323,10 @@ class TitoTokenizer(abc.ABC):
 
     @abc.abstractmethod
     def last_step_spans(
-        self,
-        ids: list[int],
-        offsets: list[tuple[int, int]],
-        data: bytes,
-        messages: list[dict[str, Any]],
-        has_tools: bool,
-        chat_template_kwargs: Mapping[str, Any] | None,
+        self, ids: list[int], messages: list[dict[str, Any]], has_tools: bool, kwargs: Mapping[str, Any] | None
     ) -> list[tuple[int, int]]:
-        """Token range ``[first, end)`` of what each assistant turn generated in a last-step render; raises
+        """Token range ``[first, end)`` of what each assistant turn generated in the last-step render ``ids`` of
+        ``messages`` (``kwargs``: the chat template kwargs); raises
         ``LastStepError`` when the render cannot be masked."""
 
     @abc.abstractmethod
@@ -369,7 +384,6 @@ class TitoTokenizer(abc.ABC):
             return TitoFailure(TitoFailureReason.JUNCTION_MISMATCH, problem)
         return TitoFragment(ids=tuple(ids), text=fragment)
 
-    @abc.abstractmethod
     def _fragment_text(
         self,
         new_messages: list[dict[str, Any]],
@@ -380,19 +394,6 @@ class TitoTokenizer(abc.ABC):
     ) -> str | TitoFailure:
         """Render the synthetic context and cut the fragment after the anchor's end of turn (``checkpoint_end``:
         the token the checkpoint ends with)."""
-
-    @abc.abstractmethod
-    def _check_fragment_ids(self, ids: list[int], chat_template_kwargs: Mapping[str, Any] | None) -> str | None:
-        """Why the fragment's tokens do not split at the family's junction and generation prompt (None: they do)."""
-
-    def _render_synthetic(
-        self,
-        new_messages: list[dict[str, Any]],
-        history_has_query: bool,
-        tools: Sequence[Mapping[str, Any]] | None,
-        chat_template_kwargs: Mapping[str, Any] | None,
-    ) -> tuple[str, str] | TitoFailure:
-        """(the synthetic context's render with the generation prompt, the anchor used in it)."""
         anchor = _anchor_absent_from(new_messages, tools)
         synthetic = [{"role": "user", "content": _ANCHOR_QUERY}] if history_has_query else []
         synthetic.append({"role": "assistant", "content": anchor})
@@ -400,7 +401,18 @@ class TitoTokenizer(abc.ABC):
             text = self._render(synthetic + new_messages, tools, chat_template_kwargs, add_generation_prompt=True)
         except TitoError as exc:
             return exc.failure
-        return text, anchor
+        return self._cut_fragment(text, anchor, checkpoint_end, chat_template_kwargs)
+
+    @abc.abstractmethod
+    def _cut_fragment(
+        self, text: str, anchor: str, checkpoint_end: int, chat_template_kwargs: Mapping[str, Any] | None
+    ) -> str | TitoFailure:
+        """The fragment: what the synthetic render ``text`` holds after the end of the ``anchor`` turn, checked
+        against the family's junction rules."""
+
+    @abc.abstractmethod
+    def _check_fragment_ids(self, ids: list[int], chat_template_kwargs: Mapping[str, Any] | None) -> str | None:
+        """Why the fragment's tokens do not split at the family's junction and generation prompt (None: they do)."""
 
     def _render_one_turn(self, message: Any, chat_template_kwargs: Mapping[str, Any] | None) -> tuple[str, str]:
         """(the generation prompt after a one-query chat, the same chat with ``message`` as the assistant turn)."""

@@ -13,23 +13,10 @@ import trio
 from engine import EngineConfig
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
+from proxy.demo import _message_dict
 from proxy.families import load_tito_tokenizer
 from tests.e2e.harness import CALCULATOR_TOOLS, Proxy
 from tests.tokenization.glm_files import glm_root
-
-
-def echo(message: Any) -> dict[str, Any]:
-    """The assistant message as the agent sends it back, reasoning included."""
-    out: dict[str, Any] = {"role": "assistant", "content": message.content}
-    reasoning = (message.model_extra or {}).get("reasoning_content")
-    if reasoning is not None:
-        out["reasoning_content"] = reasoning
-    if message.tool_calls:
-        out["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-            for c in message.tool_calls
-        ]
-    return out
 
 
 def call(name: str, a: int, b: int) -> str:
@@ -68,7 +55,7 @@ async def test_glm_tool_session_is_one_token_exact_segment(nursery: trio.Nursery
                 extra_headers={"X-Session-Id": session}, extra_body={"return_token_ids": True})
             choice, body = completion.choices[0], completion.model_extra
             generated.append(body["token_ids"])
-            messages.append(echo(choice.message))
+            messages.append(_message_dict(choice.message))  # reasoning echoed, as the demo agent does
             if turn < turns - 1:
                 assert choice.finish_reason == "tool_calls", choice
                 assert tito.decode(body["token_ids"][-1:]) == "<|observation|>"

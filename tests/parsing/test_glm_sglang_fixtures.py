@@ -25,8 +25,9 @@ import pytest
 from engine.parsers import ParserCrash, parse_function_call, separate_reasoning
 from proxy.parsing import MessageParser, ParserConfig, ToolSpecs, parse_local
 from proxy.parsing.tool_blocks import decide_block
-from proxy.upstream.errors import UpstreamHTTPError
 from proxy.upstream.events import FunctionCallParse, ReasoningParse
+
+from .test_sglang_fixtures import _reply
 
 FIXTURES = Path(__file__).with_name("fixtures") / "sglang_glm_0_5_23.jsonl.gz"
 IDS = {"session_id": "s", "step_index": 3}
@@ -118,12 +119,6 @@ def test_clean_outputs_parse_locally_as_sglang_parses_them() -> None:
 
 def message_format(output: dict[str, Any]) -> Any:
     return ParserConfig(tool_call_type=parser_of(output)).message_format
-
-
-def _reply(body: Mapping[str, Any], parse: Any) -> Any:
-    if "error" in body:
-        raise UpstreamHTTPError(500, "Internal Server Error")
-    return parse.from_json(body)
 
 
 class Recorded:
