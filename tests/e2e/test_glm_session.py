@@ -77,3 +77,26 @@ async def test_glm_tool_session_is_one_token_exact_segment(nursery: trio.Nursery
     mask = segments[0]["loss_mask"]
     assert sum(mask) == sum(len(g) for g in generated)
 
+
+
+async def test_tool_results_after_a_turn_that_stopped_on_user_start_a_segment_saying_why(nursery: trio.Nursery) -> None:
+    """The model answered without calls (stopped on <|user|>), then the client sends a tool result: the template
+    continues with <|observation|>, so no exact fragment exists: a new segment, ``tito_failed``, junction named."""
+    path = glm_root() / "glm4_7"
+    config = ProxyConfig(port=0, tokenizer_path=path, trajectory_build_model="glm4_7",
+                         tool_call_parse_backend="local", reasoning_parse_backend="local")
+    handle = await nursery.start(run_proxy, config, EngineConfig(tokenizer_path=path))
+    proxy = Proxy(handle, path, "glm4_7")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Say hello."}]
+    async with proxy.async_client() as client:
+        first = await client.chat.completions.create(model="glm", messages=messages,
+                                                     extra_headers={"X-Session-Id": "glm-junction"})
+        assert first.choices[0].finish_reason == "stop"
+        messages += [_message_dict(first.choices[0].message),
+                     {"role": "tool", "tool_call_id": "stray", "content": "late tool output"}]
+        await client.chat.completions.create(model="glm", messages=messages,
+                                             extra_headers={"X-Session-Id": "glm-junction"})
+    segments = await proxy.segments("glm-junction")
+    assert [s["boundary_reason"] for s in segments] == ["session_start", "tito_failed"]
+    detail = segments[1].get("boundary_detail") or ""
+    assert "junction_mismatch" in detail and "<|observation|>" in detail, segments[1]
