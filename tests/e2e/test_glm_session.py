@@ -16,7 +16,7 @@ from proxy.config import ProxyConfig
 from proxy.demo import _message_dict
 from proxy.families import load_tito_tokenizer
 from tests.e2e.harness import CALCULATOR_TOOLS, Proxy
-from tests.tokenization.glm_files import glm_root
+from tests.tokenization.glm_files import glm_path
 
 
 def call(name: str, a: int, b: int) -> str:
@@ -36,7 +36,7 @@ async def test_glm_tool_session_is_one_token_exact_segment(nursery: trio.Nursery
     """Three scripted GLM turns (two tool calls, then the answer), or the engine's own GLM policy (a call, then the
     answer): the tool calls parse, every checkpoint ends with the stop token, and the session is one segment whose
     ids are the official template's render of the whole conversation."""
-    path = glm_root() / "glm4_7"
+    path = glm_path("glm4_7")
     session = "glm-calc"
     script = tuple({"session": session, "output": o} for o in SCRIPTED) if scripted else ()
     config = ProxyConfig(port=0, tokenizer_path=path, trajectory_build_model="glm4_7",
@@ -82,7 +82,7 @@ async def test_glm_tool_session_is_one_token_exact_segment(nursery: trio.Nursery
 async def test_tool_results_after_a_turn_that_stopped_on_user_start_a_segment_saying_why(nursery: trio.Nursery) -> None:
     """The model answered without calls (stopped on <|user|>), then the client sends a tool result: the template
     continues with <|observation|>, so no exact fragment exists: a new segment, ``tito_failed``, junction named."""
-    path = glm_root() / "glm4_7"
+    path = glm_path("glm4_7")
     config = ProxyConfig(port=0, tokenizer_path=path, trajectory_build_model="glm4_7",
                          tool_call_parse_backend="local", reasoning_parse_backend="local")
     handle = await nursery.start(run_proxy, config, EngineConfig(tokenizer_path=path))
