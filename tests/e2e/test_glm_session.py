@@ -100,3 +100,34 @@ async def test_tool_results_after_a_turn_that_stopped_on_user_start_a_segment_sa
     assert [s["boundary_reason"] for s in segments] == ["session_start", "tito_failed"]
     detail = segments[1].get("boundary_detail") or ""
     assert "junction_mismatch" in detail and "<|observation|>" in detail, segments[1]
+
+
+async def test_a_streamed_glm_turn_carries_the_message_of_the_non_streamed_one(nursery: trio.Nursery) -> None:
+    """The same GLM prompt (the engine's output depends only on it), once streamed and once not, through the SDK:
+    the streamed deltas assemble into the same reasoning, content and tool call."""
+    path = glm_path("glm4_7")
+    config = ProxyConfig(port=0, tokenizer_path=path, trajectory_build_model="glm4_7",
+                         tool_call_parse_backend="local", reasoning_parse_backend="local")
+    handle = await nursery.start(run_proxy, config, EngineConfig(tokenizer_path=path))
+    proxy = Proxy(handle, path, "glm4_7")
+    request = {"model": "glm", "tools": CALCULATOR_TOOLS,
+               "messages": [{"role": "user", "content": "Please add 5 and 3."}]}
+    async with proxy.async_client() as client:
+        whole = (await client.chat.completions.create(**request, extra_headers={"X-Session-Id": "a"})).choices[0]
+        reasoning, content, calls = [], [], {}
+        stream = await client.chat.completions.create(**request, stream=True, extra_headers={"X-Session-Id": "b"})
+        async for chunk in stream:
+            for choice in chunk.choices:
+                delta = choice.delta
+                reasoning.append((delta.model_extra or {}).get("reasoning_content") or "")
+                content.append(delta.content or "")
+                for call in delta.tool_calls or ():
+                    entry = calls.setdefault(call.index, {"name": "", "arguments": ""})
+                    entry["name"] += (call.function and call.function.name) or ""
+                    entry["arguments"] += (call.function and call.function.arguments) or ""
+    message = whole.message
+    assert whole.finish_reason == "tool_calls"
+    assert "".join(reasoning) == message.model_extra["reasoning_content"]
+    assert "".join(content) == (message.content or "")
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [
+        (c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls]
