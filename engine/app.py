@@ -228,8 +228,9 @@ def create_engine_app(config: EngineConfig, engine: Engine | None = None) -> tup
             "weight_version": engine.weight_version,
             "has_image_understanding": False,
             "has_audio_understanding": False,
-            "model_type": "qwen3_5_moe" if xml else "qwen3_moe",
-            "architectures": ["Qwen3_5MoeForConditionalGeneration" if xml else "Qwen3MoeForCausalLM"],
+            "model_type": "glm4_moe" if engine.tokenizer.is_glm else "qwen3_5_moe" if xml else "qwen3_moe",
+            "architectures": ["Glm4MoeForCausalLM" if engine.tokenizer.is_glm
+                              else "Qwen3_5MoeForConditionalGeneration" if xml else "Qwen3MoeForCausalLM"],
         }
 
     @app.route("/model_info", methods=["GET"])

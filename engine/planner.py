@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import attrs
 
 from .constraints import Grammar
+from .glm_markup import default_glm_reply
 from .policy import THINK_DISABLED, default_plain_text, default_reply, filler_text
 from .script import ScriptBook, ScriptEntry
 from .tokenizer import EngineTokenizer
@@ -64,7 +65,7 @@ class Planner:
     _filler: tuple[int, ...] = ()
 
     def __attrs_post_init__(self) -> None:
-        self._header = tuple(self.tokenizer.encode("<|im_start|>assistant\n"))
+        self._header = tuple(self.tokenizer.encode(self.tokenizer.assistant_header))
         self._filler = tuple(self.tokenizer.encode(filler_text(self.seed)))
 
     def plan(self, input_ids: Sequence[int], keys: Sequence[str], grammar: Grammar | None = None) -> Plan:
@@ -79,7 +80,7 @@ class Planner:
         if entry is not None:
             tokens = tuple(self.tokenizer.encode(entry.output))
             if entry.eos:
-                tokens += (self.tokenizer.im_end_id,)
+                tokens += (self.tokenizer.end_of_turn_id(entry.output),)
             return Plan(tokens, 0, self._filler, entry, session_key)
         return self._default_plan(input_ids, session_key, grammar)
 
@@ -96,20 +97,25 @@ class Planner:
         tk = self.tokenizer
         header_at = self._last_header(input_ids)
         so_far = list(input_ids[header_at + len(self._header) :]) if header_at >= 0 else []
-        if header_at < 0 or tk.im_start_id in so_far or tk.im_end_id in so_far:
+        markers = set(tk.glm_roles.values()) if tk.is_glm else {tk.im_start_id, tk.im_end_id}
+        if header_at < 0 or markers.intersection(so_far):
             text = default_plain_text(tk.decode(list(input_ids), skip_special_tokens=False), seed=self.seed)
-            return Plan(tuple(tk.encode(text)) + (tk.im_end_id,), 0, self._filler, None, session_key)
+            return Plan(tuple(tk.encode(text)) + (tk.end_of_turn_id(text),), 0, self._filler, None, session_key)
         context = tk.decode(list(input_ids[:header_at]), skip_special_tokens=False)
         so_far_text = tk.decode(so_far, skip_special_tokens=False)
-        thinking = not so_far_text.startswith(THINK_DISABLED)
-        reply = default_reply(
-            context, seed=self.seed, thinking=thinking, xml_default=tk.uses_xml_tool_calls, grammar=grammar
-        )
-        tokens = tuple(tk.encode(reply)) + (tk.im_end_id,)
+        if tk.is_glm:  # the prompt's thinking prefix: <think>, </think> or <think></think> (engine/glm_markup.py)
+            prefix = next((p for p in ("<think></think>", "<think>", "</think>") if so_far_text.startswith(p)), "")
+            reply = default_glm_reply(context, seed=self.seed, prefix=prefix)
+        else:
+            thinking = not so_far_text.startswith(THINK_DISABLED)
+            reply = default_reply(
+                context, seed=self.seed, thinking=thinking, xml_default=tk.uses_xml_tool_calls, grammar=grammar
+            )
+        tokens = tuple(tk.encode(reply)) + (tk.end_of_turn_id(reply),)
         if list(tokens[: len(so_far)]) != so_far:
             # The partial reply does not match the plan token by token: continue from its text if possible.
             rest = reply[len(so_far_text) :] if reply.startswith(so_far_text) else reply.rsplit("\n", 1)[-1]
-            tokens = tuple(so_far) + tuple(tk.encode(rest)) + (tk.im_end_id,)
+            tokens = tuple(so_far) + tuple(tk.encode(rest)) + (tk.end_of_turn_id(reply),)
         return Plan(tokens, len(so_far), self._filler, None, session_key)
 
     def _last_header(self, input_ids: Sequence[int]) -> int:

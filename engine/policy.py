@@ -55,17 +55,7 @@ def analyze_prompt(context: str) -> PromptView:
     if turns and turns[0][0] == "system":
         system = turns[0][1]
         xml = "<function=" in system and "<parameter=" in system
-        match = re.search(r"<tools>\n(.*?)\n</tools>", system, re.S)
-        if match:
-            for line in match.group(1).split("\n"):
-                try:
-                    tool = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(tool, dict):
-                    function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
-                    if isinstance(function.get("name"), str) and function["name"]:
-                        tools.append(function)
+        tools = tools_in_system(system)
     user_text = ""
     after_tool_response = False
     for index, (role, content) in enumerate(turns):
@@ -78,6 +68,22 @@ def analyze_prompt(context: str) -> PromptView:
         if index == len(turns) - 1:
             after_tool_response = is_tool_response
     return PromptView(tuple(tools), xml, user_text, after_tool_response)
+
+
+def tools_in_system(system: str) -> list[dict[str, Any]]:
+    """The offered tools of a system turn: one JSON object per line inside ``<tools>...</tools>`` (Qwen and GLM)."""
+    tools: list[dict[str, Any]] = []
+    match = re.search(r"<tools>\n(.*?)\n</tools>", system, re.S)
+    for line in match.group(1).split("\n") if match else ():
+        try:
+            tool = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(tool, dict):
+            function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+            if isinstance(function.get("name"), str) and function["name"]:
+                tools.append(function)
+    return tools
 
 
 def tool_arguments(function: dict[str, Any], h: int, user_text: str) -> dict[str, Any]:

@@ -29,13 +29,33 @@ class EngineTokenizer:
 
     tokenizer: Tokenizer
     path: Path
-    im_start_id: int
-    im_end_id: int
+    im_start_id: int | None
+    im_end_id: int | None
     endoftext_id: int | None
     think_start_id: int | None
     think_end_id: int | None
     special_ids: frozenset[int]
     vocab_size: int
+    #: GLM vocabularies: role token -> id (``<|user|>``, ``<|observation|>``, ...); empty for ChatML (Qwen)
+    glm_roles: dict[str, int] = attrs.field(factory=dict)
+
+    @property
+    def is_glm(self) -> bool:
+        """The GLM chat format (no ``<|im_start|>``; role tokens, ``engine/glm_markup.py``)."""
+        return bool(self.glm_roles)
+
+    @property
+    def assistant_header(self) -> str:
+        return "<|assistant|>" if self.is_glm else "<|im_start|>assistant\n"
+
+    def end_of_turn_id(self, reply: str) -> int:
+        """The token the model ends ``reply`` with: ``<|im_end|>``, or GLM's next role (``glm_markup.stop_role``)."""
+        if self.is_glm:
+            from .glm_markup import stop_role  # noqa: PLC0415 - GLM only
+
+            return self.glm_roles[stop_role(reply)]
+        assert self.im_end_id is not None
+        return self.im_end_id
 
     @classmethod
     def from_path(cls, path: Path) -> EngineTokenizer:
@@ -47,7 +67,9 @@ class EngineTokenizer:
 
         Qwen's generation_config lists both as ``eos_token_id``; SGLang merges them into the stop set.
         """
-        ids = {self.im_end_id}
+        ids = {self.im_end_id} if self.im_end_id is not None else set()
+        if self.is_glm:  # GLM's generation_config: <|endoftext|>, <|user|>, <|observation|>
+            ids |= {self.glm_roles["<|user|>"], self.glm_roles["<|observation|>"]}
         if self.endoftext_id is not None:
             ids.add(self.endoftext_id)
         return frozenset(ids)
@@ -55,7 +77,7 @@ class EngineTokenizer:
     @property
     def uses_xml_tool_calls(self) -> bool:
         """Qwen3.5-class vocabularies (about 248k) emit XML tool calls; Qwen3 (about 151k) emits JSON."""
-        return self.vocab_size > 200_000
+        return self.vocab_size > 200_000 and not self.is_glm
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -96,14 +118,17 @@ def _load(path: Path) -> EngineTokenizer:
     def optional(content: str) -> int | None:
         return added[content][0] if content in added else None
 
+    roles = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
+    glm = "<|im_start|>" not in added and all(role in added for role in roles)
     return EngineTokenizer(
         tokenizer=tokenizer,
         path=path,
-        im_start_id=required("<|im_start|>"),
-        im_end_id=required("<|im_end|>"),
+        im_start_id=None if glm else required("<|im_start|>"),
+        im_end_id=None if glm else required("<|im_end|>"),
         endoftext_id=optional("<|endoftext|>"),
         think_start_id=optional("<think>"),
         think_end_id=optional("</think>"),
         special_ids=frozenset(token_id for token_id, special in added.values() if special),
         vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+        glm_roles={role: added[role][0] for role in roles} if glm else {},
     )

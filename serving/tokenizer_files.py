@@ -11,7 +11,7 @@ Layout of a tokenizer root, as returned by :func:`ensure_tokenizers` (docs/famil
     ROOT/qwen3.5/{tokenizer.json, tokenizer_config.json, chat_template.jinja}
     ROOT/qwen3.6/{tokenizer.json (Qwen3.5's: Qwen3.6 ships none), tokenizer_config.json, chat_template.jinja}
     ROOT/glm-4.7-flash/{tokenizer.json, tokenizer_config.json, chat_template.jinja}
-    ROOT/glm-5/, glm-5.1/, glm-5.2/{tokenizer_config.json, chat_template.jinja}       (no tokenizer.json shipped)
+    ROOT/glm-5/, glm-5.1/, glm-5.2/{tokenizer.json (GLM-4.7's: none shipped), tokenizer_config.json, chat_template.jinja}
     ROOT/deepseek-v3.1/{tokenizer.json, tokenizer_config.json (chat template inside)}
     ROOT/deepseek-v3.2/{tokenizer.json, tokenizer_config.json}                        (no chat template shipped)
     ROOT/deepseek-v4/{tokenizer.json, tokenizer_config.json, encoding_dsv4.py}        (a Python encoder, no template)
@@ -71,14 +71,20 @@ _FAMILY_FILES: dict[str, dict[str, tuple[str, bool, str]]] = {
             "glm-4.7-flash", False, "d63ad536c3c81880043e22ec7fd08db42b4d8fb7c89c7138bc562bfa25281375"),
     },
     "glm-5": {
+        # GLM-5.x ship no tokenizer.json; they use GLM-4.7's (docs/families.md, "GLM")
+        _TOKENIZER: ("glm-4.7-flash", True, "19e773648cb4e65de8660ea6365e10acca112d42a854923df93db4a6f333a82d"),
         "tokenizer_config.json": ("glm-5", False, "8b6c9684842d57fb45907d1670835fa6929a4686e4229d4c4684d56a9abf3eb1"),
         "chat_template.jinja": ("glm-5", False, "45a1d5635afd3d8e08a28866e72fc8395d2a7ec30989fd0bdaec6dd45a99eff0"),
     },
     "glm-5.1": {
+        # GLM-5.x ship no tokenizer.json; they use GLM-4.7's (docs/families.md, "GLM")
+        _TOKENIZER: ("glm-4.7-flash", True, "19e773648cb4e65de8660ea6365e10acca112d42a854923df93db4a6f333a82d"),
         "tokenizer_config.json": ("glm-5.1", False, "8b6c9684842d57fb45907d1670835fa6929a4686e4229d4c4684d56a9abf3eb1"),
         "chat_template.jinja": ("glm-5.1", False, "03b1bbff20331e54647c68167e8ac7f0b5b7ceb40ead372f44826624a9ad79cd"),
     },
     "glm-5.2": {
+        # GLM-5.x ship no tokenizer.json; they use GLM-4.7's (docs/families.md, "GLM")
+        _TOKENIZER: ("glm-4.7-flash", True, "19e773648cb4e65de8660ea6365e10acca112d42a854923df93db4a6f333a82d"),
         "tokenizer_config.json": ("glm-5.2", False, "98b1271574f41abf89427ae2dda030d94dc9478f0edc5a8bd240db213c6fd5fc"),
         "chat_template.jinja": ("glm-5.2", False, "172dc74a35e1752df75ecfb2b2cf9326d2852bb1379868ebeec9571654489679"),
     },

@@ -289,6 +289,7 @@ TOOL_CALL_PARSERS: dict[str, Callable[[str, list[_Tool]], tuple[str, list[ToolCa
     "qwen3_coder": _parse_qwen3_coder,
     "step3p5": _parse_qwen3_coder,
 }
+# GLM (engine/parsers/glm.py imports this module's helpers, so it registers itself from engine/parsers/__init__.py)
 
 
 def parse_function_call(text: str, parser: str, tools: list[Any]) -> tuple[str, list[ToolCallItem]]:

@@ -43,6 +43,9 @@ REASONING_PARSERS: dict[str, _Detector] = {
     "qwen3": _QWEN3,
     "qwen3-thinking": attrs.evolve(_QWEN3, forced=True),
     "deepseek-r1": _Detector(forced=True, tool_start=None),
+    # Glm45Detector: the same markers and <tool_call> close as Qwen3 (its extra excluded tokens only matter when
+    # streaming)
+    "glm45": _QWEN3,
 }
 
 

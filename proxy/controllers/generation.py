@@ -97,6 +97,7 @@ class GenerationController:
             if len(encoded) == 1:
                 ids.add(encoded[0])
         ids.add(self.tokenizer.end_of_turn_id)
+        ids.update(getattr(self.tokenizer, "end_of_turn_ids", ()))  # GLM: every role token the model stops on
         self.end_ids = frozenset(ids)
         if self.context_window is None:
             self.context_window = ContextWindow(self.upstream, self.config.context_window, self.config.tokenizer_path)

@@ -117,7 +117,7 @@ def result_from_json(session_id: str, stored: Mapping[str, Any] | None) -> Final
 
 
 async def load_session(
-    store: TrajectoryStore, session_id: str, config: SessionConfig, end_of_turn_id: int | None
+    store: TrajectoryStore, session_id: str, config: SessionConfig, end_of_turn_id: int | frozenset[int] | None
 ) -> tuple[Session, dict[str, KeyedStep]]:
     """The session as the store knows it (see the module docstring), and the newest step of each Idempotency-Key
     its journal holds. Raises ``JournalFormatError`` and ``ReplayMismatchError`` for a journal this proxy cannot
@@ -144,7 +144,7 @@ async def load_session(
 
 
 def _rebuild(
-    session_id: str, config: SessionConfig, end_of_turn_id: int | None, steps: tuple[bytes, ...]
+    session_id: str, config: SessionConfig, end_of_turn_id: int | frozenset[int] | None, steps: tuple[bytes, ...]
 ) -> tuple[Session, dict[str, KeyedStep]]:
     """Decode the journal and replay it (pure: a worker thread may run it)."""
     return replay_journal(session_id, config, end_of_turn_id, [step_journal.decode(data) for data in steps])

@@ -119,7 +119,7 @@ class SessionRegistry(SessionUpkeep):
         """The session with its lock, created in memory on first use (not loaded yet: see :meth:`_use`)."""
         locked = self._sessions.get(session_id)
         if locked is None:
-            locked = LockedSession(Session(session_id, self.config, self.tokenizer.end_of_turn_id))
+            locked = LockedSession(Session(session_id, self.config, _end_ids(self.tokenizer)))
             locked.last_activity = self.clock()
             self._sessions[session_id] = locked
         return locked
@@ -137,7 +137,7 @@ class SessionRegistry(SessionUpkeep):
         async with locked.load_lock:
             if not locked.loaded:
                 session, keyed = await load_session(self.store, session_id, self.config,
-                                                    self.tokenizer.end_of_turn_id)
+                                                    _end_ids(self.tokenizer))
                 locked.session, locked.loaded = session, True
                 if keyed:
                     # The Idempotency-Keys of its journal answer repeats from their steps (``idempotency.py``).
@@ -547,3 +547,9 @@ class SessionRegistry(SessionUpkeep):
 
 
 __all__ = ["LockedSession", "PreparedStep", "RegistryStatistics", "SessionRegistry"]
+
+
+def _end_ids(tokenizer: Any) -> int | frozenset[int]:
+    """The ids a step may end with and still be extended (GLM: several role tokens; ChatML: ``<|im_end|>``)."""
+    ids = getattr(tokenizer, "end_of_turn_ids", None)
+    return ids if ids and len(ids) > 1 else tokenizer.end_of_turn_id

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.families.model_family import ModelFamily
-from proxy.tokenization.tito import TitoTokenizer
+from proxy.tokenization.chatml import ChatMLTitoTokenizer
 
 
-class Qwen3TitoTokenizer(TitoTokenizer):
+class Qwen3TitoTokenizer(ChatMLTitoTokenizer):
     """Qwen3 (hybrid thinking; JSON tool calls inside ``<tool_call>``)."""
 
     family = "qwen3"

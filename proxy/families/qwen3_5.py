@@ -21,13 +21,13 @@ from typing import Any
 import attrs
 
 from proxy.families.model_family import ModelFamily
-from proxy.tokenization.tito import TitoTokenizer
+from proxy.tokenization.chatml import ChatMLTitoTokenizer
 
 #: the official Qwen3.5 chat_template.jinja, which Qwen3.6 ships byte for byte
 QWEN3_5_TEMPLATE_SHA256 = "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715"
 
 
-class Qwen35TitoTokenizer(TitoTokenizer):
+class Qwen35TitoTokenizer(ChatMLTitoTokenizer):
     """Qwen3.5 (generation prompt opens the think block; XML tool calls; system only as the first message)."""
 
     family = "qwen3_5"

@@ -30,7 +30,8 @@ import tokenizers
 
 from proxy.families.model_family import ModelFamily, TitoMode
 from proxy.tokenization.results import IncrementalResult, TitoError, TitoFailure, TitoFailureReason
-from proxy.tokenization.tito import TemplateMismatchError, TitoTokenizer
+from proxy.tokenization.chatml import ChatMLTitoTokenizer
+from proxy.tokenization.tito import TemplateMismatchError
 
 _QUERY = "tito-query-5c1e0b9d"
 _ANCHOR = "tito-anchor-5c1e0b9d"
@@ -38,7 +39,7 @@ _ANCHOR = "tito-anchor-5c1e0b9d"
 MISSING_ID = -1
 
 
-class TemplateOnlyTokenizer(TitoTokenizer):
+class TemplateOnlyTokenizer(ChatMLTitoTokenizer):
     """Full renders through an arbitrary chat template; no incremental encode (see the module docstring)."""
 
     family = "generic"
@@ -70,6 +71,7 @@ class TemplateOnlyTokenizer(TitoTokenizer):
             )
         self.END_OF_TURN = end  # an instance attribute shadowing the ChatML default
         self.end_of_turn_id = self._special_id(end)
+        self.end_of_turn_ids = frozenset({self.end_of_turn_id})
 
     def generation_prompt(self, chat_template_kwargs: Mapping[str, Any] | None = None) -> str:
         """What the template appends for ``add_generation_prompt`` after a one-message chat (cached per kwargs)."""

@@ -4,6 +4,8 @@ Names are SGLang's parser names (sglang-protocol.md §5.1, §5.2), because with 
 same name is sent to SGLang: ``--model-tool-call-type`` is ``qwen25`` (alias ``qwen``: Qwen2.5 / Qwen3 JSON) or
 ``qwen3_coder`` (alias ``step3p5``: Qwen3-Coder / Qwen3.5 / Qwen3.6 XML); ``--model-reasoning-type`` is ``qwen3``
 (``<think>...</think>``) or ``qwen3-thinking`` (the same, but the output always starts inside the reasoning).
+GLM (docs/parsing.md, "GLM"): tool calls ``glm47`` (GLM-4.7, GLM-5.x) or ``glm45`` (GLM-4.5/4.6, the same with
+newlines), reasoning ``glm45`` (SGLang's ``Glm45Detector``: ``<think>...</think>``, ended by ``<tool_call>`` too).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class ToolCallFormat(enum.Enum):
     """``{"name": ..., "arguments": {...}}`` (SGLang parser ``qwen25``)."""
     XML = "xml"
     """``<function=NAME><parameter=P>VALUE</parameter></function>`` (SGLang parser ``qwen3_coder``)."""
+    GLM = "glm"
+    """``NAME<arg_key>K</arg_key><arg_value>V</arg_value>...`` (SGLang parsers ``glm47`` and ``glm45``)."""
 
 
 #: ``--model-tool-call-type`` value (an SGLang parser name) -> format.
@@ -35,10 +39,12 @@ TOOL_CALL_TYPES: Mapping[str, ToolCallFormat] = {
     "qwen": ToolCallFormat.JSON,
     "qwen3_coder": ToolCallFormat.XML,
     "step3p5": ToolCallFormat.XML,
+    "glm47": ToolCallFormat.GLM,
+    "glm45": ToolCallFormat.GLM,
 }
 
 #: ``--model-reasoning-type`` value (an SGLang parser name) -> whether the output always starts inside reasoning.
-REASONING_TYPES: Mapping[str, bool] = {"qwen3": False, "qwen3-thinking": True}
+REASONING_TYPES: Mapping[str, bool] = {"qwen3": False, "qwen3-thinking": True, "glm45": False}
 
 
 def tool_call_format(name: str) -> ToolCallFormat:

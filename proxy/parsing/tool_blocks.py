@@ -24,6 +24,8 @@ function must end with ``</function>``, and only whitespace may stand between th
 
 A block is all or nothing: if any call in it is malformed the whole block is ``malformed_tool_call``; if all are
 well-formed but one names a tool that was not offered, the block is ``unknown_tool``. Either way it stays content.
+GLM (``glm47`` / ``glm45``): ``proxy/parsing/glm_blocks.py``.
+
 Accepted arguments are always strict JSON objects: a non-finite number converted from an XML value stays a
 string; in JSON bodies ``NaN`` / ``Infinity`` make the block malformed.
 """
@@ -39,6 +41,7 @@ from typing import Any
 import attrs
 
 from proxy.parsing.formats import TOOL_CALL_END, TOOL_CALL_START, ToolCallFormat, ToolSpecs
+from proxy.parsing.glm_blocks import glm_calls
 from proxy.parsing.parsed import ParseFlag
 
 FUNCTION_START = "<function="
@@ -86,7 +89,10 @@ def decide_block(raw: str, fmt: ToolCallFormat, tools: ToolSpecs, *, closed: boo
         return MALFORMED
     inner = raw[len(TOOL_CALL_START) : len(raw) - len(TOOL_CALL_END)]
     try:
-        calls = _json_calls(inner) if fmt is ToolCallFormat.JSON else _xml_calls(inner, tools)
+        if fmt is ToolCallFormat.GLM:
+            calls = glm_calls(inner, tools, schema_type)
+        else:
+            calls = _json_calls(inner) if fmt is ToolCallFormat.JSON else _xml_calls(inner, tools)
         if not calls:
             raise _Malformed
         if any(name not in tools for name, _ in calls):

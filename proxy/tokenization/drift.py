@@ -87,12 +87,13 @@ def _think_related(data: bytes, pos: int, open_: bytes, close: bytes) -> bool:
     return head.endswith(close) or head.endswith(open_)
 
 
-def _junction_related(data: bytes, pos: int, start: bytes, end: bytes, newline: bytes) -> bool:
-    """``pos`` is right after an end-of-turn (with or without its newline) or where a turn starts or ends."""
+def _junction_related(data: bytes, pos: int, after: tuple[bytes, ...], at: tuple[bytes, ...]) -> bool:
+    """``pos`` is right after an end of turn (ChatML: ``<|im_end|>`` with or without its newline; GLM: a role
+    token) or where a turn starts or ends (the family's ``boundary_markers``)."""
     head = data[:pos]
-    if head.endswith(end) or head.endswith(end + newline):
+    if any(head.endswith(marker) for marker in after):
         return True
-    return any(data.startswith(marker, pos) for marker in (start, end, newline + start))
+    return any(data.startswith(marker, pos) for marker in at)
 
 
 def audit_drift(
@@ -131,7 +132,7 @@ def audit_drift(
     open_, close = tokenizer.THINK_OPEN.encode(), tokenizer.THINK_CLOSE.encode()
     if any(_think_related(text, pos, open_, close) for text in (tito_text, canon_text) for pos in where):
         return attrs.evolve(report, kind=DriftKind.REASONING_STRIPPED)
-    start, end, newline = (s.encode() for s in (tokenizer.TURN_START, tokenizer.END_OF_TURN, tokenizer.JUNCTION))
-    if any(_junction_related(text, pos, start, end, newline) for text in (tito_text, canon_text) for pos in where):
+    after, at = tokenizer.boundary_markers()
+    if any(_junction_related(text, pos, after, at) for text in (tito_text, canon_text) for pos in where):
         return attrs.evolve(report, kind=DriftKind.JUNCTION)
     return report

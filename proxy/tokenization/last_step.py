@@ -1,7 +1,10 @@
 """Last-step build mode: one full re-render of a branch's final message list, with a loss mask over assistant turns.
 
 The final message list (ending with the last assistant message) is rendered with the model's template, without a
-generation prompt, and cut after the last ``<|im_end|>`` (the junction newline after it was never generated).
+generation prompt, and ended where the model's last turn ended (the family's ``close_last_step_text``; ChatML: cut
+after the last ``<|im_end|>``, the junction newline after it was never generated; GLM: the role token the model
+stops on is appended). Where each assistant turn's generated region lies is the family's ``last_step_spans``; what
+follows describes the ChatML families, ``proxy/tokenization/glm.py`` describes GLM's.
 
 Loss mask: 1 on the tokens each assistant turn *generates* -- reasoning, content, tool calls and the closing
 ``<|im_end|>`` -- and 0 everywhere else. The role header ``<|im_start|>assistant\\n`` is never masked, nor is the
@@ -29,12 +32,10 @@ from typing import Any
 import attrs
 
 from proxy.tokenization.messages import MessageError, normalize_messages
-from proxy.tokenization.results import TitoError, TitoFailureReason
+from proxy.tokenization.results import LastStepError, TitoError, TitoFailureReason
 from proxy.tokenization.tito import TitoTokenizer
 
-
-class LastStepError(ValueError):
-    """The final message list cannot be turned into a masked sample (the text says why)."""
+__all__ = ["LastStepError", "LastStepSample", "TurnGeneration", "build_last_step"]
 
 
 @attrs.frozen
@@ -65,18 +66,6 @@ class LastStepSample:
     """Why ``logprobs`` is None (None when they are attached)."""
 
 
-def _count_turns(messages: list[dict[str, Any]], has_tools: bool) -> int:
-    """How many ``<|im_start|>`` turns the ChatML templates render for these messages."""
-    turns = 1 if has_tools or (messages and messages[0]["role"] == "system") else 0
-    for index, message in enumerate(messages):
-        role = message["role"]
-        if role in ("user", "assistant") or (role == "system" and index > 0):
-            turns += 1
-        elif role == "tool" and (index == 0 or messages[index - 1]["role"] != "tool"):
-            turns += 1
-    return turns
-
-
 def build_last_step(
     tokenizer: TitoTokenizer,
     messages: Sequence[Any],
@@ -101,39 +90,12 @@ def build_last_step(
     if not normalized or normalized[-1]["role"] != "assistant":
         raise LastStepError("the final message list must end with an assistant message")
     text = tokenizer.render_full(messages, tools, chat_template_kwargs, add_generation_prompt=False)
-    eot, newline = tokenizer.END_OF_TURN, tokenizer.JUNCTION
-    if text.endswith(eot + newline):
-        text = text[: -len(newline)]
-    if not text.endswith(eot):
-        raise LastStepError(f"the render does not end with {eot!r}: {text[-40:]!r}")
+    text = tokenizer.close_last_step_text(text, normalized[-1])
     ids = tokenizer.encode_text(text)
-    offsets = tokenizer.token_offsets(ids)
-    data = b"".join(tokenizer.token_bytes(t) for t in ids)
-
-    expected_turns = _count_turns(normalized, bool(tools))
-    found_turns = ids.count(tokenizer.turn_start_id)
-    if found_turns != expected_turns:
-        raise LastStepError(
-            f"the render has {found_turns} turns for {expected_turns} expected: a message contains special-token text"
-        )
-    header = b"assistant" + newline.encode()
-    prefix = tokenizer.thinking_prefix(chat_template_kwargs).encode()
+    spans = tokenizer.last_step_spans(ids, normalized, bool(tools), chat_template_kwargs)
     mask = [0] * len(ids)
-    spans: list[tuple[int, int]] = []
-    for p, token_id in enumerate(ids):
-        if token_id != tokenizer.turn_start_id or not data.startswith(header, offsets[p][1]):
-            continue
-        generated_from = offsets[p][1] + len(header)
-        if prefix and data.startswith(prefix, generated_from):
-            generated_from += len(prefix)
-        try:
-            end = ids.index(tokenizer.end_of_turn_id, p + 1)
-        except ValueError:
-            raise LastStepError("an assistant turn is not closed by the end-of-turn token") from None
-        first = next(j for j in range(p + 1, end + 1) if offsets[j][0] >= generated_from)
-        for j in range(first, end + 1):
-            mask[j] = 1
-        spans.append((first, end + 1))
+    for first, end in spans:
+        mask[first:end] = [1] * (end - first)
     n_assistant = sum(1 for m in normalized if m["role"] == "assistant")
     if len(spans) != n_assistant:
         raise LastStepError(f"found {len(spans)} assistant turns in the render for {n_assistant} assistant messages")

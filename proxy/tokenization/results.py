@@ -79,3 +79,7 @@ class TitoError(ValueError):
     def of(cls, reason: TitoFailureReason, detail: str) -> TitoError:
         """Build the error and its failure in one call."""
         return cls(TitoFailure(reason, detail))
+
+
+class LastStepError(ValueError):
+    """The final message list cannot be turned into a masked sample (the text says why)."""

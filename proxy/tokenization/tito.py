@@ -1,28 +1,27 @@
-"""The TITO tokenizer: full encodes, exact incremental fragments, decode, with the model's own chat template.
+"""The TITO tokenizer base: full encodes, exact incremental fragments, decode, with the model's own chat template.
 
 Theory of operation
 -------------------
-A TITO context is the previous checkpoint's token ids (which end with the model's own ``<|im_end|>``) plus a
-fragment for the messages that came after it. The fragment must be exactly the text the model's template puts
-there: the junction newline after ``<|im_end|>``, the new turns (consecutive tool results grouped into one user
-turn of ``<tool_response>`` blocks), then the generation prompt with its thinking prefix.
+A TITO context is the previous checkpoint's token ids (which end with the token the model generated to close its
+turn) plus a fragment for the messages that came after it. The fragment must be exactly the text the model's
+template puts there: the new turns, then the generation prompt with its thinking prefix.
 
-We never re-render the history to get it (both Qwen templates rewrite earlier assistant turns once a new user query
-arrives, so the history is not a prefix of its own re-render). Instead we render a *minimal synthetic context* with
-the model's template, loaded at run time from ``--tokenizer-path``::
+We never re-render the history to get it (the Qwen and GLM templates rewrite earlier assistant turns once a new user
+query arrives, so the history is not a prefix of its own re-render). Instead we render a *minimal synthetic context*
+with the model's template, loaded at run time from ``--tokenizer-path``::
 
     [user "<query>" if the real history has a user query] + [assistant "<anchor>"] + new messages  (+ gen. prompt)
 
-and cut right after ``<anchor><|im_end|>``. What both templates render after an assistant turn depends only on
+and cut right after the anchor's end of turn. What the templates render after an assistant turn depends only on
 the previous message's role (always assistant here: the checkpoint's turn) and on where the last user query is
 relative to each later message, which the synthetic context preserves. The property tests compare every fragment
 with the full render of the real conversation wherever that render is prefix-stable.
 
-The fragment is checked against the family's pinned junction rules (starts with ``\\n<|im_start|>``, ends with
-the pinned generation prompt, tokenizes with the newline and ``<|im_start|>`` as its first two tokens and the
-generation prompt's tokens as its last) and tokenized on its own. That is exact because ``<|im_end|>`` and
-``<|im_start|>`` are special tokens: the BPE never merges across them, so the fragment's tokens are the tokens
-the full render has at that place.
+Where the turn ends is the family's junction rule (a subclass): ChatML families (``proxy.tokenization.chatml``) end
+a turn with ``<|im_end|>`` and start the next after a newline; GLM (``proxy.tokenization.glm``) has no end-of-turn
+token, the model stops by emitting the NEXT role token (``<|user|>``, ``<|observation|>``). Either way the cut falls
+right after a special token, and the fragment is tokenized on its own: exact, because the BPE never merges across
+special tokens, so the fragment's tokens are the tokens the full render has at that place.
 
 Encoding uses the official ``tokenizer.json`` through ``tokenizers.Tokenizer``, not ``AutoTokenizer``:
 transformers 5.23's ``Qwen2Tokenizer`` replaces the pre-tokenizer with the Qwen2 regex, which drops Qwen3.5's
@@ -99,19 +98,22 @@ def _kwargs_key(kwargs: Mapping[str, Any]) -> str:
 class TitoTokenizer(abc.ABC):
     """One model family's tokenizer and chat template, with the family's pinned junction rules.
 
-    Subclasses pin the family (``family``) and its thinking prefix; everything else is shared. Construct with
-    :meth:`from_path` (or :func:`proxy.tokenization.load_tito_tokenizer`, which caches per path).
+    The base is family-neutral (loading, encode/decode, full renders, the incremental driver); a family subclass
+    pins where a turn ends (:meth:`_init_junction_tokens`, :meth:`_fragment_text`, :meth:`_check_fragment_ids`),
+    what the model generates for a turn (:meth:`render_assistant`), its generation prompt, the last-step mask
+    (:meth:`close_last_step_text`, :meth:`last_step_spans`) and the drift audit's turn boundaries
+    (:meth:`boundary_markers`). Construct with :meth:`from_path` (or
+    :func:`proxy.tokenization.load_tito_tokenizer`, which caches per path).
     """
 
     family: ClassVar[str]
-    #: pinned junction rules, shared by the Qwen families
-    TURN_START: ClassVar[str] = "<|im_start|>"
-    END_OF_TURN: ClassVar[str] = "<|im_end|>"
-    JUNCTION: ClassVar[str] = "\n"
-    ASSISTANT_HEADER: ClassVar[str] = "<|im_start|>assistant\n"
     THINK_OPEN: ClassVar[str] = "<think>"
     THINK_CLOSE: ClassVar[str] = "</think>"
-    EMPTY_THINK: ClassVar[str] = "<think>\n\n</think>\n\n"
+    #: the token a checkpoint normally ends with (the family's main end-of-turn)
+    end_of_turn_id: int
+    #: every token a checkpoint may end with and still be extended (ChatML: ``<|im_end|>``; GLM: the role tokens
+    #: the model stops on)
+    end_of_turn_ids: frozenset[int]
 
     def __init__(self, tokenizer: tokenizers.Tokenizer, chat_template: str, *, source: str = "<memory>"):
         self._tokenizer = tokenizer
@@ -119,18 +121,43 @@ class TitoTokenizer(abc.ABC):
         self.source = source
         self._added: dict[int, str] = {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()}
         self._vocab_size: int = tokenizer.get_vocab_size(with_added_tokens=True)
-        self.end_of_turn_id = self._special_id(self.END_OF_TURN)
-        self.turn_start_id = self._special_id(self.TURN_START)
         self.think_open_id = self._special_id(self.THINK_OPEN)
         self.think_close_id = self._special_id(self.THINK_CLOSE)
-        newline = self.encode_text(self.JUNCTION)
-        if len(newline) != 1:
-            raise TemplateMismatchError(f"{source}: the junction newline is not a single token ({newline})")
-        self.newline_id = newline[0]
+        self._init_junction_tokens()
         # idempotent caches: concurrent writers store equal values, so no lock is needed
         self._gen_prompt_ids: dict[str, tuple[int, ...]] = {}
         self._token_bytes: dict[int, bytes] = {}
+        self._query_prompts: dict[str, str] = {}
         self._check_template()
+
+    @abc.abstractmethod
+    def _init_junction_tokens(self) -> None:
+        """Look up the family's turn tokens (``end_of_turn_id``, ``end_of_turn_ids``, ...); TemplateMismatchError
+        when the tokenizer lacks them."""
+
+    @abc.abstractmethod
+    def _check_template(self) -> None:
+        """Fail at load time (TemplateMismatchError) when the template does not follow the family's pinned rules."""
+
+    def _checked_generation_prompts(self) -> list[tuple[dict[str, Any], str]]:
+        """The first load-time check of every family: with thinking unset, on and off, the template's generation
+        prompt after a one-message chat is the pinned one. Returns ``(kwargs, prompt)`` for the junction checks."""
+        checked = []
+        for kwargs in ({}, {"enable_thinking": True}, {"enable_thinking": False}):
+            query = [{"role": "user", "content": "q"}]
+            try:
+                without = self._render(query, None, kwargs, add_generation_prompt=False)
+                with_prompt = self._render(query, None, kwargs, add_generation_prompt=True)
+            except TitoError as exc:
+                raise TemplateMismatchError(f"{self.source}: template failed on a one-message chat: {exc}") from None
+            expected = self.generation_prompt(kwargs)
+            if with_prompt != without + expected:
+                raise TemplateMismatchError(
+                    f"{self.source}: the generation prompt for {kwargs} is {with_prompt[len(without):]!r}, "
+                    f"but the {self.family} family expects {expected!r}"
+                )
+            checked.append((kwargs, expected))
+        return checked
 
     @property
     def vocab_size(self) -> int:
@@ -160,28 +187,6 @@ class TitoTokenizer(abc.ABC):
             raise TemplateMismatchError(f"{self.source}: {token!r} is not a special token of this tokenizer")
         return token_id
 
-    def _check_template(self) -> None:
-        """Fail at load time when the template does not follow this family's pinned rules."""
-        for kwargs in ({}, {"enable_thinking": True}, {"enable_thinking": False}):
-            query = [{"role": "user", "content": "q"}]
-            try:
-                without = self._render(query, None, kwargs, add_generation_prompt=False)
-                with_prompt = self._render(query, None, kwargs, add_generation_prompt=True)
-            except TitoError as exc:
-                raise TemplateMismatchError(f"{self.source}: template failed on a one-message chat: {exc}") from None
-            expected = self.generation_prompt(kwargs)
-            if with_prompt != without + expected:
-                raise TemplateMismatchError(
-                    f"{self.source}: the generation prompt for {kwargs} is {with_prompt[len(without):]!r}, "
-                    f"but the {self.family} family expects {expected!r}"
-                )
-            result = self._fragment_text([{"role": "user", "content": "u"}], True, None, kwargs)
-            want = f"\n<|im_start|>user\nu<|im_end|>\n{expected}"
-            if not isinstance(result, str) or result != want:
-                raise TemplateMismatchError(
-                    f"{self.source}: a user turn after an assistant turn renders as {result!r}, expected {want!r}"
-                )
-
     # -- family rules -------------------------------------------------------------------------------------------
 
     @staticmethod
@@ -191,11 +196,11 @@ class TitoTokenizer(abc.ABC):
 
     @abc.abstractmethod
     def thinking_prefix(self, chat_template_kwargs: Mapping[str, Any] | None = None) -> str:
-        """What the generation prompt adds after ``<|im_start|>assistant\\n`` (pinned per family)."""
+        """What the generation prompt adds after the assistant header (pinned per family)."""
 
+    @abc.abstractmethod
     def generation_prompt(self, chat_template_kwargs: Mapping[str, Any] | None = None) -> str:
         """The pinned generation prompt: the assistant header plus the thinking prefix."""
-        return self.ASSISTANT_HEADER + self.thinking_prefix(chat_template_kwargs)
 
     def generation_prompt_ids(self, chat_template_kwargs: Mapping[str, Any] | None = None) -> tuple[int, ...]:
         """Token ids of :meth:`generation_prompt` (cached per kwargs)."""
@@ -303,67 +308,32 @@ class TitoTokenizer(abc.ABC):
         """
         return self.encode_text(self.render_full(messages, tools, chat_template_kwargs))
 
+    @abc.abstractmethod
     def render_assistant(self, message: Any, chat_template_kwargs: Mapping[str, Any] | None = None) -> str:
-        """What a model following the template generates for ``message``: the template's own rendering of that
-        assistant turn after the generation prompt, ending with ``<|im_end|>`` (the junction newline excluded).
+        """What a model following the template generates for ``message`` after the generation prompt, ending with
+        the token that closes its turn; raises :class:`TitoError` when the template's rendering of that turn does
+        not extend the generation prompt."""
 
-        Raises :class:`TitoError` when the rendering does not extend the generation prompt (for example
-        reasoning in a message under ``enable_thinking=False``).
-        """
-        try:
-            normalized = normalize_message(message)
-        except MessageError as exc:
-            raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, str(exc)) from None
-        if normalized["role"] != "assistant":
-            raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, f"not an assistant message: {normalized['role']}")
-        query = [{"role": "user", "content": _ANCHOR_QUERY}]
-        prompt = self._render(query, None, chat_template_kwargs, add_generation_prompt=True)
-        turn = self._render(query + [normalized], None, chat_template_kwargs, add_generation_prompt=False)
-        tail = self.END_OF_TURN + self.JUNCTION
-        if not turn.startswith(prompt) or not turn.endswith(tail):
-            raise TitoError.of(
-                TitoFailureReason.JUNCTION_MISMATCH,
-                f"the template renders this assistant turn as {turn[turn.rfind(self.ASSISTANT_HEADER):]!r}, which "
-                f"does not extend the generation prompt {self.generation_prompt(chat_template_kwargs)!r}",
-            )
-        return turn[len(prompt) : -len(self.JUNCTION)]
+    # -- family hooks for the last-step build and the drift audit --------------------------------------------------
+
+    @abc.abstractmethod
+    def close_last_step_text(self, text: str, final: Mapping[str, Any]) -> str:
+        """The render of a final message list (no generation prompt) cut or completed so that it ends with the
+        token that closes the final assistant turn (``final``); raises ``LastStepError``."""
+
+    @abc.abstractmethod
+    def last_step_spans(
+        self, ids: list[int], messages: list[dict[str, Any]], has_tools: bool, kwargs: Mapping[str, Any] | None
+    ) -> list[tuple[int, int]]:
+        """Token range ``[first, end)`` of what each assistant turn generated in the last-step render ``ids`` of
+        ``messages`` (``kwargs``: the chat template kwargs); raises
+        ``LastStepError`` when the render cannot be masked."""
+
+    @abc.abstractmethod
+    def boundary_markers(self) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+        """(text a turn boundary ends with, text a turn boundary starts with), for the drift audit."""
 
     # -- incremental ----------------------------------------------------------------------------------------------
-
-    def _fragment_text(
-        self,
-        new_messages: list[dict[str, Any]],
-        history_has_query: bool,
-        tools: Sequence[Mapping[str, Any]] | None,
-        chat_template_kwargs: Mapping[str, Any] | None,
-    ) -> str | TitoFailure:
-        """Render the synthetic context and cut the fragment after the anchor's ``<|im_end|>``."""
-        anchor = _anchor_absent_from(new_messages, tools)
-        synthetic = [{"role": "user", "content": _ANCHOR_QUERY}] if history_has_query else []
-        synthetic.append({"role": "assistant", "content": anchor})
-        try:
-            text = self._render(synthetic + new_messages, tools, chat_template_kwargs, add_generation_prompt=True)
-        except TitoError as exc:
-            return exc.failure
-        cut = anchor + self.END_OF_TURN
-        if text.count(cut) != 1:
-            return TitoFailure(
-                TitoFailureReason.JUNCTION_MISMATCH,
-                f"the end of the checkpoint's turn ({cut!r}) occurs {text.count(cut)} times in the synthetic render",
-            )
-        fragment = text[text.index(cut) + len(cut) :]
-        start = self.JUNCTION + self.TURN_START
-        prompt = self.generation_prompt(chat_template_kwargs)
-        if not fragment.startswith(start):
-            return TitoFailure(
-                TitoFailureReason.JUNCTION_MISMATCH, f"fragment does not start with {start!r}: {fragment[:40]!r}"
-            )
-        if not fragment.endswith(prompt) or len(fragment) <= len(self.JUNCTION) + len(prompt):
-            return TitoFailure(
-                TitoFailureReason.JUNCTION_MISMATCH,
-                f"fragment does not end with new turns and the generation prompt {prompt!r}: {fragment[-60:]!r}",
-            )
-        return fragment
 
     def encode_incremental(
         self,
@@ -382,12 +352,12 @@ class TitoTokenizer(abc.ABC):
         roles (tool results, user and system turns, assistant turns the proxy never generated); the template
         decides what is legal. Never raises for bad input.
         """
-        if not checkpoint_ids or checkpoint_ids[-1] != self.end_of_turn_id:
+        if not checkpoint_ids or checkpoint_ids[-1] not in self.end_of_turn_ids:
             last = checkpoint_ids[-1] if checkpoint_ids else None
             return TitoFailure(
                 TitoFailureReason.NOT_AT_TURN_BOUNDARY,
-                f"checkpoint ends with token {last!r}, not the end-of-turn token {self.end_of_turn_id} "
-                f"({self.END_OF_TURN})",
+                f"checkpoint ends with token {last!r}, not an end-of-turn token {sorted(self.end_of_turn_ids)} "
+                f"({', '.join(self.decode([t]) for t in sorted(self.end_of_turn_ids))})",
             )
         history_has_query = True
         if prior_messages is not None:
@@ -405,17 +375,60 @@ class TitoTokenizer(abc.ABC):
             normalized = normalize_messages(new_messages)
         except MessageError as exc:
             return TitoFailure(TitoFailureReason.INVALID_MESSAGE, str(exc))
-        fragment = self._fragment_text(normalized, history_has_query, tools, chat_template_kwargs)
+        fragment = self._fragment_text(normalized, history_has_query, tools, chat_template_kwargs, checkpoint_ids[-1])
         if isinstance(fragment, TitoFailure):
             return fragment
         ids = self.encode_text(fragment)
-        prompt_ids = self.generation_prompt_ids(chat_template_kwargs)
-        if ids[:2] != [self.newline_id, self.turn_start_id] or tuple(ids[-len(prompt_ids) :]) != prompt_ids:
-            return TitoFailure(
-                TitoFailureReason.JUNCTION_MISMATCH,
-                f"fragment tokens do not split at the junction or the generation prompt: {ids[:3]}...{ids[-6:]}",
-            )
+        problem = self._check_fragment_ids(ids, chat_template_kwargs)
+        if problem is not None:
+            return TitoFailure(TitoFailureReason.JUNCTION_MISMATCH, problem)
         return TitoFragment(ids=tuple(ids), text=fragment)
+
+    def _fragment_text(
+        self,
+        new_messages: list[dict[str, Any]],
+        history_has_query: bool,
+        tools: Sequence[Mapping[str, Any]] | None,
+        chat_template_kwargs: Mapping[str, Any] | None,
+        checkpoint_end: int,
+    ) -> str | TitoFailure:
+        """Render the synthetic context and cut the fragment after the anchor's end of turn (``checkpoint_end``:
+        the token the checkpoint ends with)."""
+        anchor = _anchor_absent_from(new_messages, tools)
+        synthetic = [{"role": "user", "content": _ANCHOR_QUERY}] if history_has_query else []
+        synthetic.append({"role": "assistant", "content": anchor})
+        try:
+            text = self._render(synthetic + new_messages, tools, chat_template_kwargs, add_generation_prompt=True)
+        except TitoError as exc:
+            return exc.failure
+        return self._cut_fragment(text, anchor, checkpoint_end, chat_template_kwargs)
+
+    @abc.abstractmethod
+    def _cut_fragment(
+        self, text: str, anchor: str, checkpoint_end: int, chat_template_kwargs: Mapping[str, Any] | None
+    ) -> str | TitoFailure:
+        """The fragment: what the synthetic render ``text`` holds after the end of the ``anchor`` turn, checked
+        against the family's junction rules."""
+
+    @abc.abstractmethod
+    def _check_fragment_ids(self, ids: list[int], chat_template_kwargs: Mapping[str, Any] | None) -> str | None:
+        """Why the fragment's tokens do not split at the family's junction and generation prompt (None: they do)."""
+
+    def _render_one_turn(self, message: Any, chat_template_kwargs: Mapping[str, Any] | None) -> tuple[str, str]:
+        """(the generation prompt after a one-query chat, the same chat with ``message`` as the assistant turn)."""
+        try:
+            normalized = normalize_message(message)
+        except MessageError as exc:
+            raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, str(exc)) from None
+        if normalized["role"] != "assistant":
+            raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, f"not an assistant message: {normalized['role']}")
+        query = [{"role": "user", "content": _ANCHOR_QUERY}]
+        key = _kwargs_key(self._template_kwargs(chat_template_kwargs))
+        prompt = self._query_prompts.get(key)
+        if prompt is None:  # idempotent cache: the same for every turn under these kwargs
+            prompt = self._query_prompts[key] = self._render(query, None, chat_template_kwargs, True)
+        turn = self._render(query + [normalized], None, chat_template_kwargs, add_generation_prompt=False)
+        return prompt, turn
 
 
 def read_chat_template(path: Path) -> str:

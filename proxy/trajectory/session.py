@@ -93,8 +93,9 @@ class Session:
 
     session_id: str
     config: SessionConfig
-    # The tokenizer's end-of-turn id: a step not ending with it cannot be extended. None: judge by finish reason.
-    end_of_turn_id: int | None = None
+    # The tokenizer's end-of-turn id (or ids: GLM ends a turn on <|user|> or <|observation|>): a step not ending with
+    # one cannot be extended. None: judge by finish reason.
+    end_of_turn_id: int | frozenset[int] | None = None
     machine: session_sm.SessionMachine = attrs.field(init=False)
     trie: PrefixTrie | None = attrs.field(factory=PrefixTrie, init=False)
     instance_id: str | None = attrs.field(default=None, init=False)
@@ -388,7 +389,8 @@ class Session:
     def _extendable(self, span: TokenSpan, finish_reason: str) -> bool:
         """Does the step end at a turn boundary TITO can extend?"""
         if self.end_of_turn_id is not None:
-            return span.generated_count > 0 and span.generated_ids[-1] == self.end_of_turn_id
+            ends = self.end_of_turn_id if isinstance(self.end_of_turn_id, frozenset) else {self.end_of_turn_id}
+            return span.generated_count > 0 and span.generated_ids[-1] in ends
         return finish_reason != "length"
 
     def drop(self, handle: BranchHandle) -> bool:

@@ -77,14 +77,14 @@ class KeyedStep:
 
 
 def replay_session(
-    session_id: str, config: SessionConfig, end_of_turn_id: int | None, records: Iterable[StepRecord]
+    session_id: str, config: SessionConfig, end_of_turn_id: int | frozenset[int] | None, records: Iterable[StepRecord]
 ) -> Session:
     """A session holding exactly the committed steps of ``records`` (any order: they are sorted by their moments)."""
     return replay_journal(session_id, config, end_of_turn_id, records)[0]
 
 
 def replay_journal(
-    session_id: str, config: SessionConfig, end_of_turn_id: int | None, records: Iterable[StepRecord]
+    session_id: str, config: SessionConfig, end_of_turn_id: int | frozenset[int] | None, records: Iterable[StepRecord]
 ) -> tuple[Session, dict[str, KeyedStep]]:
     """:func:`replay_session`, and the newest committed step of each Idempotency-Key, by key (a key can name two
     steps when its first answer never reached the client and a repeat generated again: the newest is the one a
