@@ -212,7 +212,7 @@ class ChunkDecoder:
                 raise self._protocol_error(f"{len(ids)} new ids but {len(logprobs)} logprob triples")
             events = self._append(ids, logprobs, 0, version, tops)
         else:
-            events = self._feed_cumulative(ids, logprobs, version, tops)
+            events = self._feed_cumulative(ids, logprobs, version, tops, meta)
 
         text = chunk.get("text")
         if isinstance(text, str):
@@ -241,9 +241,19 @@ class ChunkDecoder:
             )
 
     def _feed_cumulative(
-        self, ids: list[Any], logprobs: list[Any] | None, version: str | None, tops: list[Any] | None = None
+        self, ids: list[Any], logprobs: list[Any] | None, version: str | None, tops: list[Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> list[Event]:
+        """``meta`` (the chunk's ``meta_info``, None for the quirk's complete list) lets a delta be told apart."""
         received = len(self._ids)
+        total = None if meta is None else meta.get("completion_tokens")
+        if (received and isinstance(total, int) and not isinstance(total, bool) and len(ids) != total
+                and total == received + len(ids)):
+            # Exactly the tokens since the last chunk, counted on top of those received: a delta (read as a whole
+            # output it could even pass the checks below and drop tokens).
+            raise self._protocol_error(
+                f"chunk holds only the {len(ids)} ids after the {received} received{_CUMULATIVE_HINT}"
+            )
         if len(ids) < received:
             raise self._protocol_error(
                 f"cumulative chunk has {len(ids)} ids, fewer than the {received} received{_CUMULATIVE_HINT}"

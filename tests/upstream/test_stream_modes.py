@@ -126,9 +126,22 @@ def test_a_cumulative_chunk_in_incremental_mode_is_a_protocol_error() -> None:
 def test_an_incremental_chunk_in_cumulative_mode_names_the_flag() -> None:
     decoder = ChunkDecoder(incremental=False)
     decoder.feed_chunk(chunk([5, 6], 2))
-    with pytest.raises(UpstreamProtocolError, match="disagrees with received token 1") as raised:
+    with pytest.raises(UpstreamProtocolError, match="holds only the 2 ids after the 2 received") as raised:
         decoder.feed_chunk(chunk([7, 8], 4))
     assert "--incremental-streaming-output" in str(raised.value)
+    # A delta that happens to pass the older checks (longer than what was received, agreeing at its last
+    # position) would have dropped its first tokens silently: completion_tokens tells it apart.
+    decoder = ChunkDecoder(incremental=False)
+    decoder.feed_chunk(chunk([5, 6], 2))
+    with pytest.raises(UpstreamProtocolError, match="holds only the 3 ids"):
+        decoder.feed_chunk(chunk([7, 6, 8], 5))
+    # Without completion_tokens the older checks still catch the usual case.
+    decoder = ChunkDecoder(incremental=False)
+    decoder.feed_chunk(chunk([5, 6], 2))
+    delta = chunk([7, 8], 4)
+    del delta["meta_info"]["completion_tokens"]
+    with pytest.raises(UpstreamProtocolError, match="disagrees with received token 1"):
+        decoder.feed_chunk(delta)
 
 
 def test_incremental_text_deltas_join_and_coalesced_waiting_abort_keeps_every_token() -> None:
