@@ -6,8 +6,8 @@ setting: ``--upstream-stream-mode auto`` reads ``incremental_streaming_output`` 
 ``/server_info`` (``/get_server_info`` where that is 404); ``cumulative`` / ``incremental`` skip the question.
 Rules of ``auto``:
 
-- the workers are asked (every one; the router when there are none: a gateway such as ``smg`` relays its *first*
-  worker's answer);
+- the workers are asked, concurrently, each for at most 10 s (every one; the router when there are none: a gateway
+  such as ``smg`` relays its *first* worker's answer);
 - every worker that answered says the same: that mode (workers that did not answer are named in the log);
 - they disagree: no single setting decodes both, so the start fails with :class:`MixedStreamModes` naming them
   (make them agree, or force a mode and let the other workers' streams fail loudly);
@@ -84,9 +84,12 @@ def reported_mode(server_info: Mapping[str, Any]) -> bool | None:
     return None
 
 
-async def decide_stream_mode(client: Any, requested: StreamMode = "auto") -> StreamModeDecision:
+async def decide_stream_mode(
+    client: Any, requested: StreamMode = "auto", *, timeout: float = 10.0
+) -> StreamModeDecision:
     """The mode to decode ``client``'s streams with (``client`` is an ``SGLangClient``); raises
-    :class:`MixedStreamModes` when ``auto`` finds workers in both modes."""
+    :class:`MixedStreamModes` when ``auto`` finds workers in both modes. A worker silent for ``timeout`` seconds
+    counts as not answering (the start is not held for long by one stuck worker)."""
     if requested not in STREAM_MODES:
         raise ValueError(f"stream mode must be one of {STREAM_MODES}, got {requested!r}")
     if requested != "auto":
@@ -95,10 +98,11 @@ async def decide_stream_mode(client: Any, requested: StreamMode = "auto") -> Str
     reports: list[bool | None] = [None] * len(urls)
 
     async def ask(index: int, url: str) -> None:
-        try:
-            reports[index] = reported_mode(await client.server_info(url))
-        except UpstreamError:
-            pass  # unreachable or no such endpoint: this worker does not say
+        with trio.move_on_after(timeout):
+            try:
+                reports[index] = reported_mode(await client.server_info(url))
+            except UpstreamError:
+                pass  # unreachable or no such endpoint: this worker does not say
 
     async with trio.open_nursery() as nursery:
         for index, url in enumerate(urls):

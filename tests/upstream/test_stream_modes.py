@@ -164,3 +164,23 @@ def test_incremental_text_is_the_join_of_the_deltas() -> None:
         decoder.feed_chunk(chunk([index + 1], index + 1, text=piece))
     decoder.feed_chunk(chunk([], 4, finish={"type": "stop", "matched": 0}))
     assert decoder.result is not None and decoder.result.text == "hello world"
+
+
+async def test_a_worker_that_never_answers_does_not_hold_the_start(nursery, start_engine) -> None:
+    incremental = await start_engine(incremental_streaming_output=True)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    stuck = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+    accepted: list[trio.SocketStream] = []
+
+    async def accept_and_stay_silent() -> None:
+        while True:
+            accepted.append(await listeners[0].accept())
+
+    nursery.start_soon(accept_and_stay_silent)
+    async with SGLangClient(incremental.url, (stuck, incremental.url)) as client:
+        with trio.fail_after(HANG_GUARD):
+            decision = await decide_stream_mode(client, "auto", timeout=0.5)
+    assert (decision.incremental, decision.source) == (True, "detected")
+    assert decision.reports == ((stuck, None), (incremental.url, True))
+    for stream in accepted:
+        await stream.aclose()
