@@ -39,6 +39,7 @@ from proxy.trajectory.stores import open_store
 from proxy.fleet_command import fleet_main
 from proxy.ui.view_command import view_main
 from proxy.upstream.client import SGLangClient
+from proxy.upstream.stream_mode import decide_stream_mode
 from serving.http_server import serve_app
 from serving.tokenizer_files import TokenizerFilesError, model_tokenizer_path
 
@@ -118,6 +119,7 @@ async def run_proxy(
             router_url, worker_urls, max_connections=config.upstream_max_connections, ssl_context=ssl_context,
             connect_timeout=config.upstream_connect_timeout, generation_read_timeout=config.upstream_read_timeout,
         ) as upstream:
+            await _decide_stream_mode(upstream, config.upstream_stream_mode)
             if store is None:  # else the caller's (tests: several proxies over one shared store), not closed here
                 store = await stack.enter_async_context(open_store(config.store))
             # Loading the tokenizer takes about a second; keep the event loop (and the engine) responsive.
@@ -145,6 +147,20 @@ async def run_proxy(
                 await _until_stopped(lifecycle, stop_requests, config.shutdown_grace)
         # Every connection is closed: the embedded engine goes too.
         nursery.cancel_scope.cancel()
+
+
+async def _decide_stream_mode(upstream: SGLangClient, requested: Any) -> None:
+    """Decode the upstream's streams in the mode it runs (``proxy/upstream/stream_mode.py``); one warning when that
+    is SGLang's cumulative default. Workers in both modes stop the start (``MixedStreamModes``)."""
+    decision = await decide_stream_mode(upstream, requested)
+    upstream.incremental_streaming = decision.incremental
+    if note := decision.note():
+        log.info(note)
+    if warning := decision.warning():
+        log.warning(warning, extra={"upstream_stream_mode": decision.mode})
+    else:
+        log.info("upstream stream mode: %s (%s)", decision.mode, decision.source,
+                 extra={"upstream_stream_mode": decision.mode})
 
 
 async def _until_stopped(

@@ -150,6 +150,8 @@ class ProxyConfig:
     #: seconds to connect to SGLang; seconds SGLang may stay silent within one request (None: unbounded)
     upstream_connect_timeout: float = 10.0
     upstream_read_timeout: float | None = None
+    #: auto (each worker's /server_info at start), cumulative or incremental (proxy/upstream/stream_mode.py)
+    upstream_stream_mode: str = "auto"
     #: seconds without a request before a session is finalized (reason idle_timeout); None: never
     session_idle_timeout: float | None = 3600.0
     #: seconds a finalized session's tombstone and a drained record are kept

@@ -11,9 +11,10 @@ import os
 import re
 from typing import Any
 
-from proxy.config import add_env_argument, positive_float, positive_int, zero_means_unset
+from proxy.config import add_env_argument, choice, positive_float, positive_int, zero_means_unset
 from serving.log_format import LOG_FORMATS, LOG_LEVELS
 from proxy.trajectory.stores import DEFAULT_STORE, StoreUrlError, parse_store_url
+from proxy.upstream.stream_mode import STREAM_MODES
 
 #: 2**10 multiples; decimal suffixes too, since operators write both ("32MB" is not a typo for "32MiB" to them)
 _SIZE_UNITS = {
@@ -76,6 +77,9 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_argument(limits, "--upstream-read-timeout", convert=optional_seconds, default=None,
                      help="seconds SGLang may stay silent between two reads of one request (0: unbounded, the "
                      "default: a long prefill or a queue is not a fault)")
+    add_env_argument(limits, "--upstream-stream-mode", convert=choice(*STREAM_MODES), default="auto",
+                     help="how SGLang streams: incremental (its --incremental-streaming-output: O(new tokens) per "
+                     "chunk), cumulative (its default), or auto: read from each worker's /server_info at start")
 
     memory = parser.add_argument_group("memory budget")
     add_env_argument(memory, "--session-idle-timeout", convert=optional_seconds, default=3600.0,
@@ -150,6 +154,7 @@ def service_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "keep_alive_timeout": args.keep_alive_timeout,
         "upstream_connect_timeout": args.upstream_connect_timeout,
         "upstream_read_timeout": args.upstream_read_timeout,
+        "upstream_stream_mode": args.upstream_stream_mode,
         "session_idle_timeout": args.session_idle_timeout,
         "tombstone_ttl": args.tombstone_ttl,
         "memory_budget": args.memory_budget,

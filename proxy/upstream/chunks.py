@@ -131,7 +131,9 @@ class ChunkDecoder:
         self._logprobs: list[float | None] = []
         self._versions: list[str | None] = []
         self._tops: list[tuple[tuple[int, float], ...]] = []
-        self._text = ""
+        # Incremental text deltas are kept as parts and joined once at the end: appending to one string per chunk
+        # would copy the answer so far every time (O(n^2) in its length).
+        self._text_parts: list[str] = []
         self.result: Finished | None = None
         """The final event once a chunk with a finish reason arrived."""
         self.done = False
@@ -205,16 +207,20 @@ class ChunkDecoder:
         if quirk:
             events = self._feed_quirk(ids, logprobs, meta, version, tops)
         elif self.incremental:
+            self._check_delta(ids, meta)
             if logprobs is not None and len(logprobs) != len(ids):
                 raise self._protocol_error(f"{len(ids)} new ids but {len(logprobs)} logprob triples")
             events = self._append(ids, logprobs, 0, version, tops)
         else:
-            events = self._feed_cumulative(ids, logprobs, version, tops)
+            events = self._feed_cumulative(ids, logprobs, version, tops, meta)
 
         text = chunk.get("text")
         if isinstance(text, str):
             # Cumulative chunks and the quirk chunk carry the whole text; incremental chunks a delta.
-            self._text = self._text + text if self.incremental and not quirk else text
+            if self.incremental and not quirk:
+                self._text_parts.append(text)
+            else:
+                self._text_parts = [text]
         if finish is not None:
             self.result = self._finished(finish, meta, version)
             events.append(self.result)
@@ -222,14 +228,40 @@ class ChunkDecoder:
 
     # -- internals -------------------------------------------------------------------------------------------
 
-    def _feed_cumulative(
-        self, ids: list[Any], logprobs: list[Any] | None, version: str | None, tops: list[Any] | None = None
-    ) -> list[Event]:
+    def _check_delta(self, ids: list[Any], meta: Mapping[str, Any]) -> None:
+        """An incremental chunk must not be a cumulative one: ``completion_tokens`` counts every token generated so
+        far in both modes (SGLang's scheduler: ``len(req.output_ids)``), so a chunk after the first whose ids are
+        exactly that many repeats the output instead of extending it."""
         received = len(self._ids)
+        total = meta.get("completion_tokens")
+        if received and ids and isinstance(total, int) and not isinstance(total, bool) and total == len(ids):
+            raise self._protocol_error(
+                f"chunk repeats the whole output ({total} ids after {received} received): the upstream streams "
+                f"cumulative chunks but the proxy expects incremental ones{_MODE_HINT}"
+            )
+
+    def _feed_cumulative(
+        self, ids: list[Any], logprobs: list[Any] | None, version: str | None, tops: list[Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> list[Event]:
+        """``meta`` (the chunk's ``meta_info``, None for the quirk's complete list) lets a delta be told apart."""
+        received = len(self._ids)
+        total = None if meta is None else meta.get("completion_tokens")
+        if (received and isinstance(total, int) and not isinstance(total, bool) and len(ids) != total
+                and total == received + len(ids)):
+            # Exactly the tokens since the last chunk, counted on top of those received: a delta (read as a whole
+            # output it could even pass the checks below and drop tokens).
+            raise self._protocol_error(
+                f"chunk holds only the {len(ids)} ids after the {received} received{_CUMULATIVE_HINT}"
+            )
         if len(ids) < received:
-            raise self._protocol_error(f"cumulative chunk has {len(ids)} ids, fewer than the {received} received")
+            raise self._protocol_error(
+                f"cumulative chunk has {len(ids)} ids, fewer than the {received} received{_CUMULATIVE_HINT}"
+            )
         if received and ids[received - 1] != self._ids[-1]:
-            raise self._protocol_error(f"cumulative chunk disagrees with received token {received - 1}")
+            raise self._protocol_error(
+                f"cumulative chunk disagrees with received token {received - 1}{_CUMULATIVE_HINT}"
+            )
         if logprobs is not None and len(logprobs) != len(ids):
             raise self._protocol_error(f"{len(ids)} ids but {len(logprobs)} logprob triples")
         return self._append(ids, logprobs, received, version, tops)
@@ -245,7 +277,11 @@ class ChunkDecoder:
             return []  # nothing we have not seen (or no way to tell): keep our own accumulation
         if not self.incremental and len(ids) == total:
             return self._feed_cumulative(ids, logprobs, version, tops)  # complete list (non-streaming body)
-        if logprobs is not None and len(logprobs) == total:
+        if logprobs is not None and len(logprobs) >= total:
+            # The whole output's triples. In incremental mode SGLang may coalesce the quirk chunk with deltas still
+            # queued before it (``_coalesce_streaming_chunks`` concatenates the lists): the last ``total`` are the
+            # whole output then.
+            logprobs = logprobs[len(logprobs) - total:]
             if received and _triple_id(logprobs[received - 1]) != self._ids[-1]:
                 raise self._protocol_error("abort chunk's logprobs disagree with the received tokens")
             new_ids = [_triple_id(t) for t in logprobs[received:]]
@@ -315,13 +351,19 @@ class ChunkDecoder:
             completion_tokens=completion_tokens,
             cached_tokens=_int_or_none(meta.get("cached_tokens")),
             routed_experts=experts,
-            text=self._text,
+            text="".join(self._text_parts),
             meta_info=meta,
             output_top_logprobs=tuple(self._tops) if any(self._tops) else (),
         )
 
     def _protocol_error(self, message: str) -> UpstreamProtocolError:
         return UpstreamProtocolError(message, url=self.url, partial=self.partial())
+
+
+_AGREE = "SGLang's --incremental-streaming-output and the proxy's --upstream-stream-mode must agree, docs/upstream.md"
+_MODE_HINT = f" ({_AGREE})"
+#: a delta chunk read as cumulative: the likeliest cause is an incremental upstream
+_CUMULATIVE_HINT = f" (is the upstream streaming incremental chunks? {_AGREE})"
 
 
 def _alternatives(entry: Any) -> tuple[tuple[int, float], ...]:

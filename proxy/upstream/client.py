@@ -89,7 +89,8 @@ class SGLangClient:
         weight updates wait without one, since SGLang answers them only once in-flight requests have returned.
         ``drain_timeout``: how long to read a finished stream to its end before dropping the connection.
         ``incremental_streaming``: True if the server runs with ``--incremental-streaming-output`` (delta chunks);
-        SGLang's default is cumulative chunks.
+        SGLang's default is cumulative chunks. ``stream_mode.decide_stream_mode`` finds it out; set the attribute
+        before the first stream.
         ``ssl_context``: for ``https://`` URLs (an SGLang behind a TLS gateway); None means
         ``ssl.create_default_context()``: the system CA store, certificate and hostname verification. Pass one
         made with ``ssl.create_default_context(cafile=...)`` to trust a private CA.
@@ -351,6 +352,11 @@ class SGLangClient:
             if error.status != 404:
                 raise
         return _expect_object(await self._call("GET", base + deprecated), deprecated)
+
+    async def server_info(self, base_url: str | None = None) -> Mapping[str, Any]:
+        """``GET /server_info`` (the deprecated ``/get_server_info`` where that is 404) of ``base_url`` or the router:
+        SGLang's server args (``incremental_streaming_output``, ``context_length``...)."""
+        return await self._info(base_url, "/server_info", "/get_server_info")
 
     async def weight_version(self, base_url: str | None = None) -> str | None:
         """The current weight version, from ``/model_info``."""

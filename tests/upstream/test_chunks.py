@@ -114,7 +114,8 @@ def test_cumulative_any_split_yields_each_token_exactly_once(split, versions):
 def test_incremental_any_split_yields_each_token_exactly_once(split):
     ids, cuts = split
     bounds = [0, *cuts]
-    chunks = [chunk(ids[a:b], text="x" * (b - a)) for a, b in zip(bounds, bounds[1:])]
+    # completion_tokens counts every token so far in both modes (SGLang's scheduler sends len(req.output_ids))
+    chunks = [chunk(ids[a:b], text="x" * (b - a), completion_tokens=b) for a, b in zip(bounds, bounds[1:])]
     chunks[-1]["meta_info"]["finish_reason"] = STOP
     final = check_exactly_once(decode(chunks, incremental=True), ids)
     assert final.text == "x" * len(ids)
@@ -146,7 +147,7 @@ def test_queued_abort_quirk_never_shrinks_or_duplicates(split, data):
     incremental = data.draw(st.booleans())
     if incremental:
         bounds = [0, *seen_chunks]
-        chunks = [chunk(ids[a:b]) for a, b in zip(bounds, bounds[1:])]
+        chunks = [chunk(ids[a:b], completion_tokens=b) for a, b in zip(bounds, bounds[1:])]
     else:
         chunks = [chunk(ids[:cut]) for cut in seen_chunks]
     seen = seen_chunks[-1] if seen_chunks else 0
@@ -278,7 +279,7 @@ def test_token_id_outside_the_vocabulary_is_a_protocol_error_after_the_good_toke
     decoder = ChunkDecoder(vocab_size=100, incremental=incremental, url="http://10.0.0.7:30000/generate")
     assert [e.token_id for e in decoder.feed_chunk(chunk([1, 99]))] == [1, 99]
     with pytest.raises(UpstreamProtocolError, match=r"output token id 100 is outside the vocabulary \(ids 0 to 99\)") as info:
-        decoder.feed_chunk(chunk([100] if incremental else [1, 99, 100]))
+        decoder.feed_chunk(chunk([100], completion_tokens=3) if incremental else chunk([1, 99, 100]))
     assert info.value.partial.output_ids == (1, 99) and "10.0.0.7" not in info.value.message
     # Negative ids are never tokens, with or without a known vocabulary.
     with pytest.raises(UpstreamProtocolError, match="outside the vocabulary"):
