@@ -92,7 +92,8 @@ class MiniMaxTitoTokenizer(ChatMLTitoTokenizer):
         last = prior_messages[-1] if prior_messages else None
         first = new_messages[0] if new_messages else None
         if (
-            isinstance(last, Mapping) and isinstance(first, Mapping) and first.get("role") == "tool"
+            checkpoint_ids and checkpoint_ids[-1] in self.end_of_turn_ids  # else the base's boundary failure
+            and isinstance(last, Mapping) and isinstance(first, Mapping) and first.get("role") == "tool"
             and not last.get("tool_calls")
         ):
             return TitoFailure(
