@@ -6,6 +6,7 @@ same name is sent to SGLang: ``--model-tool-call-type`` is ``qwen25`` (alias ``q
 (``<think>...</think>``) or ``qwen3-thinking`` (the same, but the output always starts inside the reasoning).
 GLM (docs/parsing.md, "GLM"): tool calls ``glm47`` (GLM-4.7, GLM-5.x) or ``glm45`` (GLM-4.5/4.6, the same with
 newlines), reasoning ``glm45`` (SGLang's ``Glm45Detector``: ``<think>...</think>``, ended by ``<tool_call>`` too).
+MiniMax-M2: reasoning ``minimax`` (SGLang's ``Qwen3Detector`` forced open, as ``qwen3-thinking``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ TOOL_CALL_TYPES: Mapping[str, ToolCallFormat] = {
 }
 
 #: ``--model-reasoning-type`` value (an SGLang parser name) -> whether the output always starts inside reasoning.
-REASONING_TYPES: Mapping[str, bool] = {"qwen3": False, "qwen3-thinking": True, "glm45": False}
+REASONING_TYPES: Mapping[str, bool] = {"qwen3": False, "qwen3-thinking": True, "glm45": False, "minimax": True}
 
 
 def tool_call_format(name: str) -> ToolCallFormat:
