@@ -5,8 +5,9 @@ system turn, the ``thinking_mode`` switch (``enabled``: prompt ends ``<mm:think>
 (``]<]minimax[>[<tool_call>\\n]<]minimax[>[<invoke name="f">]<]minimax[>[<key>value]<]minimax[>[</key>...``, nested
 objects and arrays expanded into elements, None values omitted).
 
-A different template, not a revision of M2's rules: its own family. SGLang 0.5.23 has no parser for M3's markup
-(docs/families.md), so its parsers are the project's own (``minimax-m3`` tool calls, ``minimax-m3`` reasoning).
+A different template, not a revision of M2's rules: its own family. SGLang 0.5.23 parses it with ``minimax-m3`` (tool
+calls and reasoning, ``<mm:think>`` forced open only for ``thinking_mode=enabled``); the proxy's parsers do not read
+that markup yet (docs/families.md, "MiniMax"), so the record names none.
 """
 
 from __future__ import annotations
