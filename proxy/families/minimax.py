@@ -4,8 +4,8 @@
 The official template (the wheel's ``minimax`` folder, its default identity "MiniMax-M2.7") has no thinking switch:
 the generation prompt always opens ``<think>\\n``, and history keeps reasoning only after the last user message.
 SGLang names: tool calls ``minimax-m2`` (not yet read by the proxy's parsers), reasoning ``minimax``. MiniMax-M3
-changed its markup and thinking rules and is its own family (``proxy/families/minimax_m3.py``). Detection: the template hash, else structurally (M2's pinned
-generation prompt and user-turn junction).
+changed its markup and thinking rules and is its own family (``proxy/families/minimax_m3.py``). Detection: the
+template hash, else structurally (M2's pinned generation prompt and user-turn junction).
 """
 
 from __future__ import annotations
