@@ -88,9 +88,9 @@ def test_a_turn_written_as_the_template_writes_it_parses_back_to_its_calls(calls
 def test_the_official_template_rendering_parses_back(tmp_path):
     """The real GLM-4.7 template's rendering of a tool-calling turn (render_assistant) parses to the same message."""
     from proxy.families import load_tito_tokenizer
-    from tests.tokenization.glm_files import glm_root
+    from tests.tokenization.glm_files import glm_path
 
-    glm = load_tito_tokenizer("glm4_7", glm_root() / "glm4_7")
+    glm = load_tito_tokenizer("glm4_7", glm_path("glm4_7"))
     call = {"type": "function", "function": {"name": "calc", "arguments": {
         "x": 1.5, "exact": True, "opts": {"k": [1, None]}, "items": ["a", 2], "maybe": None}}}
     weather = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "  Zürich \n", "days": 3}}}

@@ -31,7 +31,7 @@ from proxy.families import load_tito_tokenizer
 from proxy.tokenization import DriftKind, TitoTokenizer, TurnGeneration, audit_drift, build_last_step
 from proxy.tokenization.glm import ASSISTANT, stop_token_for
 
-from .glm_files import TEMPLATE_FOLDERS, glm_root
+from .glm_files import GLM_FAMILIES, glm_path
 from .glm_model import predict_text_stable
 from .random_scripts import random_script
 from .simulation import simulate
@@ -77,9 +77,9 @@ def glm_scripts(draw: st.DrawFn, family: str) -> GlmScript:
     return GlmScript(**attrs.asdict(script, recurse=False), extra=extra)
 
 
-@pytest.fixture(scope="module", params=sorted(TEMPLATE_FOLDERS))
+@pytest.fixture(scope="module", params=GLM_FAMILIES)
 def glm(request) -> TitoTokenizer:
-    return load_tito_tokenizer(request.param, glm_root() / request.param)
+    return load_tito_tokenizer(request.param, glm_path(request.param))
 
 
 def first_difference(a, b) -> int | None:

@@ -7,7 +7,7 @@ import pytest
 from proxy.families import detect_family, load_tito_tokenizer
 from proxy.tokenization import TitoFailure, TitoFailureReason, TitoFragment, build_last_step
 
-from .glm_files import TEMPLATE_FOLDERS, glm_root
+from .glm_files import GLM_FAMILIES, glm_path
 
 QUERY = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}]
 CALL = {
@@ -20,25 +20,25 @@ RESULT = {"role": "tool", "tool_call_id": "c1", "content": "sunny, 21°C"}
 TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
 
 
-@pytest.fixture(scope="module", params=sorted(TEMPLATE_FOLDERS))
+@pytest.fixture(scope="module", params=GLM_FAMILIES)
 def family(request) -> str:
     return request.param
 
 
 @pytest.fixture(scope="module")
 def glm(family):
-    return load_tito_tokenizer(family, glm_root() / family)
+    return load_tito_tokenizer(family, glm_path(family))
 
 
 def test_each_official_template_is_detected_as_its_own_version(family):
-    detection = detect_family(glm_root() / family)
+    detection = detect_family(glm_path(family))
     assert (detection.family.name, detection.how) == (family, "template_sha256")
 
 
 def test_full_encode_equals_the_official_template_through_transformers(glm, family):
     """The ids equal AutoTokenizer.apply_chat_template's (the official template rendered by transformers)."""
     transformers = pytest.importorskip("transformers")
-    auto = transformers.AutoTokenizer.from_pretrained(str(glm_root() / family), local_files_only=True)
+    auto = transformers.AutoTokenizer.from_pretrained(str(glm_path(family)), local_files_only=True)
     for kwargs in ({}, {"enable_thinking": False}):
         messages = QUERY + [CALL, RESULT]
         official = auto.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True, tokenize=True, **kwargs)
