@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from proxy.families.model_family import ModelFamily
 from proxy.tokenization.chatml import ChatMLTitoTokenizer
 
@@ -40,7 +42,6 @@ class Qwen36TitoTokenizer(Qwen35TitoTokenizer):
     family = "qwen3_6"
 
 
-_VERIFIED = "property battery vs the official template (transformers), tests/tokenization/test_properties.py"
 
 QWEN3_5 = ModelFamily(
     name="qwen3_5",
@@ -48,21 +49,21 @@ QWEN3_5 = ModelFamily(
     tokenizer=Qwen35TitoTokenizer,
     tool_call_parser="qwen3_coder",
     reasoning_parser="qwen3",
-    verified=_VERIFIED,
+    verified="property battery vs the official template (transformers), tests/tokenization/test_properties.py",
     template_sha256=(QWEN3_5_TEMPLATE_SHA256,),
     config_sha256=("316230d6a809701f4db5ea8f8fc862bc3a6f3229c937c174e674ff3ca0a64ac8",),
     tokenizer_folder="qwen3.5",
     description="Qwen3.5: thinks by default, XML tool calls",
 )
 
-QWEN3_6 = ModelFamily(
+# Qwen3.5's record but for the name, the tokenizer class, the config bytes and the folder.
+QWEN3_6 = attrs.evolve(
+    QWEN3_5,
     name="qwen3_6",
     aliases=("qwen3.6", "qwen36"),
     tokenizer=Qwen36TitoTokenizer,
-    tool_call_parser="qwen3_coder",
-    reasoning_parser="qwen3",
-    verified=_VERIFIED + " (Qwen3.6's template with Qwen3.5's tokenizer.json), tests/families/",
-    template_sha256=(QWEN3_5_TEMPLATE_SHA256,),
+    verified="the same battery on the Qwen3.6 folder (its template, Qwen3.5's tokenizer.json), "
+    "tests/families/test_qwen3_6_properties.py",
     config_sha256=("85872dac6c375bb5ef7fb4ff1c5f84eb9ecb2db343d5291925beff696dfb8867",),
     tokenizer_folder="qwen3.6",
     description="Qwen3.6: Qwen3.5's template byte for byte, Qwen3.5's tokenizer",

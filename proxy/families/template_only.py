@@ -44,24 +44,9 @@ class TemplateOnlyTokenizer(ChatMLTitoTokenizer):
 
     family = "generic"
 
-    def __init__(
-        self, tokenizer: tokenizers.Tokenizer, chat_template: str, *, source: str = "<memory>",
-        eos_token: str | None = None,
-    ):
-        self._eos_token = eos_token
-        self._prompts: dict[str, str] = {}
+    def __init__(self, tokenizer: tokenizers.Tokenizer, chat_template: str, *, source: str = "<memory>"):
+        self._prompts: dict[str, str] = {}  # generation prompt per kwargs (an idempotent cache, like the base's)
         super().__init__(tokenizer, chat_template, source=source)
-
-    @classmethod
-    def from_path(cls, tokenizer_path: str | Path) -> TemplateOnlyTokenizer:
-        path = Path(tokenizer_path)
-        tokenizer_file = path / "tokenizer.json"
-        if not tokenizer_file.is_file():
-            raise FileNotFoundError(f"{path}: no tokenizer.json")
-        tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_file))
-        tokenizer.no_truncation()
-        tokenizer.no_padding()
-        return cls(tokenizer, read_chat_template(path), source=str(path), eos_token=_config_eos(path))
 
     def _special_id(self, token: str) -> int:
         """The id of a special token, or MISSING_ID: the ChatML markup the base class looks up is optional here."""
@@ -77,7 +62,8 @@ class TemplateOnlyTokenizer(ChatMLTitoTokenizer):
         except TitoError as exc:
             raise TemplateMismatchError(f"{self.source}: template failed on a two-message chat: {exc}") from None
         after = turn[turn.find(_ANCHOR) + len(_ANCHOR) :] if _ANCHOR in turn else ""
-        end = next((self._added[i] for i in self.encode_text(after) if i in self._added), None) or self._eos_token
+        end = next((self._added[i] for i in self.encode_text(after) if i in self._added), None)
+        end = end or _config_eos(Path(self.source))  # from_path names the folder as the source
         if end is None or self._special_id(end) == MISSING_ID:
             raise TemplateMismatchError(
                 f"{self.source}: cannot tell which special token ends an assistant turn (the template writes "
@@ -110,15 +96,10 @@ class TemplateOnlyTokenizer(ChatMLTitoTokenizer):
         return prompt[at:] if at >= 0 and self.THINK_CLOSE not in prompt[at:] else ""
 
     def encode_incremental(
-        self,
-        checkpoint_ids: Sequence[int],
-        new_messages: Sequence[Any],
-        *,
-        prior_messages: Sequence[Any] | None = None,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
+        self, checkpoint_ids: Sequence[int], new_messages: Sequence[Any], **_: Any
     ) -> IncrementalResult:
-        """Always ``last_step_mode``: without pinned junction rules no fragment is known to be exact."""
+        """Always ``last_step_mode``: without pinned junction rules no fragment is known to be exact (the base
+        class's keyword arguments are accepted and unused)."""
         return TitoFailure(
             TitoFailureReason.LAST_STEP_MODE,
             f"the chat template at {self.source} is not a recognised family's: every step is a full render",

@@ -25,7 +25,7 @@ from werkzeug.exceptions import HTTPException
 
 from proxy.access import AccessMiddleware, AccessPolicy
 from proxy.api.error_mapping import api_error_for
-from proxy.families import load_tito_tokenizer
+from proxy.families import family_names, load_tito_tokenizer
 from proxy.ui.export_file import ExportFileError, ExportFileSource, read_export
 from proxy.ui.token_text import TokenTexts
 from proxy.ui.viewer_routes import ViewerSource, add_viewer_routes
@@ -59,11 +59,14 @@ def token_texts(model: str, tokenizer_path: Path | None) -> TokenTexts:
     """The tokenizer for token text (see the module docstring), or none, said on stderr."""
     if tokenizer_path is None:
         cache = default_cache_dir()
-        if verify_root(cache):
+        if verify_root(cache, (MODEL_FOLDERS[model],)):
             say(f"no tokenizer at {cache} (run dressage-tokenizers, or pass --tokenizer-path): token ids only")
             return TokenTexts(None)
         tokenizer_path = model_tokenizer_path(model, cache)
-    return TokenTexts(load_tito_tokenizer(model, tokenizer_path))
+    # A fetched folder of no supported family (glm-5, deepseek-v3.1...) still decodes through its own template's
+    # tokenizer: the template-only family loads any folder.
+    family = model if model in family_names() else "generic"
+    return TokenTexts(load_tito_tokenizer(family, tokenizer_path))
 
 
 def create_view_app(source: ViewerSource) -> Any:

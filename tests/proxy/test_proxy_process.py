@@ -200,7 +200,7 @@ def test_the_build_model_is_detected_from_the_tokenizers_chat_template(qwen3_pat
     # An explicit choice still wins (and is then checked when the tokenizer loads).
     assert parse(["--tokenizer-path", str(qwen3_5_path), "--trajectory-build-model", "qwen3"]).trajectory_build_model \
         == "qwen3"
-    # A template of no supported family is a clear start-up error naming the way out.
+    # A template of no supported family starts in last-step mode with a warning naming the way out (issue 17).
     other = tmp_path / "other"
     shutil.copytree(qwen3_path, other)
     config_file = other / "tokenizer_config.json"
@@ -208,5 +208,6 @@ def test_the_build_model_is_detected_from_the_tokenizers_chat_template(qwen3_pat
     data["chat_template"] = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     config_file.write_text(json.dumps(data))
     (other / "chat_template.jinja").unlink(missing_ok=True)
-    with pytest.raises(ConfigError, match="none of the supported families.*--trajectory-build-model"):
-        parse(["--tokenizer-path", str(other)])
+    unknown = parse(["--tokenizer-path", str(other)])
+    assert (unknown.trajectory_build_model, unknown.model_family_source) == ("generic", "unrecognised")
+    assert "--model-family" in unknown.model_family_warning
