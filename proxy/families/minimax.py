@@ -3,7 +3,7 @@
 
 The official template (the wheel's ``minimax`` folder, its default identity "MiniMax-M2.7") has no thinking switch:
 the generation prompt always opens ``<think>\\n``, and history keeps reasoning only after the last user message.
-SGLang names: tool calls ``minimax-m2`` (not yet read by the proxy's parsers), reasoning ``minimax``. MiniMax-M3
+SGLang names (the proxy's local parser reads both): tool calls ``minimax-m2``, reasoning ``minimax``. MiniMax-M3
 changed its markup and thinking rules and is its own family (``proxy/families/minimax_m3.py``). Detection: the
 template hash, else structurally (M2's pinned generation prompt and user-turn junction).
 """
@@ -17,14 +17,11 @@ MINIMAX_M2 = ModelFamily(
     name="minimax_m2",
     aliases=("minimax-m2", "minimax"),
     tokenizer=MiniMaxM2TitoTokenizer,
-    # SGLang's tool-call parser for this markup is "minimax-m2"; the proxy's parsers do not read
-    # <minimax:tool_call> blocks yet (docs/families.md, "MiniMax": what is missing), so tool calls stay content
-    # unless --model-tool-call-type names a parser
-    tool_call_parser=None,
+    tool_call_parser="minimax-m2",
     reasoning_parser="minimax",
     verified=(
         "property battery (2,000 episodes) vs the official template (transformers), "
-        "tests/tokenization/test_minimax_properties.py; reasoning parser vs SGLang 0.5.23's minimax, "
+        "tests/tokenization/test_minimax_properties.py; parsers vs SGLang 0.5.23's minimax-m2/minimax, "
         "tests/parsing/test_minimax_parsing.py"
     ),
     template_sha256=(MiniMaxM2TitoTokenizer.TEMPLATE_SHA256,),
