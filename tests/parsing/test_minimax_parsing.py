@@ -52,19 +52,22 @@ def test_local_parse_agrees_with_sglang_modulo_the_documented_whitespace():
         assert message.content == case["text_out"].strip(), case
 
 
+def _streamed(parser: StreamingMessageParser, text: str, rng: random.Random):
+    """The message of ``text`` fed to ``parser`` in random pieces of 1-9 characters."""
+    pos = 0
+    while pos < len(text):
+        step = rng.randint(1, 9)
+        parser.feed(text[pos : pos + step])
+        pos += step
+    parser.finish()
+    return parser.message
+
+
 def test_streaming_equals_non_streaming():
     rng = random.Random(5)
     for case in _cases():
-        text = case["text"]
-        expected = parse_local(text, FMT, NO_TOOLS, session_id="s", step_index=1)
-        parser = StreamingMessageParser(FMT, NO_TOOLS, "s", 1)
-        pos = 0
-        while pos < len(text):
-            step = rng.randint(1, 7)
-            parser.feed(text[pos : pos + step])
-            pos += step
-        parser.finish()
-        assert parser.message == expected, case
+        expected = parse_local(case["text"], FMT, NO_TOOLS, session_id="s", step_index=1)
+        assert _streamed(StreamingMessageParser(FMT, NO_TOOLS, "s", 1), case["text"], rng) == expected, case
 
 
 def test_the_templates_own_turns_parse_back_to_the_message(tokenizer_root):
@@ -116,13 +119,7 @@ def test_tool_call_streaming_equals_non_streaming():
             expected = parse_local(text, CALLS, specs, session_id="s", step_index=1,
                                    reasoning_open_at_start=open_at_start)
             parser = StreamingMessageParser(CALLS, specs, "s", 1, reasoning_open_at_start=open_at_start)
-            pos = 0
-            while pos < len(text):
-                step = rng.randint(1, 9)
-                parser.feed(text[pos : pos + step])
-                pos += step
-            parser.finish()
-            assert parser.message == expected, text
+            assert _streamed(parser, text, rng) == expected, text
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ from serving.tokenizer_files import model_tokenizer_path
 
 from .random_scripts import random_script
 from .simulation import simulate
+from .test_glm_properties import first_difference
 from .strategies import Script, scripts
 
 MINIMAX_EPISODES = int(os.environ.get("DRESSAGE_MINIMAX_EPISODES", "2000"))
@@ -89,13 +90,6 @@ def _starts_with_space(text: str) -> bool:
 @pytest.fixture(scope="module", params=sorted(FOLDERS))
 def minimax(request, tokenizer_root) -> TitoTokenizer:
     return load_tito_tokenizer(request.param, model_tokenizer_path(FOLDERS[request.param], tokenizer_root))
-
-
-def first_difference(a, b) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def check_episode(tito: TitoTokenizer, script: MiniMaxScript) -> None:
