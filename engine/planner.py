@@ -13,6 +13,7 @@ import attrs
 
 from .constraints import Grammar
 from .glm_markup import default_glm_reply
+from .minimax_markup import default_minimax_reply
 from .policy import THINK_DISABLED, default_plain_text, default_reply, filler_text
 from .script import ScriptBook, ScriptEntry
 from .tokenizer import EngineTokenizer
@@ -106,6 +107,8 @@ class Planner:
         if tk.is_glm:  # the prompt's thinking prefix: <think>, </think> or <think></think> (engine/glm_markup.py)
             prefix = next((p for p in ("<think></think>", "<think>", "</think>") if so_far_text.startswith(p)), "")
             reply = default_glm_reply(context, seed=self.seed, prefix=prefix)
+        elif tk.is_minimax:  # MiniMax-M2: the prompt always ends "<think>\n" (engine/minimax_markup.py)
+            reply = default_minimax_reply(context, seed=self.seed)
         else:
             thinking = not so_far_text.startswith(THINK_DISABLED)
             reply = default_reply(

@@ -44,8 +44,13 @@ class EngineTokenizer:
         """The GLM chat format (no ``<|im_start|>``; role tokens, ``engine/glm_markup.py``)."""
         return bool(self.glm_roles)
 
+    #: MiniMax-M2 vocabularies: ``]~b]`` / ``[e~[`` play ``<|im_start|>`` / ``<|im_end|>`` (engine/minimax_markup.py)
+    is_minimax: bool = False
+
     @property
     def assistant_header(self) -> str:
+        if self.is_minimax:
+            return "]~b]ai\n"
         return "<|assistant|>" if self.is_glm else "<|im_start|>assistant\n"
 
     def end_of_turn_id(self, reply: str) -> int:
@@ -120,11 +125,13 @@ def _load(path: Path) -> EngineTokenizer:
 
     roles = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
     glm = "<|im_start|>" not in added and all(role in added for role in roles)
+    minimax = "<|im_start|>" not in added and "]~b]" in added and "<minimax:tool_call>" in added
     return EngineTokenizer(
         tokenizer=tokenizer,
         path=path,
-        im_start_id=None if glm else required("<|im_start|>"),
-        im_end_id=None if glm else required("<|im_end|>"),
+        im_start_id=None if glm else required("]~b]" if minimax else "<|im_start|>"),
+        im_end_id=None if glm else required("[e~[" if minimax else "<|im_end|>"),
+        is_minimax=minimax,
         endoftext_id=optional("<|endoftext|>"),
         think_start_id=optional("<think>"),
         think_end_id=optional("</think>"),

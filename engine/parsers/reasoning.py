@@ -46,6 +46,8 @@ REASONING_PARSERS: dict[str, _Detector] = {
     # Glm45Detector: the same markers and <tool_call> close as Qwen3 (its extra excluded tokens only matter when
     # streaming)
     "glm45": _QWEN3,
+    # MiniMax-M2: SGLang maps "minimax" to Qwen3Detector and forces reasoning open (the prompt ends "<think>\n")
+    "minimax": attrs.evolve(_QWEN3, forced=True),
 }
 
 

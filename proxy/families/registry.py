@@ -14,12 +14,15 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from proxy.families import glm, qwen3, qwen3_5, template_only
+from proxy.families import glm, minimax, minimax_m3, qwen3, qwen3_5, template_only
 from proxy.families.model_family import ModelFamily
 from proxy.tokenization.tito import TitoTokenizer
 
 #: every family, in detection order; the template-only fallback last
-FAMILIES: tuple[ModelFamily, ...] = (*qwen3.FAMILIES, *qwen3_5.FAMILIES, *glm.FAMILIES, template_only.GENERIC)
+FAMILIES: tuple[ModelFamily, ...] = (
+    *qwen3.FAMILIES, *qwen3_5.FAMILIES, *glm.FAMILIES, *minimax.FAMILIES, *minimax_m3.FAMILIES,
+    template_only.GENERIC,
+)
 #: the family of an unrecognised template
 FALLBACK: ModelFamily = template_only.GENERIC
 

@@ -6,6 +6,8 @@ same name is sent to SGLang: ``--model-tool-call-type`` is ``qwen25`` (alias ``q
 (``<think>...</think>``) or ``qwen3-thinking`` (the same, but the output always starts inside the reasoning).
 GLM (docs/parsing.md, "GLM"): tool calls ``glm47`` (GLM-4.7, GLM-5.x) or ``glm45`` (GLM-4.5/4.6, the same with
 newlines), reasoning ``glm45`` (SGLang's ``Glm45Detector``: ``<think>...</think>``, ended by ``<tool_call>`` too).
+MiniMax-M2: tool calls ``minimax-m2`` (``<minimax:tool_call>`` blocks, ``proxy/parsing/minimax_blocks.py``), reasoning
+``minimax`` (SGLang's ``Qwen3Detector`` forced open, as ``qwen3-thinking``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ THINK_START = "<think>"
 THINK_END = "</think>"
 TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
+MINIMAX_TOOL_CALL_START = "<minimax:tool_call>"
+MINIMAX_TOOL_CALL_END = "</minimax:tool_call>"
 
 
 class ToolCallFormat(enum.Enum):
@@ -31,6 +35,16 @@ class ToolCallFormat(enum.Enum):
     """``<function=NAME><parameter=P>VALUE</parameter></function>`` (SGLang parser ``qwen3_coder``)."""
     GLM = "glm"
     """``NAME<arg_key>K</arg_key><arg_value>V</arg_value>...`` (SGLang parsers ``glm47`` and ``glm45``)."""
+    MINIMAX_M2 = "minimax_m2"
+    """``<invoke name="F"><parameter name="K">V</parameter></invoke>...`` inside ``<minimax:tool_call>`` blocks
+    (SGLang parser ``minimax-m2``)."""
+
+    @property
+    def markers(self) -> tuple[str, str]:
+        """The tags a block of this format opens and closes with."""
+        if self is ToolCallFormat.MINIMAX_M2:
+            return MINIMAX_TOOL_CALL_START, MINIMAX_TOOL_CALL_END
+        return TOOL_CALL_START, TOOL_CALL_END
 
 
 #: ``--model-tool-call-type`` value (an SGLang parser name) -> format.
@@ -41,10 +55,11 @@ TOOL_CALL_TYPES: Mapping[str, ToolCallFormat] = {
     "step3p5": ToolCallFormat.XML,
     "glm47": ToolCallFormat.GLM,
     "glm45": ToolCallFormat.GLM,
+    "minimax-m2": ToolCallFormat.MINIMAX_M2,
 }
 
 #: ``--model-reasoning-type`` value (an SGLang parser name) -> whether the output always starts inside reasoning.
-REASONING_TYPES: Mapping[str, bool] = {"qwen3": False, "qwen3-thinking": True, "glm45": False}
+REASONING_TYPES: Mapping[str, bool] = {"qwen3": False, "qwen3-thinking": True, "glm45": False, "minimax": True}
 
 
 def tool_call_format(name: str) -> ToolCallFormat:

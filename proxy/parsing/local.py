@@ -101,18 +101,20 @@ class BlockSegment:
 Segment = TextSegment | BlockSegment
 
 
-def segment_tool_blocks(rest: str) -> tuple[Segment, ...]:
-    """Step 2: text pieces and blocks, in order; joining every ``text`` / ``raw`` gives back ``rest``."""
+def segment_tool_blocks(rest: str, markers: tuple[str, str] = (TOOL_CALL_START, TOOL_CALL_END)) -> tuple[Segment, ...]:
+    """Step 2: text pieces and blocks, in order; joining every ``text`` / ``raw`` gives back ``rest``. ``markers``:
+    the format's block tags (``ToolCallFormat.markers``)."""
+    open_tag, close_tag = markers
     segments: list[Segment] = []
     pos = 0
-    while (start := rest.find(TOOL_CALL_START, pos)) != -1:
+    while (start := rest.find(open_tag, pos)) != -1:
         if start > pos:
             segments.append(TextSegment(rest[pos:start]))
-        end = rest.find(TOOL_CALL_END, start + len(TOOL_CALL_START))
+        end = rest.find(close_tag, start + len(open_tag))
         if end == -1:
             segments.append(BlockSegment(rest[start:], closed=False))
             return tuple(segments)
-        pos = end + len(TOOL_CALL_END)
+        pos = end + len(close_tag)
         segments.append(BlockSegment(rest[start:pos], closed=True))
     if pos < len(rest):
         segments.append(TextSegment(rest[pos:]))
@@ -128,8 +130,10 @@ def assemble(
     step_index: int,
     flags: Iterable[str] = (),
     choice_index: int = 0,
+    block_end: str = TOOL_CALL_END,
 ) -> ParsedMessage:
-    """Step 3: the message from the segments and one decision per closed block (in order)."""
+    """Step 3: the message from the segments and one decision per closed block (in order); ``block_end``: the
+    format's closing tag."""
     all_flags = set(flags)
     content: list[str] = []
     calls: list[ToolCall] = []
@@ -137,7 +141,7 @@ def assemble(
     for segment in segments:
         if isinstance(segment, TextSegment):
             content.append(segment.text)
-            if TOOL_CALL_END in segment.text:
+            if block_end in segment.text:
                 all_flags.add(ParseFlag.MALFORMED_TOOL_CALL)  # a stray closing tag
             continue
         decision = next(closed_decisions) if segment.closed else MALFORMED  # an open block is never a call
@@ -174,10 +178,11 @@ def parse_local(
     )
     if fmt.tool_call is None:
         return ParsedMessage(content=split.rest.strip(), reasoning_content=split.reasoning or None)
-    segments = segment_tool_blocks(split.rest)
+    segments = segment_tool_blocks(split.rest, fmt.tool_call.markers)
     decisions = [
         decide_block(s.raw, fmt.tool_call, tools) for s in segments if isinstance(s, BlockSegment) and s.closed
     ]
     return assemble(
-        split.reasoning, segments, decisions, session_id=session_id, step_index=step_index, choice_index=choice_index
+        split.reasoning, segments, decisions, session_id=session_id, step_index=step_index, choice_index=choice_index,
+        block_end=fmt.tool_call.markers[1],
     )

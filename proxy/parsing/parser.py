@@ -176,12 +176,12 @@ class MessageParser:
         if self._fmt.tool_call is None:
             message = ParsedMessage(content=split.rest.strip(), reasoning_content=split.reasoning or None)
         else:
-            segments = segment_tool_blocks(split.rest)
+            segments = segment_tool_blocks(split.rest, self._fmt.tool_call.markers)
             raws = [s.raw for s in segments if isinstance(s, BlockSegment) and s.closed]
             decisions = await self.decide_blocks(raws, specs, flags)
             message = assemble(
                 split.reasoning, segments, decisions, session_id=session_id, step_index=step_index, flags=flags,
-                choice_index=choice_index,
+                choice_index=choice_index, block_end=self._fmt.tool_call.markers[1],
             )
         return self._count(message)
 

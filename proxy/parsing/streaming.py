@@ -123,7 +123,7 @@ class StreamingMessageParser:
     _phase: _Phase = attrs.field(init=False, default=_Phase.START)
     _buf: str = attrs.field(init=False, default="")  # held back: a possible marker prefix (the block is below)
     _block_parts: list[str] = attrs.field(init=False, factory=list)  # the open block, in pieces
-    _block_tail: str = attrs.field(init=False, default="")  # its last len(TOOL_CALL_END) - 1 characters
+    _block_tail: str = attrs.field(init=False, default="")  # its last len(closing tag) - 1 characters
     _input_ended: bool = attrs.field(init=False, default=False)
     # emitter
     _queue: deque[_Piece] = attrs.field(init=False, factory=deque)  # behind the first undecided block
@@ -201,6 +201,8 @@ class StreamingMessageParser:
 
     def _scan(self, text: str, *, final: bool, out: list[MessageDelta]) -> None:
         buf = self._buf + text
+        # the block tags of the format (the reasoning phase still ends at Qwen's <tool_call>, as SGLang's does)
+        open_tag, close_tag = (TOOL_CALL_START, TOOL_CALL_END) if self.fmt.tool_call is None else self.fmt.tool_call.markers
         while True:
             phase = self._phase
             if phase is _Phase.START:
@@ -240,32 +242,32 @@ class StreamingMessageParser:
                     buf = buf[cut:]
                     break
             elif phase is _Phase.CONTENT:
-                start = -1 if self.fmt.tool_call is None else buf.find(TOOL_CALL_START)
+                start = -1 if self.fmt.tool_call is None else buf.find(open_tag)
                 if start != -1:
                     self._route(_ContentText(buf[:start]), out)
-                    buf = buf[start + len(TOOL_CALL_START) :]
-                    self._block_parts = [TOOL_CALL_START]
-                    self._block_tail = TOOL_CALL_START[-(len(TOOL_CALL_END) - 1) :]
+                    buf = buf[start + len(open_tag) :]
+                    self._block_parts = [open_tag]
+                    self._block_tail = open_tag[-(len(close_tag) - 1) :]
                     self._phase = _Phase.BLOCK
                     continue
                 cut = len(buf)
                 if not final and self.fmt.tool_call is not None:
-                    cut -= held_suffix_length(buf, (TOOL_CALL_START,))
+                    cut -= held_suffix_length(buf, (open_tag,))
                 self._route(_ContentText(buf[:cut]), out)
                 buf = buf[cut:]
                 break
             else:  # BLOCK: the new text is in buf; the block so far in _block_parts
                 window = self._block_tail + buf
-                end = window.find(TOOL_CALL_END)
+                end = window.find(close_tag)
                 if end == -1:
                     self._block_parts.append(buf)
-                    self._block_tail = window[-(len(TOOL_CALL_END) - 1) :]
+                    self._block_tail = window[-(len(close_tag) - 1) :]
                     buf = ""
                     if final:
                         self._route(_Block("".join(self._block_parts), closed=False), out)
                         self._block_parts = []
                     break
-                cut = end + len(TOOL_CALL_END) - len(self._block_tail)
+                cut = end + len(close_tag) - len(self._block_tail)
                 self._block_parts.append(buf[:cut])
                 self._route(_Block("".join(self._block_parts), closed=True), out)
                 self._block_parts = []
@@ -329,6 +331,6 @@ class StreamingMessageParser:
 
     def _end_text_piece(self) -> None:
         """A text piece between blocks ended: a ``</tool_call>`` in it is a stray closing tag."""
-        if self.fmt.tool_call is not None and TOOL_CALL_END in "".join(self._text_piece):
+        if self.fmt.tool_call is not None and self.fmt.tool_call.markers[1] in "".join(self._text_piece):
             self._flags.add(ParseFlag.MALFORMED_TOOL_CALL)
         self._text_piece = []

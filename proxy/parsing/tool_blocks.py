@@ -24,7 +24,8 @@ function must end with ``</function>``, and only whitespace may stand between th
 
 A block is all or nothing: if any call in it is malformed the whole block is ``malformed_tool_call``; if all are
 well-formed but one names a tool that was not offered, the block is ``unknown_tool``. Either way it stays content.
-GLM (``glm47`` / ``glm45``): ``proxy/parsing/glm_blocks.py``.
+GLM (``glm47`` / ``glm45``): ``proxy/parsing/glm_blocks.py``; MiniMax-M2 (``minimax-m2``, ``<minimax:tool_call>``
+blocks): ``proxy/parsing/minimax_blocks.py``.
 
 Accepted arguments are always strict JSON objects: a non-finite number converted from an XML value stays a
 string; in JSON bodies ``NaN`` / ``Infinity`` make the block malformed.
@@ -40,8 +41,9 @@ from typing import Any
 
 import attrs
 
-from proxy.parsing.formats import TOOL_CALL_END, TOOL_CALL_START, ToolCallFormat, ToolSpecs
+from proxy.parsing.formats import ToolCallFormat, ToolSpecs
 from proxy.parsing.glm_blocks import glm_calls
+from proxy.parsing.minimax_blocks import minimax_calls
 from proxy.parsing.parsed import ParseFlag
 
 FUNCTION_START = "<function="
@@ -85,12 +87,15 @@ def decide_block(raw: str, fmt: ToolCallFormat, tools: ToolSpecs, *, closed: boo
     A block still open at the end of the output (``closed=False``) is never a call: the generation stopped
     inside it, and a truncated call must not be executed.
     """
-    if not closed or not (raw.startswith(TOOL_CALL_START) and raw.endswith(TOOL_CALL_END)):
+    open_tag, close_tag = fmt.markers
+    if not closed or not (raw.startswith(open_tag) and raw.endswith(close_tag)):
         return MALFORMED
-    inner = raw[len(TOOL_CALL_START) : len(raw) - len(TOOL_CALL_END)]
+    inner = raw[len(open_tag) : len(raw) - len(close_tag)]
     try:
         if fmt is ToolCallFormat.GLM:
             calls = glm_calls(inner, tools, schema_type)
+        elif fmt is ToolCallFormat.MINIMAX_M2:
+            calls = minimax_calls(inner, tools, schema_type)
         else:
             calls = _json_calls(inner) if fmt is ToolCallFormat.JSON else _xml_calls(inner, tools)
         if not calls:

@@ -1,0 +1,84 @@
+"""The MiniMax-M2 chat format in the embedded engine: reading a MiniMax prompt, writing a MiniMax reply.
+
+A MiniMax-M2 prompt is ``]~!b[`` then turns ``]~b]ROLE\\n...[e~[\\n`` (roles ``system``, ``user``, ``ai``, ``tool``
+holding ``<response>`` blocks); the tools are listed as ``<tool>{JSON}</tool>`` lines inside ``<tools>...</tools>`` of
+the system turn. The generation prompt is ``]~b]ai\\n<think>\\n`` (the template has no thinking switch).
+
+A reply is written as the official template renders an assistant turn after that prompt:
+``REASONING\\n</think>\\n\\nCONTENT`` then, for a call, ``\\n<minimax:tool_call>\\n<invoke name="F">\\n<parameter
+name="K">V</parameter>\\n...</invoke>\\n</minimax:tool_call>`` (string values raw, others as JSON); the engine closes
+it with ``[e~[``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .determinism import stable_hash
+from .plausible_text import sentence, topic
+from .policy import tool_arguments
+
+TURN_START, TURN_END = "]~b]", "[e~["
+ASSISTANT_HEADER = "]~b]ai\n"
+THINK_PREFIX = "<think>\n"
+_TOOL = re.compile(r"<tool>(.*?)</tool>", re.S)
+
+
+def split_turns(context: str) -> list[tuple[str, str]]:
+    """(role, content) of each turn of a MiniMax prompt."""
+    turns = []
+    for raw in context.split(TURN_START)[1:]:
+        role, _, content = raw.partition("\n")
+        turns.append((role.strip(), content.split(TURN_END)[0]))
+    return turns
+
+
+def prompt_tools(turns: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The offered tools: the ``<tool>`` JSON objects inside ``<tools>`` of the system turn."""
+    for role, content in turns:
+        if role != "system" or "<tools>" not in content:
+            continue
+        tools = []
+        for raw in _TOOL.findall(content.split("<tools>", 1)[1].split("</tools>", 1)[0]):
+            try:
+                tool = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str) and tool["name"]:
+                tools.append(tool)
+        return tools
+    return []
+
+
+def render_minimax_call(name: str, arguments: dict[str, Any]) -> str:
+    """One call as the MiniMax-M2 template renders it (the block's tags included)."""
+    parameters = "".join(
+        f'<parameter name="{k}">{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}</parameter>\n'
+        for k, v in arguments.items()
+    )
+    return f'\n<minimax:tool_call>\n<invoke name="{name}">\n{parameters}</invoke>\n</minimax:tool_call>'
+
+
+def default_minimax_reply(context: str, *, seed: int) -> str:
+    """The default policy (``engine/policy.py``) in MiniMax markup, starting with the prompt's ``<think>\\n``: a tool
+    call when tools are offered and the last turn is a user message, else an answer."""
+    turns = split_turns(context)
+    tools = prompt_tools(turns)
+    users = [content for role, content in turns if role == "user"]
+    user_text = users[-1].strip() if users else ""
+    after_tool_response = bool(turns) and turns[-1][0] == "tool"
+    h = stable_hash("reply", seed, context)
+    about = topic(user_text)
+    if tools and not after_tool_response:
+        function = tools[h % len(tools)]
+        reasoning = f"The user asks {about}. I should call {function['name']} to get the facts. {sentence(h + 3, 6)}"
+        body = "I'll look that up." + render_minimax_call(function["name"], tool_arguments(function, h, user_text))
+    elif after_tool_response:
+        reasoning = f"The tool returned its result. {sentence(h + 3, 7)}"
+        body = f"Based on the tool results for {about}: {sentence(h + 1, 9)} {sentence(h + 2, 5)}"
+    else:
+        reasoning = f"The user wrote {about}. {sentence(h + 3, 8)}"
+        body = f"Here is a short answer about {about}. {sentence(h + 1, 10)}"
+    return f"{THINK_PREFIX}{reasoning.strip()}\n</think>\n\n{body.strip()}"

@@ -1,0 +1,77 @@
+"""What the body of a MiniMax-M2 ``<minimax:tool_call>...</minimax:tool_call>`` block means (SGLang ``minimax-m2``).
+
+The official MiniMax-M2 template writes a block as::
+
+    <minimax:tool_call>
+    <invoke name="NAME">
+    <parameter name="KEY">VALUE</parameter>
+    ...
+    </invoke>
+    ...
+    </minimax:tool_call>
+
+(one ``<invoke>`` per call, string values raw, other values ``tojson``). Read by these rules: one or more
+``<invoke name="...">...</invoke>`` elements with only whitespace around them; inside one, ``<parameter name="...">
+VALUE</parameter>`` elements with only whitespace between them (anything else: ``malformed_tool_call``). Names and
+keys are stripped (as SGLang 0.5.23 does) and must be non-empty without quotes, angle brackets or line breaks.
+A value is the exact inverse of the template's rendering (``proxy/parsing/glm_blocks.py:convert_glm_value``: raw
+text for a string-typed parameter, else strict JSON, else the text). SGLang 0.5.23's ``MinimaxM2Detector`` differs on
+purpose (docs/families.md, "MiniMax"): it strips line breaks at both ends of a value, keeps a value of a parameter
+the schema does not type as a string, and drops calls to tools that were not offered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from proxy.parsing.formats import ToolSpecs
+from proxy.parsing.glm_blocks import convert_glm_value
+
+INVOKE_START, INVOKE_END = '<invoke name="', "</invoke>"
+PARAMETER_START, PARAMETER_END = '<parameter name="', "</parameter>"
+_NAME_END = '">'
+
+
+class MiniMaxMalformed(ValueError):
+    """The block body is not MiniMax calls."""
+
+
+def _name(text: str) -> str:
+    name = text.strip()
+    if not name or any(c in name for c in '"<>\n\r'):
+        raise MiniMaxMalformed(f"bad name {name!r}")
+    return name
+
+
+def _element(body: str, pos: int, start: str, end: str) -> tuple[str, str, int] | None:
+    """``(name, inner, position after)`` of the ``start NAME"> inner end`` element after optional whitespace at
+    ``pos``; None when only whitespace is left."""
+    rest = body[pos:]
+    if not rest.strip():
+        return None
+    pos += len(rest) - len(rest.lstrip())
+    if not body.startswith(start, pos):
+        raise MiniMaxMalformed(f"expected {start!r} at {body[pos:pos + 20]!r}")
+    name_end = body.find(_NAME_END, pos + len(start))
+    close = body.find(end, pos + len(start))
+    if name_end == -1 or close == -1 or close < name_end:
+        raise MiniMaxMalformed(f"{start!r} is not closed")
+    return _name(body[pos + len(start) : name_end]), body[name_end + len(_NAME_END) : close], close + len(end)
+
+
+def minimax_calls(inner: str, tools: ToolSpecs, schema_type: Callable[[Any], str]) -> list[tuple[str, dict[str, Any]]]:
+    """The calls a block body holds, as ``[(name, arguments)]``; :class:`MiniMaxMalformed` otherwise."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    pos = 0
+    while (invoke := _element(inner, pos, INVOKE_START, INVOKE_END)) is not None:
+        name, body, pos = invoke
+        arguments: dict[str, Any] = {}
+        at = 0
+        while (parameter := _element(body, at, PARAMETER_START, PARAMETER_END)) is not None:
+            key, value, at = parameter
+            if PARAMETER_START in value or INVOKE_START in value:
+                raise MiniMaxMalformed(f"nested tags in {value[:40]!r}")
+            arguments[key] = convert_glm_value(value, tools.parameter_schema(name, key), schema_type)
+        calls.append((name, arguments))
+    return calls

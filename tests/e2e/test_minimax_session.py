@@ -1,0 +1,81 @@
+"""A multi-turn, tool-using MiniMax-M2 session through the proxy on its embedded engine, which speaks MiniMax itself
+(its default policy writes MiniMax markup after ``]~b]ai\\n<think>\\n`` and ends turns with ``[e~[``): the official
+openai SDK as the agent, the proxy's parsers (local, or SGLang's through the engine's endpoints), and one token-exact
+segment equal to the official template's render of the conversation the model had."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from engine import EngineConfig
+from proxy.cli import run_proxy
+from proxy.config import ProxyConfig
+from proxy.demo import _message_dict
+from proxy.families import load_tito_tokenizer
+from serving.tokenizer_files import model_tokenizer_path
+from tests.e2e.harness import CALCULATOR_TOOLS, Proxy
+
+
+def call(name: str, a: int, b: int) -> str:
+    return (f'\n<minimax:tool_call>\n<invoke name="{name}">\n<parameter name="a">{a}</parameter>\n'
+            f'<parameter name="b">{b}</parameter>\n</invoke>\n</minimax:tool_call>')
+
+
+#: what a MiniMax-M2 model writes after the prompt's "]~b]ai\n<think>\n" (the engine adds "[e~[")
+SCRIPTED = [
+    "First add 5 and 3.\n</think>\n\nI'll calculate that." + call("add", 5, 3),
+    "Now multiply 8 by 2.\n</think>\n\n" + call("multiply", 8, 2),
+    "Done.\n</think>\n\n5 plus 3 is 8, times 2 is 16.",
+]
+
+
+@pytest.mark.parametrize("scripted", [True, False], ids=["scripted-3-turns-local", "engine-policy-2-turns-sglang"])
+async def test_minimax_tool_session_is_one_token_exact_segment(
+    nursery: trio.Nursery, tokenizer_root, scripted: bool
+) -> None:
+    path = model_tokenizer_path("minimax", tokenizer_root)
+    session = "minimax-calc"
+    script = tuple({"session": session, "output": o} for o in SCRIPTED) if scripted else ()
+    backend = "local" if scripted else "sglang_api"  # sglang_api: the engine's minimax-m2 / minimax endpoints
+    config = ProxyConfig(port=0, tokenizer_path=path, trajectory_build_model="minimax_m2",
+                         tool_call_parse_backend=backend, reasoning_parse_backend=backend)
+    handle = await nursery.start(run_proxy, config, EngineConfig(tokenizer_path=path, script_lines=script))
+    tito = load_tito_tokenizer("minimax_m2", path)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a calculator."},
+                                      {"role": "user", "content": "Please add 5 and 3, then multiply by 2."}]
+    turns = len(SCRIPTED) if scripted else 2
+    generated: list[list[int]] = []
+    proxy = Proxy(handle, path, "minimax_m2")
+    async with proxy.async_client() as client:
+        for turn in range(turns):
+            completion = await client.chat.completions.create(
+                model="minimax", messages=messages, tools=CALCULATOR_TOOLS,
+                extra_headers={"X-Session-Id": session}, extra_body={"return_token_ids": True})
+            choice, body = completion.choices[0], completion.model_extra
+            generated.append(body["token_ids"])
+            assert tito.decode(body["token_ids"][-1:]) == "[e~["
+            messages.append(_message_dict(choice.message))  # reasoning echoed, as the demo agent does
+            if turn < turns - 1:
+                assert choice.finish_reason == "tool_calls", choice
+                tool_call = choice.message.tool_calls[0]
+                assert tool_call.function.name in ("add", "multiply")
+                assert set(json.loads(tool_call.function.arguments)) == {"a", "b"}
+                messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": str(8 * (turn + 1))})
+            else:
+                assert choice.finish_reason == "stop" and choice.message.content and not choice.message.tool_calls
+    segments = await proxy.segments(session)
+    assert len(segments) == 1, [s.get("boundary_reason") for s in segments]
+    ids = segments[0]["token_ids"]
+    # Token-exact: the segment is the official template's render of the conversation the model had, closed by
+    # [e~[. The parsers (SGLang's too) keep the newline the template puts before </think> in the reasoning, so the
+    # echoed reasoning ends with "\n"; the model's own reasoning is that text without it.
+    had = [dict(m, reasoning_content=m["reasoning_content"].removesuffix("\n")) if m.get("reasoning_content") else m
+           for m in messages]
+    official = tito.encode_text(tito.render_full(had, CALCULATOR_TOOLS, add_generation_prompt=False)[:-1])
+    assert ids == official
+    assert segments[0]["num_turns"] == turns
+    assert sum(segments[0]["loss_mask"]) == sum(len(g) for g in generated)
