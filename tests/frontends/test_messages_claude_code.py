@@ -1,5 +1,6 @@
 """The request bodies Claude Code 2.1.332 really sends (captured offline by the i18-clis helper, ``claude -p`` against
-a logging server: ``claude_code_requests/``), translated into the chat model and rendered with both served
+a logging server: ``claude_code_requests/``; every string longer than 160 characters -- Claude Code's own prompt
+and tool texts, which are not ours to redistribute -- is cut to its first line and a note), translated into the chat model and rendered with both served
 templates: every one is accepted, and what Claude Code does differently from the SDK (a system message inside
 ``messages``, adaptive thinking with ``display: "omitted"``, a foreign thinking signature echoed back,
 ``context_management``, ``cache_control`` everywhere, a ``defer_loading`` tool) lands where the docs say."""
@@ -58,4 +59,4 @@ def test_claude_code_bodies_are_accepted_and_render(
         assert assistant["tool_calls"][0]["id"] == chat.messages[4]["tool_call_id"] == "toolu_capture"
         assert assistant["tool_calls"][0]["function"]["name"] == "Write"
     ids = tito.encode_full(list(chat.messages), list(chat.template_tools or ()), chat.chat_template_kwargs)
-    assert len(ids) > 10_000  # twelve tools and Claude Code's prompts
+    assert len(ids) > 2_000  # twelve tools and Claude Code's prompts (their long texts redacted in the captures)
