@@ -11,6 +11,9 @@ Statements are written once with ``:name`` parameters (sqlite3's style) where bo
 - row locks: PostgreSQL locks the session row a call decides on (``FOR UPDATE``: claims, acknowledgements;
   ``FOR SHARE``: a step's fence check, so a claim by another proxy waits until the step is committed). SQLite has
   one writer at a time, so a plain SELECT inside the write transaction already decides alone;
+- a draining read takes the segments it leases in ``seq`` order and skips rows another transaction is leasing
+  (PostgreSQL ``FOR UPDATE SKIP LOCKED``): two proxies' group-committed reads over overlapping segments otherwise
+  wait on each other's row locks in different orders, and PostgreSQL kills one as a deadlock;
 - the clock: see ``SqlTrajectoryStore`` (``proxy/trajectory/stores/sql_store.py``).
 """
 
@@ -34,6 +37,8 @@ class Dialect:
     # Appended to the SELECT of the session row a write decides on.
     lock_for_update: str
     lock_for_share: str
+    # Appended to the SELECT of the segments a draining read leases.
+    lock_skip_locked: str
     # Run first in a migration's transaction: serializes proxies that start at once (PostgreSQL).
     migration_lock: str | None
     # The server's clock in seconds since the epoch (None: the store's own clock).
@@ -47,11 +52,11 @@ class Dialect:
 
 SQLITE = Dialect(
     name="sqlite", begin_write="BEGIN IMMEDIATE", begin_read="BEGIN", lock_for_update="", lock_for_share="",
-    migration_lock=None, server_now=None,
+    lock_skip_locked="", migration_lock=None, server_now=None,
 )
 POSTGRESQL = Dialect(
     name="postgresql", begin_write="BEGIN", begin_read="BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-    lock_for_update=" FOR UPDATE", lock_for_share=" FOR SHARE",
+    lock_for_update=" FOR UPDATE", lock_for_share=" FOR SHARE", lock_skip_locked=" FOR UPDATE SKIP LOCKED",
     # Any constant works; this one spells "dressage" in ASCII hex, so it cannot collide by accident.
     migration_lock="SELECT pg_advisory_xact_lock(7237959097669216101)",
     server_now="SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)",
@@ -129,17 +134,19 @@ def select_segments(where: str) -> str:
     return f"SELECT segment FROM segments WHERE {where} ORDER BY seq"
 
 
-def lease_segments(where: str) -> str:
-    """Lease the picked segments that no unexpired lease holds (a draining read)."""
+def lease_segments(where: str, lock: str) -> str:
+    """Lease the picked segments that no unexpired lease holds (a draining read), locked in ``seq`` order with
+    ``lock`` (:attr:`Dialect.lock_skip_locked`)."""
     return (
-        f"UPDATE segments SET lease_id = :lease_id, lease_until = :until "
-        f"WHERE {where} AND (lease_until IS NULL OR lease_until <= :now)"
+        "UPDATE segments SET lease_id = :lease_id, lease_until = :until WHERE seq IN ("
+        f"SELECT seq FROM segments WHERE {where} AND (lease_until IS NULL OR lease_until <= :now) ORDER BY seq{lock})"
     )
 
 
-def count_leased(where: str) -> str:
-    """How many of the picked segments an unexpired lease holds (a draining read that leased nothing)."""
-    return f"SELECT COUNT(*) FROM segments WHERE {where} AND lease_until > :now"
+def count_picked(where: str) -> str:
+    """How many segments a read picks. After a draining read that leased none, every one of them is held by another
+    reader: leased already, or being leased by a transaction the read skipped."""
+    return f"SELECT COUNT(*) FROM segments WHERE {where}"
 
 
-__all__ = ["POSTGRESQL", "SQLITE", "Dialect", "count_leased", "lease_segments", "segment_filter", "select_segments"]
+__all__ = ["POSTGRESQL", "SQLITE", "Dialect", "count_picked", "lease_segments", "segment_filter", "select_segments"]

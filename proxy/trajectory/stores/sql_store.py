@@ -180,11 +180,11 @@ class SqlTrajectoryStore:
 
         def lease(connection: Connection) -> ReadResult:
             now = self._now(connection)
-            leased = self._x(connection, sql.lease_segments(where),
+            leased = self._x(connection, sql.lease_segments(where, self.dialect.lock_skip_locked),
                              {**params, "lease_id": lease_id, "until": now + lease_seconds, "now": now})
             if leased.rowcount == 0:
-                # Nothing leased: say whether another lease holds what was asked for (same transaction).
-                held = self._x(connection, sql.count_leased(where), {**params, "now": now}).fetchone()[0]
+                # Nothing leased: what was asked for (if anything) is another reader's (same transaction).
+                held = self._x(connection, sql.count_picked(where), params).fetchone()[0]
                 return ReadResult((), skipped_leased=int(held))
             found = self._x(connection, sql.SEGMENTS_OF_LEASE, {"lease_id": lease_id}).fetchall()
             return ReadResult(tuple(rows.decode_segment(r[0]) for r in found), lease_id, lease_seconds)

@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import psycopg
 import pytest
 import trio
 
@@ -88,3 +89,27 @@ async def test_concurrent_acknowledgements_of_one_sessions_last_leases_mark_it_d
                 nursery.start_soon(ack, b, second.lease_id)
             assert sorted(emptied) == [(), ("s",)]
             assert (await b.load_session("s")).state == "drained"
+
+
+async def test_a_draining_read_skips_segments_another_transaction_is_leasing(postgres_server):
+    """The deadlock two proxies' group-committed reads once met (each waiting on rows the other was leasing, in another
+    order): a draining read never waits on segment rows another transaction holds. It leases what is free, counts
+    the held ones as skipped, and the held ones are leasable once that transaction ends. (Before the fix the read
+    below waited on the held rows until the store's lock timeout failed it.)"""
+    url = postgres_server.fresh_database("skip")
+    a = await open_postgres_store(url, "postgresql://skip")
+    try:
+        await a.write("s0", segments("s0", 2))
+        await a.write("s1", segments("s1", 2))
+        with psycopg.connect(url) as other:
+            # another proxy's draining read of s0, in flight: its row locks held, not committed yet
+            other.execute("SELECT seq FROM segments WHERE session_id = 's0' FOR UPDATE")
+            with trio.fail_after(60):  # a liveness bound, not a timing: the fixed read returns at once
+                everything = await a.read(drain=True)
+                only_s0 = await a.read(session_id="s0", drain=True)
+            other.rollback()
+        assert ids(everything) == ["s1:0", "s1:1"]
+        assert ids(only_s0) == [] and only_s0.skipped_leased == 2
+        assert ids(await a.read(session_id="s0", drain=True)) == ["s0:0", "s0:1"]
+    finally:
+        await a.aclose()
