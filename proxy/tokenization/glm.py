@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from proxy.tokenization.messages import normalize_messages
 from proxy.tokenization.results import LastStepError, TitoError, TitoFailure, TitoFailureReason
 from proxy.tokenization.tito import TemplateMismatchError, TitoTokenizer
 
@@ -142,7 +141,8 @@ class GlmTitoTokenizer(TitoTokenizer):
         offsets = self.token_offsets(ids)
         data = b"".join(self.token_bytes(t) for t in ids)
         role_ids = set(self.role_ids.values())
-        expected = self._skeleton_role_count(messages, has_tools, kwargs)
+        # role tokens of the skeleton (+1: the closing one the model generated)
+        expected = sum(self._render_skeleton(messages, has_tools, kwargs).count(role) for role in ROLE_TOKENS) + 1
         found = sum(1 for token_id in ids if token_id in role_ids)
         if found != expected:
             raise LastStepError(
@@ -162,24 +162,6 @@ class GlmTitoTokenizer(TitoTokenizer):
             first = next(j for j in range(p + 1, end + 1) if offsets[j][0] >= generated_from)
             spans.append((first, end + 1))
         return spans
-
-    def _skeleton_role_count(
-        self, messages: list[dict[str, Any]], has_tools: bool, chat_template_kwargs: Mapping[str, Any] | None
-    ) -> int:
-        """Role tokens of the same conversation with every text replaced by a plain word (+1: the closing one)."""
-        skeleton = []
-        for message in normalize_messages(messages):
-            plain = {"role": message["role"], "content": "x"}
-            if "reasoning_content" in message:
-                plain["reasoning_content"] = "x"
-            if message.get("tool_calls"):
-                plain["tool_calls"] = [
-                    {"type": "function", "function": {"name": "f", "arguments": {}}} for _ in message["tool_calls"]
-                ]
-            skeleton.append(plain)
-        tools = [{"type": "function", "function": {"name": "f"}}] if has_tools else None
-        text = self._render(skeleton, tools, chat_template_kwargs, add_generation_prompt=False)
-        return sum(text.count(role) for role in ROLE_TOKENS) + 1
 
     def boundary_markers(self) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
         roles = tuple(role.encode() for role in ROLE_TOKENS)

@@ -35,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from proxy.tokenization.chatml import ChatMLTitoTokenizer
-from proxy.tokenization.messages import normalize_messages
 from proxy.tokenization.results import IncrementalResult, LastStepError, TitoError, TitoFailure, TitoFailureReason
 from proxy.tokenization.tito import _ANCHOR_QUERY, TemplateMismatchError, _anchor_absent_from
 
@@ -155,7 +154,7 @@ class MiniMaxTitoTokenizer(ChatMLTitoTokenizer):
         Refused when the render has more turns than the messages' skeleton (special-token text in a message)."""
         offsets = self.token_offsets(ids)
         data = b"".join(self.token_bytes(t) for t in ids)
-        expected = self._skeleton_turns(messages, has_tools, kwargs)
+        expected = self._render_skeleton(messages, has_tools, kwargs).count(self.TURN_START)
         if ids.count(self.turn_start_id) != expected:
             raise LastStepError(
                 f"the render has {ids.count(self.turn_start_id)} turns for {expected} expected: a message contains "
@@ -177,22 +176,6 @@ class MiniMaxTitoTokenizer(ChatMLTitoTokenizer):
             first = next(j for j in range(p + 1, end + 1) if offsets[j][0] >= generated_from)
             spans.append((first, end + 1))
         return spans
-
-    def _skeleton_turns(
-        self, messages: list[dict[str, Any]], has_tools: bool, chat_template_kwargs: Mapping[str, Any] | None
-    ) -> int:
-        """``]~b]`` turns of the same conversation with every text replaced by a plain word."""
-        skeleton = []
-        for message in normalize_messages(messages):
-            plain: dict[str, Any] = {"role": message["role"], "content": "x"}
-            if message.get("tool_calls"):
-                plain["tool_calls"] = [
-                    {"type": "function", "function": {"name": "f", "arguments": {}}} for _ in message["tool_calls"]
-                ]
-            skeleton.append(plain)
-        tools = [{"type": "function", "function": {"name": "f"}}] if has_tools else None
-        text = self._render(skeleton, tools, chat_template_kwargs, add_generation_prompt=False)
-        return text.count(self.TURN_START)
 
 
 class MiniMaxM2TitoTokenizer(MiniMaxTitoTokenizer):

@@ -279,6 +279,24 @@ class TitoTokenizer(abc.ABC):
             raise TitoError.of(TitoFailureReason.TEMPLATE_ERROR, f"{type(exc).__name__}: {exc}") from None
         return rendered[0]
 
+    def _render_skeleton(
+        self, messages: list[dict[str, Any]], has_tools: bool, chat_template_kwargs: Mapping[str, Any] | None
+    ) -> str:
+        """The same conversation with every text replaced by a plain word (same roles, reasoning and tool calls):
+        a family that masks a last-step render counts its turn markers here, where no client text can forge one."""
+        skeleton = []
+        for message in normalize_messages(messages):
+            plain: dict[str, Any] = {"role": message["role"], "content": "x"}
+            if "reasoning_content" in message:
+                plain["reasoning_content"] = "x"
+            if message.get("tool_calls"):
+                plain["tool_calls"] = [
+                    {"type": "function", "function": {"name": "f", "arguments": {}}} for _ in message["tool_calls"]
+                ]
+            skeleton.append(plain)
+        tools = [{"type": "function", "function": {"name": "f"}}] if has_tools else None
+        return self._render(skeleton, tools, chat_template_kwargs, add_generation_prompt=False)
+
     def render_full(
         self,
         messages: Sequence[Any],
