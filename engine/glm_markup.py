@@ -19,8 +19,7 @@ import re
 from typing import Any
 
 from .determinism import stable_hash
-from .plausible_text import sentence, topic
-from .policy import tool_arguments, tools_in_system
+from .policy import plan_reply, tools_in_system
 
 ROLES = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
 ASSISTANT = "<|assistant|>"
@@ -70,16 +69,6 @@ def default_glm_reply(context: str, *, seed: int, prefix: str) -> str:
     users = [content for role, content in turns if role == "user"]
     user_text = users[-1].strip() if users else ""
     after_tool_response = bool(turns) and turns[-1][0] == "observation"
-    h = stable_hash("reply", seed, context)
-    about = topic(user_text)
-    if tools and not after_tool_response:
-        function = tools[h % len(tools)]
-        reasoning = f"The user asks {about}. I should call {function['name']} to get the facts. {sentence(h + 3, 6)}"
-        body = render_glm_call(function["name"], tool_arguments(function, h, user_text))
-    elif after_tool_response:
-        reasoning = f"The tool returned its result. {sentence(h + 3, 7)}"
-        body = f"Based on the tool results for {about}: {sentence(h + 1, 9)} {sentence(h + 2, 5)}"
-    else:
-        reasoning = f"The user wrote {about}. {sentence(h + 3, 8)}"
-        body = f"Here is a short answer about {about}. {sentence(h + 1, 10)}"
-    return glm_reply(prefix, reasoning, body)
+    plan = plan_reply(tools, user_text, after_tool_response, stable_hash("reply", seed, context))
+    body = render_glm_call(*plan.call) if plan.call else plan.text
+    return glm_reply(prefix, plan.reasoning, body)

@@ -17,8 +17,7 @@ import re
 from typing import Any
 
 from .determinism import stable_hash
-from .plausible_text import sentence, topic
-from .policy import tool_arguments
+from .policy import plan_reply
 
 TURN_START, TURN_END = "]~b]", "[e~["
 ASSISTANT_HEADER = "]~b]ai\n"
@@ -69,16 +68,6 @@ def default_minimax_reply(context: str, *, seed: int) -> str:
     users = [content for role, content in turns if role == "user"]
     user_text = users[-1].strip() if users else ""
     after_tool_response = bool(turns) and turns[-1][0] == "tool"
-    h = stable_hash("reply", seed, context)
-    about = topic(user_text)
-    if tools and not after_tool_response:
-        function = tools[h % len(tools)]
-        reasoning = f"The user asks {about}. I should call {function['name']} to get the facts. {sentence(h + 3, 6)}"
-        body = "I'll look that up." + render_minimax_call(function["name"], tool_arguments(function, h, user_text))
-    elif after_tool_response:
-        reasoning = f"The tool returned its result. {sentence(h + 3, 7)}"
-        body = f"Based on the tool results for {about}: {sentence(h + 1, 9)} {sentence(h + 2, 5)}"
-    else:
-        reasoning = f"The user wrote {about}. {sentence(h + 3, 8)}"
-        body = f"Here is a short answer about {about}. {sentence(h + 1, 10)}"
-    return f"{THINK_PREFIX}{reasoning.strip()}\n</think>\n\n{body.strip()}"
+    plan = plan_reply(tools, user_text, after_tool_response, stable_hash("reply", seed, context))
+    body = "I'll look that up." + render_minimax_call(*plan.call) if plan.call else plan.text
+    return f"{THINK_PREFIX}{plan.reasoning.strip()}\n</think>\n\n{body.strip()}"

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -107,6 +108,32 @@ def render_tool_call(name: str, arguments: dict[str, Any], *, xml: bool) -> str:
     return "".join(parts)
 
 
+class ReplyPlan(NamedTuple):
+    """What the default policy says in one turn, before any family's markup writes it."""
+
+    reasoning: str
+    #: (tool name, arguments) when the turn calls a tool; the answer text is then empty
+    call: tuple[str, dict[str, Any]] | None
+    text: str
+
+
+def plan_reply(tools: Sequence[dict[str, Any]], user_text: str, after_tool_response: bool, h: int) -> ReplyPlan:
+    """The default policy's turn, shared by every family's markup: a tool call when tools are offered and the last
+    turn is the user's, an answer about the tool results after them, else a short answer."""
+    about = topic(user_text)
+    if tools and not after_tool_response:
+        function = tools[h % len(tools)]
+        name = function["name"]
+        reasoning = f"The user asks {about}. I should call {name} to get the facts. {sentence(h + 3, 6)}"
+        return ReplyPlan(reasoning, (name, tool_arguments(function, h, user_text)), "")
+    if after_tool_response:
+        reasoning = f"The tool returned its result. {sentence(h + 3, 7)}"
+        answer = f"Based on the tool results for {about}: {sentence(h + 1, 9)} {sentence(h + 2, 5)}"
+        return ReplyPlan(reasoning, None, answer)
+    reasoning = f"The user wrote {about}. {sentence(h + 3, 8)}"
+    return ReplyPlan(reasoning, None, f"Here is a short answer about {about}. {sentence(h + 1, 10)}")
+
+
 def default_reply(
     context: str, *, seed: int, thinking: bool, xml_default: bool, grammar: Grammar | None = None
 ) -> str:
@@ -121,26 +148,16 @@ def default_reply(
     """
     view = analyze_prompt(context)
     h = stable_hash("reply", seed, context)
-    about = topic(view.user_text)
     if grammar is not None:
         constrained = _constrained_reply(view, h, seed, grammar, thinking=thinking)
         if constrained is not None:
             return constrained
     xml = view.xml_tool_calls or (xml_default and not view.tools)
-    if view.tools and not view.after_tool_response:
-        function = view.tools[h % len(view.tools)]
-        name = function["name"]
-        reasoning = f"The user asks {about}. I should call {name} to get the facts. {sentence(h + 3, 6)}"
-        body = render_tool_call(name, tool_arguments(function, h, view.user_text), xml=view.xml_tool_calls or xml)
-    elif view.after_tool_response:
-        reasoning = f"The tool returned its result. {sentence(h + 3, 7)}"
-        body = f"Based on the tool results for {about}: {sentence(h + 1, 9)} {sentence(h + 2, 5)}"
-    else:
-        reasoning = f"The user wrote {about}. {sentence(h + 3, 8)}"
-        body = f"Here is a short answer about {about}. {sentence(h + 1, 10)}"
+    plan = plan_reply(view.tools, view.user_text, view.after_tool_response, h)
+    body = render_tool_call(*plan.call, xml=xml) if plan.call else plan.text
     if not thinking:
         return THINK_DISABLED + body
-    return f"{THINK_OPEN}{reasoning}\n</think>\n\n{body}"
+    return f"{THINK_OPEN}{plan.reasoning}\n</think>\n\n{body}"
 
 
 def _constrained_reply(view: PromptView, h: int, seed: int, grammar: Grammar, *, thinking: bool) -> str | None:
