@@ -190,6 +190,9 @@ class ChatCompletionRequest:
     response_mask: tuple[int, ...] | None = None
     #: top-level body keys that were not read (unknown or deliberately ignored), sorted
     ignored_fields: tuple[str, ...] = ()
+    #: (Idempotency-Key, body fingerprint) the chat route claimed for this request: journaled with the step it
+    #: commits (``proxy/controllers/idempotency.py``); None without a key
+    idempotency: tuple[str, str] | None = None
 
     @classmethod
     def from_http(

@@ -268,7 +268,7 @@ class Generation:
                 # what the model sees is the session's context.
                 request.session_id, request.messages, tools=request.template_tools,
                 chat_template_kwargs=request.chat_template_kwargs, response_mask=request.response_mask,
-                instance_id=request.instance_id, turn_id=request.turn_id,
+                instance_id=request.instance_id, turn_id=request.turn_id, idempotency=request.idempotency,
             )
         except (SessionError, TitoError) as exc:
             self._refuse(api_error_for(exc))

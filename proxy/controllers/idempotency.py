@@ -35,8 +35,8 @@ meanwhile reached its step limit. Only the first request's response headers that
 
 **Across a restart** (``docs/storage.md``, "Recovery"). The recorded bytes live in memory only, but the key and
 the fingerprint are journaled with the step the request committed, in the same durable record
-(``proxy/trajectory/step_journal.py``: the route names them to the registry's prepare through
-:func:`set_request_key`). When a restarted proxy (or the next owner in a fleet) loads the session, the journal's
+(``proxy/trajectory/step_journal.py``: the route puts them on the request,
+``ChatCompletionRequest.idempotency``, and the registry's prepare journals them). When a restarted proxy (or the next owner in a fleet) loads the session, the journal's
 keys come back (:meth:`IdempotencyKeys.restore`) holding their committed step instead of bytes; a repeat is then
 answered from the step (``proxy/controllers/committed_answer.py``: rendered again from the recorded message and
 tokens, 200 with ``Idempotent-Replayed: true``, no generation, no step), and that rendering is what later repeats
@@ -50,7 +50,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextvars import ContextVar
 from typing import Any
 
 import attrs
@@ -128,20 +127,6 @@ def fingerprint(body: Any) -> str:
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
-
-#: the key and fingerprint of the request this task runs (set by the chat route; read by the registry's prepare,
-#: which journals them with the step, ``proxy/controllers/session_registry.py``)
-_REQUEST_KEY: ContextVar[tuple[str, str] | None] = ContextVar("dressage_idempotency_key", default=None)
-
-
-def set_request_key(key: str, request_fingerprint: str) -> None:
-    """The request of this task (and of the generations it starts: trio copies the context) has this key."""
-    _REQUEST_KEY.set((key, request_fingerprint))
-
-
-def request_key() -> tuple[str, str] | None:
-    """The key and fingerprint of the request this task runs, or None."""
-    return _REQUEST_KEY.get()
 
 
 @attrs.frozen
@@ -314,5 +299,5 @@ def replay_headers(response: RecordedResponse, stream_headers: Mapping[str, str]
 __all__ = [
     "HEADER", "INVALID_KEY", "KEY_REUSED", "MAX_KEY_LENGTH", "REPLAYED_HEADER", "Claim", "IdempotencyKeys",
     "KeyedStep", "RecordedResponse", "RecordingBody", "fingerprint", "key_from_headers", "parse_key",
-    "replay_headers", "request_key", "set_request_key",
+    "replay_headers",
 ]

@@ -56,7 +56,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from proxy.controllers.idempotency import IdempotencyKeys, request_key
+from proxy.controllers.idempotency import IdempotencyKeys
 from proxy.controllers.off_loop import run_off_loop, run_sized, runs_inline
 from proxy.controllers.session_entries import LockedSession, PreparedStep, RegistryStatistics, text_size
 from proxy.controllers.session_journal import load_session, result_json, step_record, write_journal
@@ -168,6 +168,7 @@ class SessionRegistry(SessionUpkeep):
         response_mask: Sequence[int] | None = None,
         instance_id: str | None = None,
         turn_id: str | None = None,
+        idempotency: tuple[str, str] | None = None,
     ) -> PreparedStep:
         """Admit a generation, pick its branch, tokenize its context.
 
@@ -198,7 +199,7 @@ class SessionRegistry(SessionUpkeep):
         # With the Idempotency-Key the chat route claimed for this request (journaled with the step it commits).
         locked.requests[handle.generation_id] = (
             handle, JournaledRequest(messages, tools, chat_template_kwargs, instance_id, turn_id,
-                                     idempotency=request_key())
+                                     idempotency=idempotency)
         )
         try:
             ids, plan = await self._encode(locked, handle, plan, messages)

@@ -13,8 +13,8 @@ With an ``Idempotency-Key`` header (``proxy/controllers/idempotency.py``) the ke
 recorded answer is replayed at once, a different request under the key is 422, a run of the same request is waited
 for; the request that holds the claim records its answer if its step committed, or frees the key. The session is
 loaded first (after a restart, its journal's keys come back holding their committed steps: a repeat of one is
-answered from the step, ``proxy/controllers/committed_answer.py``), and the claimed key is named to the registry's
-prepare, which journals it with the step (``idempotency.set_request_key``).
+answered from the step, ``proxy/controllers/committed_answer.py``), and the claimed key rides on the request
+(``ChatCompletionRequest.idempotency``) to the registry's prepare, which journals it with the step.
 
 A client that disconnects cancels this handler (quart-trio's disconnect watcher) or closes the body generator; the
 generation turns either into ``ClientDisconnected``. A disconnect in the window after the handler returned and
@@ -31,6 +31,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import attrs
 from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.datastructures import Headers
@@ -78,8 +79,7 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
             response = Response(claim.body, status=200, content_type=claim.content_type)
             response.headers.update(idempotency.replay_headers(claim, SSE_HEADERS))
             return response
-        idempotency.set_request_key(key, fingerprint)  # journaled with the step (this task's context only)
-        return await answer(chat, claim)
+        return await answer(attrs.evolve(chat, idempotency=(key, fingerprint)), claim)  # journaled with the step
 
     def read_chat(headers: Headers, body: Any) -> tuple[ChatCompletionRequest, str | None, str | None]:
         """The request, its Idempotency-Key and (with a key) the body's fingerprint: every O(body) step of the

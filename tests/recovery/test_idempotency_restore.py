@@ -35,13 +35,8 @@ def registry(store) -> SessionRegistry:
 
 
 async def keyed_turn(reg: SessionRegistry, messages, answer, key: str | None, fingerprint: str = FP1):
-    """One committed step, its request under ``key`` (as the chat route names it to prepare)."""
-    if key is not None:
-        idempotency.set_request_key(key, fingerprint)
-    try:
-        return await turn(reg, "s", messages, answer)
-    finally:
-        idempotency._REQUEST_KEY.set(None)
+    """One committed step, its request under ``key`` (as the chat route hands it to prepare)."""
+    return await turn(reg, "s", messages, answer, idempotency=None if key is None else (key, fingerprint))
 
 
 async def test_keys_come_back_with_their_committed_steps_after_a_restart(tmp_path) -> None:
