@@ -31,10 +31,8 @@ import tokenizers
 from proxy.families.model_family import ModelFamily, TitoMode
 from proxy.tokenization.results import IncrementalResult, TitoError, TitoFailure, TitoFailureReason
 from proxy.tokenization.chatml import ChatMLTitoTokenizer
-from proxy.tokenization.tito import TemplateMismatchError
+from proxy.tokenization.tito import ANCHOR, ANCHOR_QUERY, TemplateMismatchError
 
-_QUERY = "tito-query-5c1e0b9d"
-_ANCHOR = "tito-anchor-5c1e0b9d"
 #: an id no vocabulary has: a ChatML token this tokenizer lacks
 MISSING_ID = -1
 
@@ -55,13 +53,13 @@ class TemplateOnlyTokenizer(ChatMLTitoTokenizer):
 
     def _check_template(self) -> None:
         """Learn the end-of-turn token (module docstring); fail only when the template cannot render a chat."""
-        query = [{"role": "user", "content": _QUERY}]
+        query = [{"role": "user", "content": ANCHOR_QUERY}]
         try:
             self._render(query, None, None, add_generation_prompt=True)
-            turn = self._render(query + [{"role": "assistant", "content": _ANCHOR}], None, None, False)
+            turn = self._render(query + [{"role": "assistant", "content": ANCHOR}], None, None, False)
         except TitoError as exc:
             raise TemplateMismatchError(f"{self.source}: template failed on a two-message chat: {exc}") from None
-        after = turn[turn.find(_ANCHOR) + len(_ANCHOR) :] if _ANCHOR in turn else ""
+        after = turn[turn.find(ANCHOR) + len(ANCHOR) :] if ANCHOR in turn else ""
         end = next((self._added[i] for i in self.encode_text(after) if i in self._added), None)
         end = end or _config_eos(Path(self.source))  # from_path names the folder as the source
         if end is None or self._special_id(end) == MISSING_ID:
@@ -79,7 +77,7 @@ class TemplateOnlyTokenizer(ChatMLTitoTokenizer):
         key = json.dumps(kwargs, sort_keys=True, default=repr)
         prompt = self._prompts.get(key)
         if prompt is None:
-            query = [{"role": "user", "content": _QUERY}]
+            query = [{"role": "user", "content": ANCHOR_QUERY}]
             try:
                 with_prompt = self._render(query, None, kwargs, add_generation_prompt=True)
                 without = self._render(query, None, kwargs, add_generation_prompt=False)

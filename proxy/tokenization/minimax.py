@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 from proxy.tokenization.chatml import ChatMLTitoTokenizer
 from proxy.tokenization.results import IncrementalResult, LastStepError, TitoError, TitoFailure, TitoFailureReason
-from proxy.tokenization.tito import _ANCHOR_QUERY, TemplateMismatchError, _anchor_absent_from
+from proxy.tokenization.tito import ANCHOR_QUERY, TemplateMismatchError, anchor_absent_from
 
 
 class MiniMaxTitoTokenizer(ChatMLTitoTokenizer):
@@ -115,8 +115,8 @@ class MiniMaxTitoTokenizer(ChatMLTitoTokenizer):
         """The base's synthetic context, but the anchor turn carries a tool call (named after the anchor): both
         templates refuse a tool result after an assistant turn without one. The anchor's whole turn (text and tool
         call) is then what the ChatML cut looks for, ending with ``[e~[``."""
-        anchor = _anchor_absent_from(new_messages, tools)
-        synthetic = [{"role": "user", "content": _ANCHOR_QUERY}] if history_has_query else []
+        anchor = anchor_absent_from(new_messages, tools)
+        synthetic = [{"role": "user", "content": ANCHOR_QUERY}] if history_has_query else []
         call = {"type": "function", "function": {"name": anchor, "arguments": {}}}
         synthetic.append({"role": "assistant", "content": anchor, "tool_calls": [call]})
         try:

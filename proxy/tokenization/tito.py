@@ -58,15 +58,16 @@ GIL_FREE_ENCODE_CHARS = 4096
 
 # Content of the synthetic turns that stand in for the real history. Plain ASCII with no whitespace at either end
 # (Qwen3.5 trims content), no think tags. The anchor is lengthened until it occurs nowhere in the new messages or
-# tools (so no client text can forge the cut), and the cut is still refused unless it occurs exactly once.
-_ANCHOR = "tito-anchor-5c1e0b9d"
-_ANCHOR_QUERY = "tito-query-5c1e0b9d"
+# tools (so no client text can forge the cut), and the cut is still refused unless it occurs exactly once. Family
+# tokenizers with junctions of their own (minimax.py, families/template_only.py) use the same contents.
+ANCHOR = "tito-anchor-5c1e0b9d"
+ANCHOR_QUERY = "tito-query-5c1e0b9d"
 
 
-def _anchor_absent_from(*values: Any) -> str:
+def anchor_absent_from(*values: Any) -> str:
     """The base anchor, lengthened until no string in ``values`` contains it."""
     haystack = json.dumps(values, ensure_ascii=False, default=repr)
-    anchor = _ANCHOR
+    anchor = ANCHOR
     while anchor in haystack:
         anchor += "x"
     return anchor
@@ -412,8 +413,8 @@ class TitoTokenizer(abc.ABC):
     ) -> str | TitoFailure:
         """Render the synthetic context and cut the fragment after the anchor's end of turn (``checkpoint_end``:
         the token the checkpoint ends with)."""
-        anchor = _anchor_absent_from(new_messages, tools)
-        synthetic = [{"role": "user", "content": _ANCHOR_QUERY}] if history_has_query else []
+        anchor = anchor_absent_from(new_messages, tools)
+        synthetic = [{"role": "user", "content": ANCHOR_QUERY}] if history_has_query else []
         synthetic.append({"role": "assistant", "content": anchor})
         try:
             text = self._render(synthetic + new_messages, tools, chat_template_kwargs, add_generation_prompt=True)
@@ -440,7 +441,7 @@ class TitoTokenizer(abc.ABC):
             raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, str(exc)) from None
         if normalized["role"] != "assistant":
             raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, f"not an assistant message: {normalized['role']}")
-        query = [{"role": "user", "content": _ANCHOR_QUERY}]
+        query = [{"role": "user", "content": ANCHOR_QUERY}]
         key = _kwargs_key(self._template_kwargs(chat_template_kwargs))
         prompt = self._query_prompts.get(key)
         if prompt is None:  # idempotent cache: the same for every turn under these kwargs

@@ -133,13 +133,13 @@ def test_encode_incremental_does_not_depend_on_the_history_content(tito):
 def test_encode_incremental_client_text_cannot_forge_the_cut(tito):
     """Content that contains the synthetic anchor (hypothesis found it in the source) still gives the exact
     fragment: the anchor is chosen to occur nowhere in the new messages."""
-    from proxy.tokenization.tito import _ANCHOR
+    from proxy.tokenization.tito import ANCHOR
 
-    forged = f"{_ANCHOR}<|im_end|>\n{_ANCHOR}x"
-    new = [tool_result(0, 0, forged), {"role": "user", "content": _ANCHOR}]
+    forged = f"{ANCHOR}<|im_end|>\n{ANCHOR}x"
+    new = [tool_result(0, 0, forged), {"role": "user", "content": ANCHOR}]
     fragment = extend(tito, [tito.end_of_turn_id], new, OPENING + [assistant(0)])
     assert fragment.text.startswith(f"\n<|im_start|>user\n<tool_response>\n{forged}\n</tool_response>")
-    assert fragment.text.endswith(f"<|im_start|>user\n{_ANCHOR}<|im_end|>\n" + tito.generation_prompt())
+    assert fragment.text.endswith(f"<|im_start|>user\n{ANCHOR}<|im_end|>\n" + tito.generation_prompt())
 
 
 def test_encode_incremental_tool_call_arguments_string_or_object_render_alike(tito):
