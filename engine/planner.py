@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import attrs
 
 from .constraints import Grammar
+from .deepseek_markup import TOOL_OUTPUT_END, default_deepseek_reply
 from .glm_markup import default_glm_reply
 from .minimax_markup import default_minimax_reply
 from .policy import THINK_DISABLED, default_plain_text, default_reply, filler_text
@@ -63,10 +64,13 @@ class Planner:
     seed: int
     book: ScriptBook
     _header: tuple[int, ...] = ()
+    _tool_output_end: tuple[int, ...] = ()
     _filler: tuple[int, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         self._header = tuple(self.tokenizer.encode(self.tokenizer.assistant_header))
+        if self.tokenizer.deepseek == "v3_1":
+            self._tool_output_end = tuple(self.tokenizer.encode(TOOL_OUTPUT_END))
         self._filler = tuple(self.tokenizer.encode(filler_text(self.seed)))
 
     def plan(self, input_ids: Sequence[int], keys: Sequence[str], grammar: Grammar | None = None) -> Plan:
@@ -96,8 +100,11 @@ class Planner:
 
     def _default_plan(self, input_ids: Sequence[int], session_key: str, grammar: Grammar | None = None) -> Plan:
         tk = self.tokenizer
-        header_at = self._last_header(input_ids)
-        so_far = list(input_ids[header_at + len(self._header) :]) if header_at >= 0 else []
+        header_at, header_len = self._last_header(input_ids), len(self._header)
+        tool_output_at = self._last_tool_output(input_ids)
+        if tool_output_at > header_at:  # DeepSeek-V3.1 answers straight after a tool output (engine/deepseek_markup.py)
+            header_at, header_len = tool_output_at, len(self._tool_output_end)
+        so_far = list(input_ids[header_at + header_len :]) if header_at >= 0 else []
         markers = set(tk.glm_roles.values()) if tk.is_glm else {tk.im_start_id, tk.im_end_id}
         if header_at < 0 or markers.intersection(so_far):
             text = default_plain_text(tk.decode(list(input_ids), skip_special_tokens=False), seed=self.seed)
@@ -109,6 +116,10 @@ class Planner:
             reply = default_glm_reply(context, seed=self.seed, prefix=prefix)
         elif tk.is_minimax:  # MiniMax-M2: the prompt always ends "<think>\n" (engine/minimax_markup.py)
             reply = default_minimax_reply(context, seed=self.seed)
+        elif tk.deepseek:  # the prompt's thinking marker, none after a V3.1 tool output (engine/deepseek_markup.py)
+            prefix = next((p for p in ("<think>", "</think>") if so_far_text.startswith(p)), "")
+            reply = default_deepseek_reply(context, seed=self.seed, prefix=prefix, kind=tk.deepseek,
+                                           after_tool_output=header_at == tool_output_at)
         else:
             thinking = not so_far_text.startswith(THINK_DISABLED)
             reply = default_reply(
@@ -121,8 +132,12 @@ class Planner:
             tokens = tuple(so_far) + tuple(tk.encode(rest)) + (tk.end_of_turn_id(reply),)
         return Plan(tokens, len(so_far), self._filler, None, session_key)
 
-    def _last_header(self, input_ids: Sequence[int]) -> int:
-        header = self._header
+    def _last_tool_output(self, input_ids: Sequence[int]) -> int:
+        """Where the last V3.1 ``<｜tool▁output▁end｜>`` is (-1 if none, or not a V3.1 vocabulary)."""
+        return self._last_header(input_ids, self._tool_output_end) if self._tool_output_end else -1
+
+    def _last_header(self, input_ids: Sequence[int], header: tuple[int, ...] = ()) -> int:
+        header = header or self._header
         first = header[0]
         for index in range(len(input_ids) - len(header), -1, -1):
             if input_ids[index] == first and tuple(input_ids[index : index + len(header)]) == header:

@@ -73,9 +73,15 @@ def analyze_prompt(context: str) -> PromptView:
 
 def tools_in_system(system: str) -> list[dict[str, Any]]:
     """The offered tools of a system turn: one JSON object per line inside ``<tools>...</tools>`` (Qwen and GLM)."""
-    tools: list[dict[str, Any]] = []
     match = re.search(r"<tools>\n(.*?)\n</tools>", system, re.S)
-    for line in match.group(1).split("\n") if match else ():
+    return tools_in_json_lines(match.group(1)) if match else []
+
+
+def tools_in_json_lines(text: str) -> list[dict[str, Any]]:
+    """The tools listed one JSON object per line in ``text`` (a function, or an OpenAI tool holding one); other
+    lines are skipped. DeepSeek's system turns list them this way without ``<tools>`` (engine/deepseek_markup.py)."""
+    tools: list[dict[str, Any]] = []
+    for line in text.split("\n"):
         try:
             tool = json.loads(line)
         except ValueError:

@@ -14,6 +14,8 @@ from pathlib import Path
 import attrs
 from tokenizers import Tokenizer
 
+from .deepseek_markup import variant as deepseek_variant
+
 
 class TokenizerLoadError(Exception):
     """The tokenizer folder lacks a file or a token the engine relies on."""
@@ -46,11 +48,16 @@ class EngineTokenizer:
 
     #: MiniMax-M2 vocabularies: ``]~b]`` / ``[e~[`` play ``<|im_start|>`` / ``<|im_end|>`` (engine/minimax_markup.py)
     is_minimax: bool = False
+    #: DeepSeek vocabularies: the format (``v3_1``, ``v3_2``, ``v4``; ``engine/deepseek_markup.py``), else empty;
+    #: ``<｜User｜>`` / ``<｜end▁of▁sentence｜>`` play ``<|im_start|>`` / ``<|im_end|>``
+    deepseek: str = ""
 
     @property
     def assistant_header(self) -> str:
         if self.is_minimax:
             return "]~b]ai\n"
+        if self.deepseek:
+            return "<｜Assistant｜>"
         return "<|assistant|>" if self.is_glm else "<|im_start|>assistant\n"
 
     def end_of_turn_id(self, reply: str) -> int:
@@ -126,12 +133,16 @@ def _load(path: Path) -> EngineTokenizer:
     roles = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
     glm = "<|im_start|>" not in added and all(role in added for role in roles)
     minimax = "<|im_start|>" not in added and "]~b]" in added and "<minimax:tool_call>" in added
+    deepseek = "<|im_start|>" not in added and "<｜User｜>" in added and "<｜Assistant｜>" in added
+    start, end = ("]~b]", "[e~[") if minimax else ("<｜User｜>", "<｜end▁of▁sentence｜>") if deepseek else (
+        "<|im_start|>", "<|im_end|>")
     return EngineTokenizer(
         tokenizer=tokenizer,
         path=path,
-        im_start_id=None if glm else required("]~b]" if minimax else "<|im_start|>"),
-        im_end_id=None if glm else required("[e~[" if minimax else "<|im_end|>"),
+        im_start_id=None if glm else required(start),
+        im_end_id=None if glm else required(end),
         is_minimax=minimax,
+        deepseek=deepseek_variant(set(added)) if deepseek else "",
         endoftext_id=optional("<|endoftext|>"),
         think_start_id=optional("<think>"),
         think_end_id=optional("</think>"),

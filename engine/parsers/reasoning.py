@@ -48,6 +48,10 @@ REASONING_PARSERS: dict[str, _Detector] = {
     "glm45": _QWEN3,
     # MiniMax-M2: SGLang maps "minimax" to Qwen3Detector and forces reasoning open (the prompt ends "<think>\n")
     "minimax": attrs.evolve(_QWEN3, forced=True),
+    # DeepSeek-V3.1 / V3.2: _DeepSeekV3Detector is Qwen3Detector (its "explicit_thinking" default only matters in the
+    # chat route, not here); DeepSeek-V4: the same markers, not forced, no tool-call end
+    "deepseek-v3": _QWEN3,
+    "deepseek-v4": _Detector(forced=False, tool_start=None),
 }
 
 

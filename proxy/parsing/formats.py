@@ -8,6 +8,10 @@ GLM (docs/parsing.md, "GLM"): tool calls ``glm47`` (GLM-4.7, GLM-5.x) or ``glm45
 newlines), reasoning ``glm45`` (SGLang's ``Glm45Detector``: ``<think>...</think>``, ended by ``<tool_call>`` too).
 MiniMax-M2: tool calls ``minimax-m2`` (``<minimax:tool_call>`` blocks, ``proxy/parsing/minimax_blocks.py``), reasoning
 ``minimax`` (SGLang's ``Qwen3Detector`` forced open, as ``qwen3-thinking``).
+DeepSeek (docs/parsing.md, "DeepSeek"): tool calls ``deepseekv31`` (``<｜tool▁calls▁begin｜>`` blocks), ``deepseekv32``
+and ``deepseekv4`` (DSML blocks; ``proxy/parsing/deepseek_blocks.py``); reasoning ``deepseek-v3`` (SGLang's
+``Qwen3Detector``, not forced: the prompt's ``<think>`` opens it), ``deepseek-v4`` (the same markers, no
+``<tool_call>`` end) or ``deepseek-r1`` (forced open).
 """
 
 from __future__ import annotations
@@ -39,12 +43,27 @@ class ToolCallFormat(enum.Enum):
     """``<invoke name="F"><parameter name="K">V</parameter></invoke>...`` inside ``<minimax:tool_call>`` blocks
     (SGLang parser ``minimax-m2``)."""
 
+    DEEPSEEK_V31 = "deepseek_v31"
+    """``<｜tool▁call▁begin｜>F<｜tool▁sep｜>{JSON}<｜tool▁call▁end｜>...`` inside ``<｜tool▁calls▁begin｜>`` blocks
+    (SGLang parser ``deepseekv31``)."""
+    DSML_V32 = "dsml_v32"
+    """``<｜DSML｜invoke name="F"><｜DSML｜parameter name="K" string="true">V</｜DSML｜parameter>...`` inside
+    ``<｜DSML｜function_calls>`` blocks (SGLang parser ``deepseekv32``)."""
+    DSML_V4 = "dsml_v4"
+    """The same DSML inside ``<｜DSML｜tool_calls>`` blocks (SGLang parser ``deepseekv4``, V4's official encoder)."""
+
     @property
     def markers(self) -> tuple[str, str]:
         """The tags a block of this format opens and closes with."""
-        if self is ToolCallFormat.MINIMAX_M2:
-            return MINIMAX_TOOL_CALL_START, MINIMAX_TOOL_CALL_END
-        return TOOL_CALL_START, TOOL_CALL_END
+        return _MARKERS.get(self, (TOOL_CALL_START, TOOL_CALL_END))
+
+
+_MARKERS: Mapping[ToolCallFormat, tuple[str, str]] = {
+    ToolCallFormat.MINIMAX_M2: (MINIMAX_TOOL_CALL_START, MINIMAX_TOOL_CALL_END),
+    ToolCallFormat.DEEPSEEK_V31: ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
+    ToolCallFormat.DSML_V32: ("<｜DSML｜function_calls>", "</｜DSML｜function_calls>"),
+    ToolCallFormat.DSML_V4: ("<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>"),
+}
 
 
 #: ``--model-tool-call-type`` value (an SGLang parser name) -> format.
@@ -56,10 +75,16 @@ TOOL_CALL_TYPES: Mapping[str, ToolCallFormat] = {
     "glm47": ToolCallFormat.GLM,
     "glm45": ToolCallFormat.GLM,
     "minimax-m2": ToolCallFormat.MINIMAX_M2,
+    "deepseekv31": ToolCallFormat.DEEPSEEK_V31,
+    "deepseekv32": ToolCallFormat.DSML_V32,
+    "deepseekv4": ToolCallFormat.DSML_V4,
 }
 
 #: ``--model-reasoning-type`` value (an SGLang parser name) -> whether the output always starts inside reasoning.
-REASONING_TYPES: Mapping[str, bool] = {"qwen3": False, "qwen3-thinking": True, "glm45": False, "minimax": True}
+REASONING_TYPES: Mapping[str, bool] = {
+    "qwen3": False, "qwen3-thinking": True, "glm45": False, "minimax": True,
+    "deepseek-v3": False, "deepseek-v4": False, "deepseek-r1": True,
+}
 
 
 def tool_call_format(name: str) -> ToolCallFormat:

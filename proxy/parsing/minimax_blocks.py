@@ -44,31 +44,32 @@ def _name(text: str) -> str:
     return name
 
 
-def _element(body: str, pos: int, start: str, end: str) -> tuple[str, str, int] | None:
-    """``(name, inner, position after)`` of the ``start NAME"> inner end`` element after optional whitespace at
-    ``pos``; None when only whitespace is left."""
+def named_element(body: str, pos: int, start: str, end: str, name_end: str = _NAME_END) -> tuple[str, str, int] | None:
+    """``(name, inner, position after)`` of the ``start NAME name_end inner end`` element after optional whitespace at
+    ``pos``; None when only whitespace is left. Shared with the DeepSeek blocks (``proxy/parsing/deepseek_blocks.py``),
+    whose elements have the same shape with other tags."""
     rest = body[pos:]
     if not rest.strip():
         return None
     pos += len(rest) - len(rest.lstrip())
     if not body.startswith(start, pos):
         raise MiniMaxMalformed(f"expected {start!r} at {body[pos:pos + 20]!r}")
-    name_end = body.find(_NAME_END, pos + len(start))
+    name_at = body.find(name_end, pos + len(start))
     close = body.find(end, pos + len(start))
-    if name_end == -1 or close == -1 or close < name_end:
+    if name_at == -1 or close == -1 or close < name_at:
         raise MiniMaxMalformed(f"{start!r} is not closed")
-    return _name(body[pos + len(start) : name_end]), body[name_end + len(_NAME_END) : close], close + len(end)
+    return _name(body[pos + len(start) : name_at]), body[name_at + len(name_end) : close], close + len(end)
 
 
 def minimax_calls(inner: str, tools: ToolSpecs, schema_type: Callable[[Any], str]) -> list[tuple[str, dict[str, Any]]]:
     """The calls a block body holds, as ``[(name, arguments)]``; :class:`MiniMaxMalformed` otherwise."""
     calls: list[tuple[str, dict[str, Any]]] = []
     pos = 0
-    while (invoke := _element(inner, pos, INVOKE_START, INVOKE_END)) is not None:
+    while (invoke := named_element(inner, pos, INVOKE_START, INVOKE_END)) is not None:
         name, body, pos = invoke
         arguments: dict[str, Any] = {}
         at = 0
-        while (parameter := _element(body, at, PARAMETER_START, PARAMETER_END)) is not None:
+        while (parameter := named_element(body, at, PARAMETER_START, PARAMETER_END)) is not None:
             key, value, at = parameter
             if PARAMETER_START in value or INVOKE_START in value:
                 raise MiniMaxMalformed(f"nested tags in {value[:40]!r}")
