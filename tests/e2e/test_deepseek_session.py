@@ -1,0 +1,105 @@
+"""Multi-turn, tool-using DeepSeek sessions (V3.1, V3.2, V4) through the proxy on its embedded engine, which speaks
+DeepSeek itself (``engine/deepseek_markup.py``: each version's markup, turns ended by ``<｜end▁of▁sentence｜>``): the
+official openai SDK as the agent, the proxy's DeepSeek parsers (local, or SGLang's through the engine's endpoints),
+and one token-exact segment equal to the official rendering of the conversation.
+
+These need the DeepSeek TITO families (``deepseek_v3_1``, ``deepseek_v3_2``, ``deepseek_v4`` in
+``proxy.families.registry``), built on another branch: until both are merged each test skips LOUDLY naming the
+missing family.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from engine import EngineConfig
+from proxy.cli import run_proxy
+from proxy.config import ProxyConfig
+from proxy.demo import _message_dict
+from proxy.families import get_family, load_tito_tokenizer
+from serving.tokenizer_files import model_tokenizer_path
+from tests.e2e.harness import CALCULATOR_TOOLS, Proxy
+
+EOS = "<｜end▁of▁sentence｜>"
+
+
+def v31_call(name: str, a: int, b: int) -> str:
+    return (f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{json.dumps({'a': a, 'b': b})}"
+            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>")
+
+
+#: what DeepSeek-V3.1 writes with thinking off (the prompt ends "<｜Assistant｜></think>"; after a tool output the
+#: template adds no header and the model answers straight away); the engine adds <｜end▁of▁sentence｜>
+V31_SCRIPTED = [
+    "I'll calculate that." + v31_call("add", 5, 3),
+    v31_call("multiply", 8, 2),
+    "5 plus 3 is 8, times 2 is 16.",
+]
+#: family -> (tokenizer folder, SGLang tool-call parser and reasoning parser names the family should carry)
+FAMILIES = {"deepseek_v3_1": ("deepseek-v3.1", "deepseekv31", "deepseek-v3"),
+            "deepseek_v3_2": ("deepseek-v3.2", "deepseekv32", "deepseek-v3"),
+            "deepseek_v4": ("deepseek-v4", "deepseekv4", "deepseek-v4")}
+
+
+@pytest.fixture(params=list(FAMILIES))
+def family(request: pytest.FixtureRequest) -> Any:
+    """The family record; a LOUD skip when it does not exist yet (a sync fixture: a skip raised inside the trio run
+    loses its reason)."""
+    name = request.param
+    try:
+        return get_family(name)
+    except ValueError:
+        pytest.skip(f"MISSING FAMILY {name!r}: proxy.families.registry has no DeepSeek TITO family {name!r} (built on "
+                    "branch ds-tito); this end-to-end session runs once that branch is merged")
+
+
+async def test_deepseek_tool_session_is_one_token_exact_segment(nursery: trio.Nursery, tokenizer_root: Any,
+                                                                family: Any) -> None:
+    """V3.1: three scripted turns (two calls, then the answer), local parsers. V3.2 and V4: the engine's own policy
+    (a call for a tool the prompt lists, then the answer), V4 through SGLang's parsers (the engine's stand-ins).
+    Either way: the calls parse, every turn ends with <｜end▁of▁sentence｜>, and the session is one segment whose
+    ids are the official rendering of the whole conversation."""
+    name = family.name
+    folder, tool_parser, reasoning_parser = FAMILIES[name]
+    assert (family.tool_call_parser, family.reasoning_parser) == (tool_parser, reasoning_parser)
+    path = model_tokenizer_path(folder, tokenizer_root)
+    session = f"{name}-calc"
+    scripted = name == "deepseek_v3_1"  # V3.1's template does not render the tools: its policy would not call one
+    script = tuple({"session": session, "output": o} for o in V31_SCRIPTED) if scripted else ()
+    backend = "sglang_api" if name == "deepseek_v4" else "local"
+    config = ProxyConfig(port=0, tokenizer_path=path, trajectory_build_model=name,
+                         tool_call_parse_backend=backend, reasoning_parse_backend=backend)
+    handle = await nursery.start(run_proxy, config, EngineConfig(tokenizer_path=path, script_lines=script))
+    tito = load_tito_tokenizer(name, path)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a calculator."},
+                                      {"role": "user", "content": "Please add 5 and 3, then multiply by 2."}]
+    turns = len(V31_SCRIPTED) if scripted else 2
+    generated: list[list[int]] = []
+    proxy = Proxy(handle, path, name)
+    async with proxy.async_client() as client:
+        for turn in range(turns):
+            completion = await client.chat.completions.create(
+                model="deepseek", messages=messages, tools=CALCULATOR_TOOLS,
+                extra_headers={"X-Session-Id": session}, extra_body={"return_token_ids": True})
+            choice, body = completion.choices[0], completion.model_extra
+            generated.append(body["token_ids"])
+            assert tito.decode(body["token_ids"][-1:]) == EOS
+            messages.append(_message_dict(choice.message))  # reasoning echoed, as the demo agent does
+            if turn < turns - 1:
+                assert choice.finish_reason == "tool_calls", choice
+                tool_call = choice.message.tool_calls[0]
+                assert tool_call.function.name in ("add", "multiply")
+                assert set(json.loads(tool_call.function.arguments)) == {"a", "b"}
+                messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": str(8 * (turn + 1))})
+            else:
+                assert choice.finish_reason == "stop" and choice.message.content and not choice.message.tool_calls
+    segments = await proxy.segments(session)
+    assert len(segments) == 1, [(s.get("boundary_reason"), s.get("boundary_detail")) for s in segments]
+    official = tito.encode_text(tito.render_full(messages, CALCULATOR_TOOLS, add_generation_prompt=False))
+    assert segments[0]["token_ids"] == official
+    assert segments[0]["num_turns"] == turns
+    assert sum(segments[0]["loss_mask"]) == sum(len(g) for g in generated)
