@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.parsing.minimax_blocks import named_element
+from proxy.parsing.minimax_blocks import invoke_elements, named_element
 
 V31_CALL_START, V31_CALL_END, V31_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 
@@ -78,13 +78,11 @@ def dsml_calls(inner: str) -> list[tuple[str, dict[str, Any]]]:
     """The calls a DSML block body holds (V3.2 and V4 alike), as ``[(name, arguments)]``; :class:`DeepSeekMalformed`
     (or another ``ValueError``) otherwise."""
     calls: list[tuple[str, dict[str, Any]]] = []
-    pos = 0
-    while (invoke := named_element(inner, pos, DSML_INVOKE_START, DSML_INVOKE_END)) is not None:
-        name, body, pos = invoke
+    invokes = invoke_elements(inner, (DSML_INVOKE_START, DSML_INVOKE_END), (DSML_PARAMETER_START, DSML_PARAMETER_END),
+                              _STRING_ATTRIBUTE)
+    for name, parameters in invokes:
         arguments: dict[str, Any] = {}
-        at = 0
-        while (parameter := named_element(body, at, DSML_PARAMETER_START, DSML_PARAMETER_END, _STRING_ATTRIBUTE)):
-            key, rest, at = parameter
+        for key, rest in parameters:  # rest: 'true">VALUE' or 'false">VALUE'
             kind = next((k for k in _KINDS if rest.startswith(k)), None)
             if kind is None or key in arguments:
                 raise DeepSeekMalformed(f"bad parameter {key!r}")

@@ -22,7 +22,7 @@ the schema does not type as a string, and drops calls to tools that were not off
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from proxy.parsing.formats import ToolSpecs
@@ -61,16 +61,28 @@ def named_element(body: str, pos: int, start: str, end: str, name_end: str = _NA
     return _name(body[pos + len(start) : name_at]), body[name_at + len(name_end) : close], close + len(end)
 
 
+def invoke_elements(
+    inner: str, invoke: tuple[str, str], parameter: tuple[str, str], parameter_name_end: str = _NAME_END
+) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    """``(name, [(key, raw value), ...])`` of each ``invoke`` element of a block body, its ``parameter`` elements in
+    order (:func:`named_element` for both); MiniMax's and DeepSeek's DSML blocks have this shape."""
+    pos = 0
+    while (found := named_element(inner, pos, *invoke)) is not None:
+        name, body, pos = found
+        parameters: list[tuple[str, str]] = []
+        at = 0
+        while (element := named_element(body, at, *parameter, parameter_name_end)) is not None:
+            key, value, at = element
+            parameters.append((key, value))
+        yield name, parameters
+
+
 def minimax_calls(inner: str, tools: ToolSpecs, schema_type: Callable[[Any], str]) -> list[tuple[str, dict[str, Any]]]:
     """The calls a block body holds, as ``[(name, arguments)]``; :class:`MiniMaxMalformed` otherwise."""
     calls: list[tuple[str, dict[str, Any]]] = []
-    pos = 0
-    while (invoke := named_element(inner, pos, INVOKE_START, INVOKE_END)) is not None:
-        name, body, pos = invoke
+    for name, parameters in invoke_elements(inner, (INVOKE_START, INVOKE_END), (PARAMETER_START, PARAMETER_END)):
         arguments: dict[str, Any] = {}
-        at = 0
-        while (parameter := named_element(body, at, PARAMETER_START, PARAMETER_END)) is not None:
-            key, value, at = parameter
+        for key, value in parameters:
             if PARAMETER_START in value or INVOKE_START in value:
                 raise MiniMaxMalformed(f"nested tags in {value[:40]!r}")
             arguments[key] = convert_glm_value(value, tools.parameter_schema(name, key), schema_type)

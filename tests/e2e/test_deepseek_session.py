@@ -19,10 +19,9 @@ import trio
 from engine import EngineConfig
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
-from proxy.demo import _message_dict
 from proxy.families import get_family, load_tito_tokenizer
 from serving.tokenizer_files import model_tokenizer_path
-from tests.e2e.harness import CALCULATOR_TOOLS, Proxy
+from tests.e2e.harness import CALCULATOR_TOOLS, Proxy, calculator_turns
 
 EOS = "<｜end▁of▁sentence｜>"
 
@@ -78,25 +77,8 @@ async def test_deepseek_tool_session_is_one_token_exact_segment(nursery: trio.Nu
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a calculator."},
                                       {"role": "user", "content": "Please add 5 and 3, then multiply by 2."}]
     turns = len(V31_SCRIPTED) if scripted else 2
-    generated: list[list[int]] = []
     proxy = Proxy(handle, path, name)
-    async with proxy.async_client() as client:
-        for turn in range(turns):
-            completion = await client.chat.completions.create(
-                model="deepseek", messages=messages, tools=CALCULATOR_TOOLS,
-                extra_headers={"X-Session-Id": session}, extra_body={"return_token_ids": True})
-            choice, body = completion.choices[0], completion.model_extra
-            generated.append(body["token_ids"])
-            assert tito.decode(body["token_ids"][-1:]) == EOS
-            messages.append(_message_dict(choice.message))  # reasoning echoed, as the demo agent does
-            if turn < turns - 1:
-                assert choice.finish_reason == "tool_calls", choice
-                tool_call = choice.message.tool_calls[0]
-                assert tool_call.function.name in ("add", "multiply")
-                assert set(json.loads(tool_call.function.arguments)) == {"a", "b"}
-                messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": str(8 * (turn + 1))})
-            else:
-                assert choice.finish_reason == "stop" and choice.message.content and not choice.message.tool_calls
+    generated = await calculator_turns(proxy, "deepseek", session, messages, turns, (EOS, EOS))
     segments = await proxy.segments(session)
     assert len(segments) == 1, [(s.get("boundary_reason"), s.get("boundary_detail")) for s in segments]
     official = tito.encode_text(tito.render_full(messages, CALCULATOR_TOOLS, add_generation_prompt=False))

@@ -15,7 +15,7 @@ from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
 from proxy.demo import _message_dict
 from proxy.families import load_tito_tokenizer
-from tests.e2e.harness import CALCULATOR_TOOLS, Proxy
+from tests.e2e.harness import CALCULATOR_TOOLS, Proxy, calculator_turns
 from tests.tokenization.glm_files import glm_path
 
 
@@ -46,26 +46,8 @@ async def test_glm_tool_session_is_one_token_exact_segment(nursery: trio.Nursery
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a calculator."},
                                       {"role": "user", "content": "Please add 5 and 3, then multiply by 2."}]
     turns = len(SCRIPTED) if scripted else 2
-    generated: list[list[int]] = []
     proxy = Proxy(handle, path, "glm4_7")
-    async with proxy.async_client() as client:
-        for turn in range(turns):
-            completion = await client.chat.completions.create(
-                model="glm", messages=messages, tools=CALCULATOR_TOOLS,
-                extra_headers={"X-Session-Id": session}, extra_body={"return_token_ids": True})
-            choice, body = completion.choices[0], completion.model_extra
-            generated.append(body["token_ids"])
-            messages.append(_message_dict(choice.message))  # reasoning echoed, as the demo agent does
-            if turn < turns - 1:
-                assert choice.finish_reason == "tool_calls", choice
-                assert tito.decode(body["token_ids"][-1:]) == "<|observation|>"
-                tool_call = choice.message.tool_calls[0]
-                assert tool_call.function.name in ("add", "multiply")
-                assert set(json.loads(tool_call.function.arguments)) == {"a", "b"}
-                messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": str(8 * (turn + 1))})
-            else:
-                assert choice.finish_reason == "stop" and choice.message.content and not choice.message.tool_calls
-                assert tito.decode(body["token_ids"][-1:]) == "<|user|>"
+    generated = await calculator_turns(proxy, "glm", session, messages, turns, ("<|observation|>", "<|user|>"))
     segments = await proxy.segments(session)
     assert len(segments) == 1, [s.get("boundary_reason") for s in segments]
     ids = segments[0]["token_ids"]

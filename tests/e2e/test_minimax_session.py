@@ -5,7 +5,6 @@ segment equal to the official template's render of the conversation the model ha
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -14,10 +13,9 @@ import trio
 from engine import EngineConfig
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
-from proxy.demo import _message_dict
 from proxy.families import load_tito_tokenizer
 from serving.tokenizer_files import model_tokenizer_path
-from tests.e2e.harness import CALCULATOR_TOOLS, Proxy
+from tests.e2e.harness import CALCULATOR_TOOLS, Proxy, calculator_turns
 
 
 def call(name: str, a: int, b: int) -> str:
@@ -48,25 +46,8 @@ async def test_minimax_tool_session_is_one_token_exact_segment(
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a calculator."},
                                       {"role": "user", "content": "Please add 5 and 3, then multiply by 2."}]
     turns = len(SCRIPTED) if scripted else 2
-    generated: list[list[int]] = []
     proxy = Proxy(handle, path, "minimax_m2")
-    async with proxy.async_client() as client:
-        for turn in range(turns):
-            completion = await client.chat.completions.create(
-                model="minimax", messages=messages, tools=CALCULATOR_TOOLS,
-                extra_headers={"X-Session-Id": session}, extra_body={"return_token_ids": True})
-            choice, body = completion.choices[0], completion.model_extra
-            generated.append(body["token_ids"])
-            assert tito.decode(body["token_ids"][-1:]) == "[e~["
-            messages.append(_message_dict(choice.message))  # reasoning echoed, as the demo agent does
-            if turn < turns - 1:
-                assert choice.finish_reason == "tool_calls", choice
-                tool_call = choice.message.tool_calls[0]
-                assert tool_call.function.name in ("add", "multiply")
-                assert set(json.loads(tool_call.function.arguments)) == {"a", "b"}
-                messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": str(8 * (turn + 1))})
-            else:
-                assert choice.finish_reason == "stop" and choice.message.content and not choice.message.tool_calls
+    generated = await calculator_turns(proxy, "minimax", session, messages, turns, ("[e~[", "[e~["))
     segments = await proxy.segments(session)
     assert len(segments) == 1, [s.get("boundary_reason") for s in segments]
     ids = segments[0]["token_ids"]

@@ -6,11 +6,14 @@ from __future__ import annotations
 import functools
 import gzip
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
+
+from proxy.upstream.errors import UpstreamHTTPError
+from proxy.upstream.events import FunctionCallParse, ReasoningParse
 
 FIXTURES = Path(__file__).with_name("fixtures") / "sglang_0_5_23.jsonl.gz"
 
@@ -93,3 +96,41 @@ def load() -> Fixtures:
             cases.append(Case("separate_reasoning", output, record.get("prefix", "") + output.text,
                               record["reasoning_parser"], "", (), record["expected"]))
     return Fixtures(meta=meta, outputs=tuple(outputs.values()), cases=tuple(cases))
+
+
+# -- the per-family fixtures (``sglang_glm_0_5_23.jsonl.gz``, ``sglang_deepseek_0_5_23.jsonl.gz``) ------------------
+
+
+def load_family(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(meta, outputs, cases)`` of a family's fixtures (``fixtures/generate_glm_fixtures.py`` wrote the format)."""
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        lines = [json.loads(line) for line in handle]
+    meta = lines[0]["meta"]
+    assert meta["sglang"] == "0.5.23"
+    return meta, [line for line in lines if "kind" in line], [line for line in lines if "case" in line]
+
+
+class RecordedFamily:
+    """A parser client answering with SGLang 0.5.23's recorded answers of a family's fixtures; a request that was
+    not recorded fails the test."""
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]], outputs: Sequence[Mapping[str, Any]],
+                 cases: Sequence[Mapping[str, Any]]) -> None:
+        self.tools = list(tools)
+        self.fc = {(c["tool_call_parser"], c["text"]): c["expected"] for c in cases if c["case"] == "fc"}
+        self.sr = {(c["reasoning_parser"], c["prefix"] + outputs[c["output"]]["text"]): c["expected"]
+                   for c in cases if c["case"] == "sr"}
+
+    async def parse_function_call(self, text: str, parser: str, tools: Iterable[Mapping[str, Any]]) -> Any:
+        assert list(tools) == self.tools
+        return recorded_reply(self.fc[parser, text], FunctionCallParse)
+
+    async def separate_reasoning(self, text: str, parser: str) -> Any:
+        return recorded_reply(self.sr[parser, text], ReasoningParse)
+
+
+def recorded_reply(body: Mapping[str, Any], parse: Any) -> Any:
+    """A recorded answer as the client returns it; a recorded crash as SGLang's 500."""
+    if "error" in body:
+        raise UpstreamHTTPError(500, "Internal Server Error")
+    return parse.from_json(body)

@@ -14,11 +14,9 @@ official encoder (its renderer and its own output parser, ``encoding_dsv4.py`` i
 
 from __future__ import annotations
 
-import gzip
 import importlib.util
 import json
 import random
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,25 +25,16 @@ import pytest
 from engine.parsers import ParserCrash, parse_function_call, separate_reasoning
 from proxy.parsing import MessageFormat, MessageParser, ParserConfig, StreamingMessageParser, ToolSpecs, parse_local
 from proxy.parsing.tool_blocks import decide_block
-from proxy.upstream.events import FunctionCallParse, ReasoningParse
 from serving.tokenizer_files import model_tokenizer_path
 
-from .test_sglang_fixtures import _reply
+from .sglang_fixtures import RecordedFamily, load_family
 
 FIXTURES = Path(__file__).with_name("fixtures") / "sglang_deepseek_0_5_23.jsonl.gz"
 IDS = {"session_id": "s", "step_index": 3}
 REASONING = {"deepseekv31": "deepseek-v3", "deepseekv32": "deepseek-v3", "deepseekv4": "deepseek-v4"}
 
 
-def load() -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    with gzip.open(FIXTURES, "rt", encoding="utf-8") as handle:
-        lines = [json.loads(line) for line in handle]
-    meta = lines[0]["meta"]
-    assert meta["sglang"] == "0.5.23"
-    return meta, [line for line in lines if "kind" in line], [line for line in lines if "case" in line]
-
-
-META, OUTPUTS, CASES = load()
+META, OUTPUTS, CASES = load_family(FIXTURES)
 TOOLS = META["tools"]
 SPECS = ToolSpecs.from_openai(TOOLS)
 
@@ -110,22 +99,6 @@ def test_clean_outputs_parse_locally_as_sglang_parses_them() -> None:
     assert differences > 0  # the documented difference occurs, so the comparison above is not vacuous
 
 
-class Recorded:
-    """SGLang 0.5.23's recorded answers; a request that was not recorded fails the test."""
-
-    def __init__(self) -> None:
-        self.fc = {(c["tool_call_parser"], c["text"]): c["expected"] for c in CASES if c["case"] == "fc"}
-        self.sr = {(c["reasoning_parser"], c["prefix"] + OUTPUTS[c["output"]]["text"]): c["expected"]
-                   for c in CASES if c["case"] == "sr"}
-
-    async def parse_function_call(self, text: str, parser: str, tools: Iterable[Mapping[str, Any]]) -> Any:
-        assert list(tools) == TOOLS
-        return _reply(self.fc[parser, text], FunctionCallParse)
-
-    async def separate_reasoning(self, text: str, parser: str) -> Any:
-        return _reply(self.sr[parser, text], ReasoningParse)
-
-
 def _cuts(text: str, rng: random.Random) -> list[str]:
     points = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(0, 12))))
     return [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
@@ -135,7 +108,7 @@ def _cuts(text: str, rng: random.Random) -> list[str]:
 async def test_sglang_backends_give_the_local_message_on_clean_outputs(backend: str) -> None:
     rng = random.Random(5)
     checked = 0
-    recorded = Recorded()
+    recorded = RecordedFamily(TOOLS, OUTPUTS, CASES)
     for output in OUTPUTS[::3]:  # a third keeps this to seconds; the local test above reads them all
         if output["kind"] != "clean":
             continue

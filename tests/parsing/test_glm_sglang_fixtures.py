@@ -12,11 +12,9 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 import re
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +23,14 @@ import pytest
 from engine.parsers import ParserCrash, parse_function_call, separate_reasoning
 from proxy.parsing import MessageParser, ParserConfig, ToolSpecs, parse_local
 from proxy.parsing.tool_blocks import decide_block
-from proxy.upstream.events import FunctionCallParse, ReasoningParse
 
-from .test_sglang_fixtures import _reply
+from .sglang_fixtures import RecordedFamily, load_family
 
 FIXTURES = Path(__file__).with_name("fixtures") / "sglang_glm_0_5_23.jsonl.gz"
 IDS = {"session_id": "s", "step_index": 3}
 
 
-def load() -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    with gzip.open(FIXTURES, "rt", encoding="utf-8") as handle:
-        lines = [json.loads(line) for line in handle]
-    meta = lines[0]["meta"]
-    assert meta["sglang"] == "0.5.23"
-    return meta, [line for line in lines if "kind" in line], [line for line in lines if "case" in line]
-
-
-META, OUTPUTS, CASES = load()
+META, OUTPUTS, CASES = load_family(FIXTURES)
 TOOLS = META["tools"]
 SPECS = ToolSpecs.from_openai(TOOLS)
 
@@ -121,22 +110,6 @@ def message_format(output: dict[str, Any]) -> Any:
     return ParserConfig(tool_call_type=parser_of(output)).message_format
 
 
-class Recorded:
-    """SGLang 0.5.23's recorded answers; a request that was not recorded fails the test."""
-
-    def __init__(self) -> None:
-        self.fc = {(c["tool_call_parser"], c["text"]): c["expected"] for c in CASES if c["case"] == "fc"}
-        self.sr = {c["prefix"] + OUTPUTS[c["output"]]["text"]: c["expected"] for c in CASES if c["case"] == "sr"}
-
-    async def parse_function_call(self, text: str, parser: str, tools: Iterable[Mapping[str, Any]]) -> Any:
-        assert list(tools) == TOOLS
-        return _reply(self.fc[parser, text], FunctionCallParse)
-
-    async def separate_reasoning(self, text: str, parser: str) -> Any:
-        assert parser == "glm45"
-        return _reply(self.sr[text], ReasoningParse)
-
-
 @pytest.mark.parametrize("backend", ["hybrid", "sglang_api"])
 async def test_sglang_backends_give_the_local_message_on_clean_outputs(backend: str) -> None:
     rng = random.Random(5)
@@ -148,12 +121,12 @@ async def test_sglang_backends_give_the_local_message_on_clean_outputs(backend: 
                            reasoning_backend=backend)  # type: ignore[arg-type]
         expected = parse_local(output["text"], cfg.message_format, SPECS,
                                reasoning_open_at_start=output["open_at_start"], **IDS)
-        recorded = Recorded()
+        recorded = RecordedFamily(TOOLS, OUTPUTS, CASES)
         quoted = any(  # the documented value differences (test above): SGLang's decision differs, the step is flagged
             [json.loads(c["parameters"]) for c in recorded.fc[parser_of(output), b]["calls"]]
             != [json.loads(a) for _, a in decide_block(b, cfg.message_format.tool_call, SPECS).calls]
             for b in output["blocks"])
-        parser = MessageParser(cfg, Recorded())
+        parser = MessageParser(cfg, RecordedFamily(TOOLS, OUTPUTS, CASES))
         final = await parser.parse_final(output["text"], TOOLS, reasoning_open_at_start=output["open_at_start"], **IDS)
         if quoted:  # the documented difference: SGLang's decision is used and the step is flagged
             continue

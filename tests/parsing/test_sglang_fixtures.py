@@ -36,15 +36,10 @@ from proxy.upstream.errors import UpstreamHTTPError
 from proxy.upstream.events import FunctionCallParse, ReasoningParse
 
 from .sglang_fixtures import Output, load
+from .sglang_fixtures import recorded_reply as _reply
 from .strategies import TOOLS
 
 IDS = {"session_id": "s", "step_index": 3}
-
-
-def _reply(body: Mapping[str, Any], parse: Any) -> Any:
-    if "error" in body:
-        raise UpstreamHTTPError(500, "Internal Server Error")
-    return parse.from_json(body)
 
 
 class Recorded:
