@@ -134,3 +134,19 @@ def recorded_reply(body: Mapping[str, Any], parse: Any) -> Any:
     if "error" in body:
         raise UpstreamHTTPError(500, "Internal Server Error")
     return parse.from_json(body)
+
+
+def engine_answer(case: Mapping[str, Any], outputs: Sequence[Mapping[str, Any]],
+                  tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the embedded engine's parsers answer to one recorded request of a family's fixtures, in the recorded
+    shape (``{"error": "crash"}`` where SGLang would answer 500)."""
+    from engine.parsers import ParserCrash, parse_function_call, separate_reasoning  # noqa: PLC0415
+
+    if case["case"] != "fc":
+        result = separate_reasoning(case["prefix"] + outputs[case["output"]]["text"], case["reasoning_parser"])
+        return {"reasoning_text": result.reasoning_text, "text": result.text}
+    try:
+        normal_text, calls = parse_function_call(case["text"], case["tool_call_parser"], list(tools))
+    except ParserCrash:
+        return {"error": "crash"}
+    return {"normal_text": normal_text, "calls": [c.to_json() for c in calls]}

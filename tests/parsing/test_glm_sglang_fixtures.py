@@ -20,11 +20,10 @@ from typing import Any
 
 import pytest
 
-from engine.parsers import ParserCrash, parse_function_call, separate_reasoning
 from proxy.parsing import MessageParser, ParserConfig, ToolSpecs, parse_local
 from proxy.parsing.tool_blocks import decide_block
 
-from .sglang_fixtures import RecordedFamily, load_family
+from .sglang_fixtures import RecordedFamily, engine_answer, load_family
 
 FIXTURES = Path(__file__).with_name("fixtures") / "sglang_glm_0_5_23.jsonl.gz"
 IDS = {"session_id": "s", "step_index": 3}
@@ -46,17 +45,7 @@ def test_the_fixtures_hold_enough_clean_outputs() -> None:
 
 def test_the_engine_parsers_answer_exactly_as_sglang_0_5_23() -> None:
     for case in CASES:
-        if case["case"] == "fc":
-            try:
-                normal_text, calls = parse_function_call(case["text"], case["tool_call_parser"], TOOLS)
-                got: dict[str, Any] = {"normal_text": normal_text, "calls": [c.to_json() for c in calls]}
-            except ParserCrash:
-                got = {"error": "crash"}
-        else:
-            output = OUTPUTS[case["output"]]
-            result = separate_reasoning(case["prefix"] + output["text"], case["reasoning_parser"])
-            got = {"reasoning_text": result.reasoning_text, "text": result.text}
-        expected = case["expected"]
+        got, expected = engine_answer(case, OUTPUTS, TOOLS), case["expected"]
         if "error" in expected:
             assert "error" in got, case
         else:
