@@ -8,10 +8,11 @@ SGLang does.
 
 from .function_call import TOOL_CALL_PARSERS, ParserCrash, ToolCallItem, parse_function_call
 from .glm import parse_glm45, parse_glm47
-from .minimax import parse_minimax_m2
+from .minimax import parse_minimax_m2, parse_minimax_m3
 from .reasoning import REASONING_PARSERS, ReasoningResult, separate_reasoning
 
-TOOL_CALL_PARSERS.update({"glm47": parse_glm47, "glm45": parse_glm45, "minimax-m2": parse_minimax_m2})
+TOOL_CALL_PARSERS.update({"glm47": parse_glm47, "glm45": parse_glm45, "minimax-m2": parse_minimax_m2,
+                          "minimax-m3": parse_minimax_m3})
 
 __all__ = [
     "REASONING_PARSERS",
