@@ -46,6 +46,9 @@ class EngineTokenizer:
 
     #: MiniMax-M2 vocabularies: ``]~b]`` / ``[e~[`` play ``<|im_start|>`` / ``<|im_end|>`` (engine/minimax_markup.py)
     is_minimax: bool = False
+    #: MiniMax-M3 (a MiniMax vocabulary with the ``]<]minimax[>[`` markup namespace): ``<mm:think>`` reasoning and
+    #: namespaced tool calls
+    is_minimax_m3: bool = False
 
     @property
     def assistant_header(self) -> str:
@@ -125,13 +128,15 @@ def _load(path: Path) -> EngineTokenizer:
 
     roles = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
     glm = "<|im_start|>" not in added and all(role in added for role in roles)
-    minimax = "<|im_start|>" not in added and "]~b]" in added and "<minimax:tool_call>" in added
+    minimax_m3 = "<|im_start|>" not in added and "]~b]" in added and "]<]minimax[>[" in added
+    minimax = minimax_m3 or ("<|im_start|>" not in added and "]~b]" in added and "<minimax:tool_call>" in added)
     return EngineTokenizer(
         tokenizer=tokenizer,
         path=path,
         im_start_id=None if glm else required("]~b]" if minimax else "<|im_start|>"),
         im_end_id=None if glm else required("[e~[" if minimax else "<|im_end|>"),
         is_minimax=minimax,
+        is_minimax_m3=minimax_m3,
         endoftext_id=optional("<|endoftext|>"),
         think_start_id=optional("<think>"),
         think_end_id=optional("</think>"),
