@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from .determinism import stable_hash
-from .policy import plan_reply
+from .policy import ReplyPlan, plan_reply
 
 TURN_START, TURN_END = "]~b]", "[e~["
 ASSISTANT_HEADER = "]~b]ai\n"
@@ -67,15 +67,19 @@ def render_minimax_call(name: str, arguments: dict[str, Any]) -> str:
     return f'\n<minimax:tool_call>\n<invoke name="{name}">\n{parameters}</invoke>\n</minimax:tool_call>'
 
 
+def minimax_plan(context: str, seed: int) -> ReplyPlan:
+    """The default policy's turn for a MiniMax prompt (M2 and M3 read their prompts alike)."""
+    turns = split_turns(context)
+    users = [content for role, content in turns if role == "user"]
+    after_tool_response = bool(turns) and turns[-1][0] == "tool"
+    user_text = users[-1].strip() if users else ""
+    return plan_reply(prompt_tools(turns), user_text, after_tool_response, stable_hash("reply", seed, context))
+
+
 def default_minimax_reply(context: str, *, seed: int) -> str:
     """The default policy (``engine/policy.py``) in MiniMax markup, starting with the prompt's ``<think>\\n``: a tool
     call when tools are offered and the last turn is a user message, else an answer."""
-    turns = split_turns(context)
-    tools = prompt_tools(turns)
-    users = [content for role, content in turns if role == "user"]
-    user_text = users[-1].strip() if users else ""
-    after_tool_response = bool(turns) and turns[-1][0] == "tool"
-    plan = plan_reply(tools, user_text, after_tool_response, stable_hash("reply", seed, context))
+    plan = minimax_plan(context, seed)
     body = "I'll look that up." + render_minimax_call(*plan.call) if plan.call else plan.text
     return f"{THINK_PREFIX}{plan.reasoning.strip()}\n</think>\n\n{body.strip()}"
 
@@ -110,12 +114,7 @@ def default_minimax_m3_reply(context: str, *, seed: int, prefix: str) -> str:
     """The default policy in MiniMax-M3 markup, starting with the prompt's thinking ``prefix`` (``<mm:think>``,
     ``</mm:think>`` or nothing): a tool call when tools are offered and the last turn is a user message, else an
     answer."""
-    turns = split_turns(context)
-    tools = prompt_tools(turns)
-    users = [content for role, content in turns if role == "user"]
-    user_text = users[-1].strip() if users else ""
-    after_tool_response = bool(turns) and turns[-1][0] == "tool"
-    plan = plan_reply(tools, user_text, after_tool_response, stable_hash("reply", seed, context))
+    plan = minimax_plan(context, seed)
     body = "I'll look that up." + render_minimax_m3_call(*plan.call) if plan.call else plan.text.strip()
     if prefix == M3_THINK_CLOSE:  # thinking disabled: the prompt closed the (empty) reasoning
         return M3_THINK_CLOSE + body

@@ -78,23 +78,30 @@ def _convert(value: str, types: list[str]) -> Any:
         return value
 
 
-def parse_minimax_m2(text: str, tools: list[Any]) -> tuple[str, list[ToolCallItem]]:
-    indices = {tool.name: index for index, tool in enumerate(tools) if tool.name}  # _get_tool_indices
+def split_blocks(text: str, start_tag: str, end_tag: str) -> tuple[list[str], list[str]]:
+    """The text outside ``start_tag...end_tag`` blocks (an unclosed block stays text), and each block with its tags."""
     normal: list[str] = []
-    calls: list[ToolCallItem] = []
+    blocks: list[str] = []
     cursor = 0
     while True:
-        start = text.find(_START, cursor)
+        start = text.find(start_tag, cursor)
         if start == -1:
             normal.append(text[cursor:])
-            break
+            return normal, blocks
         normal.append(text[cursor:start])
-        end = text.find(_END, start)
+        end = text.find(end_tag, start)
         if end == -1:
             normal.append(text[start:])
-            break
-        block = text[start : end + len(_END)]
-        cursor = end + len(_END)
+            return normal, blocks
+        cursor = end + len(end_tag)
+        blocks.append(text[start:cursor])
+
+
+def parse_minimax_m2(text: str, tools: list[Any]) -> tuple[str, list[ToolCallItem]]:
+    indices = {tool.name: index for index, tool in enumerate(tools) if tool.name}  # _get_tool_indices
+    normal, blocks = split_blocks(text, _START, _END)
+    calls: list[ToolCallItem] = []
+    for block in blocks:
         for match in _FUNCTION.findall(block):
             body = match[0] or match[1]
             if '">' not in body:
@@ -247,21 +254,10 @@ def _m3_parameters(body: str, schema: Any) -> Any:
 def parse_minimax_m3(text: str, tools: list[Any]) -> tuple[str, list[ToolCallItem]]:
     original, text = text, _M3_SPACING.sub(M3_NS, text)
     indices = {tool.name: index for index, tool in enumerate(tools) if tool.name}
-    normal: list[str] = []
+    normal, blocks = split_blocks(text, _M3_START, _M3_END)
     calls: list[ToolCallItem] = []
     try:
-        cursor = 0
-        while True:
-            start = text.find(_M3_START, cursor)
-            if start == -1:
-                normal.append(text[cursor:])
-                break
-            normal.append(text[cursor:start])
-            end = text.find(_M3_END, start)
-            if end == -1:
-                normal.append(text[start:])
-                break
-            block, cursor = text[start + len(_M3_START) : end], end + len(_M3_END)
+        for block in (b[len(_M3_START) : len(b) - len(_M3_END)] for b in blocks):
             in_block = 0
             at = 0
             while True:

@@ -37,7 +37,8 @@ class MiniMaxMalformed(ValueError):
     """The block body is not MiniMax calls."""
 
 
-def _name(text: str) -> str:
+def checked_name(text: str) -> str:
+    """A stripped name or key: non-empty, without quotes, angle brackets or line breaks (else malformed)."""
     name = text.strip()
     if not name or any(c in name for c in '"<>\n\r'):
         raise MiniMaxMalformed(f"bad name {name!r}")
@@ -57,7 +58,7 @@ def _element(body: str, pos: int, start: str, end: str) -> tuple[str, str, int] 
     close = body.find(end, pos + len(start))
     if name_end == -1 or close == -1 or close < name_end:
         raise MiniMaxMalformed(f"{start!r} is not closed")
-    return _name(body[pos + len(start) : name_end]), body[name_end + len(_NAME_END) : close], close + len(end)
+    return checked_name(body[pos + len(start) : name_end]), body[name_end + len(_NAME_END) : close], close + len(end)
 
 
 def minimax_calls(inner: str, tools: ToolSpecs, schema_type: Callable[[Any], str]) -> list[tuple[str, dict[str, Any]]]:

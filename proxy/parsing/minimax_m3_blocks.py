@@ -31,30 +31,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.parsing.formats import MINIMAX_NS, ToolSpecs
+from proxy.parsing.minimax_blocks import INVOKE_START, MiniMaxMalformed, checked_name
 
-INVOKE_OPEN = '<invoke name="'
-INVOKE_CLOSE = "</invoke>"
 _ITEM = "item"
-
-
-class MiniMaxM3Malformed(ValueError):
-    """The block body is not MiniMax-M3 calls."""
-
-
-def _tag(text: str) -> str:
-    tag = text.strip()
-    if not tag or any(c in tag for c in '<>"\n\r'):
-        raise MiniMaxM3Malformed(f"bad tag {tag!r}")
-    return tag
 
 
 def _blank(text: str, where: str) -> None:
     if text.strip():
-        raise MiniMaxM3Malformed(f"text {text[:30]!r} {where}")
+        raise MiniMaxMalformed(f"text {text[:30]!r} {where}")
 
 
 def minimax_m3_calls(inner: str, tools: ToolSpecs) -> list[tuple[str, dict[str, Any]]]:
-    """The calls a block body (between the block tags) holds, as ``[(name, arguments)]``; :class:`MiniMaxM3Malformed`
+    """The calls a block body (between the block tags) holds, as ``[(name, arguments)]``; :class:`MiniMaxMalformed`
     otherwise."""
     chunks = inner.split(MINIMAX_NS)
     _blank(chunks[0], "before the first call")
@@ -64,40 +52,40 @@ def minimax_m3_calls(inner: str, tools: ToolSpecs) -> list[tuple[str, dict[str, 
     name = ""
     for chunk in chunks[1:]:
         if not stack:
-            if not chunk.startswith(INVOKE_OPEN) or '">' not in chunk:
-                raise MiniMaxM3Malformed(f"expected an invoke at {chunk[:30]!r}")
-            name_text, _, after = chunk[len(INVOKE_OPEN) :].partition('">')
-            name = _tag(name_text)
+            if not chunk.startswith(INVOKE_START) or '">' not in chunk:
+                raise MiniMaxMalformed(f"expected an invoke at {chunk[:30]!r}")
+            name_text, _, after = chunk[len(INVOKE_START) :].partition('">')
+            name = checked_name(name_text)
             _blank(after, "after the invoke tag")
             stack.append((None, "", []))
             continue
         if chunk.startswith("</"):
             tag_text, found, after = chunk[2:].partition(">")
             if not found:
-                raise MiniMaxM3Malformed(f"unclosed tag {chunk[:30]!r}")
+                raise MiniMaxMalformed(f"unclosed tag {chunk[:30]!r}")
             _blank(after, "after a closing tag")
             tag, text, children = stack.pop()
             if tag is None:  # the invoke's frame: only </invoke> closes it
                 if tag_text != "invoke":
-                    raise MiniMaxM3Malformed(f"</{tag_text}> closes an invoke")
+                    raise MiniMaxMalformed(f"</{tag_text}> closes an invoke")
                 calls.append((name, _arguments(name, children, tools)))
                 continue
-            if _tag(tag_text) != tag:
-                raise MiniMaxM3Malformed(f"</{tag_text}> closes <{tag}>")
+            if checked_name(tag_text) != tag:
+                raise MiniMaxMalformed(f"</{tag_text}> closes <{tag}>")
             if children:
                 _blank(text, f"beside the children of <{tag}>")
             stack[-1][2].append((tag, (text, children)))
             continue
         if not chunk.startswith("<"):
-            raise MiniMaxM3Malformed(f"expected a tag at {chunk[:30]!r}")
+            raise MiniMaxMalformed(f"expected a tag at {chunk[:30]!r}")
         tag_text, found, text = chunk[1:].partition(">")
         if not found:
-            raise MiniMaxM3Malformed(f"unclosed tag {chunk[:30]!r}")
+            raise MiniMaxMalformed(f"unclosed tag {chunk[:30]!r}")
         if stack[-1][0] is not None:
             _blank(stack[-1][1], "before a child element")
-        stack.append((_tag(tag_text), text, []))
+        stack.append((checked_name(tag_text), text, []))
     if stack:
-        raise MiniMaxM3Malformed("an element is not closed")
+        raise MiniMaxMalformed("an element is not closed")
     return calls
 
 
@@ -105,7 +93,7 @@ def _arguments(name: str, children: list[tuple[str, Any]], tools: ToolSpecs) -> 
     arguments: dict[str, Any] = {}
     for key, node in children:
         if key in arguments:
-            raise MiniMaxM3Malformed(f"argument {key!r} twice")
+            raise MiniMaxMalformed(f"argument {key!r} twice")
         arguments[key] = _value(node, tools.parameter_schema(name, key))
     return arguments
 
@@ -150,12 +138,12 @@ def _value(node: tuple[str, list[tuple[str, Any]]], schema: Any) -> Any:
     as_list = "array" in types or (not types & {"object"} and all(tag == _ITEM for tag, _ in children))
     if as_list:
         if any(tag != _ITEM for tag, _ in children):
-            raise MiniMaxM3Malformed("an array holds a non-<item> element")
+            raise MiniMaxMalformed("an array holds a non-<item> element")
         return [_value(child, _child_schema(schema, _ITEM, i)) for i, (_, child) in enumerate(children)]
     result: dict[str, Any] = {}
     for tag, child in children:
         if tag in result:
-            raise MiniMaxM3Malformed(f"key {tag!r} twice")
+            raise MiniMaxMalformed(f"key {tag!r} twice")
         result[tag] = _value(child, _child_schema(schema, tag, 0))
     return result
 
