@@ -56,16 +56,21 @@ def renderers_adapter(tito: TitoTokenizer, **config: Any) -> TitoTokenizer:
 
     config_class = getattr(renderers, RENDERER_CONFIGS[tito.family])
     protocol = TokenizerProtocol(tito)
-    built: dict[bool, Any] = {}
+    built: dict[tuple[bool, bool], Any] = {}
 
     def renderer(kwargs: Mapping[str, Any] | None) -> Any:
         thinking = not tito.thinking_disabled(kwargs)
-        if thinking not in built:
+        # GLM's clear_thinking switch is a renderer config field too (False keeps every turn's reasoning)
+        clear = (kwargs or {}).get("clear_thinking", True) is not False
+        if (thinking, clear) not in built:
             fields = {**RENDERER_FIELDS.get(tito.family, {}), **config}
             if "enable_thinking" in config_class.model_fields:
                 fields["enable_thinking"] = thinking
-            built[thinking] = renderers.create_renderer(protocol, config_class(**fields))
-        return built[thinking]
+            if "clear_thinking" in config_class.model_fields and not clear:
+                fields["clear_thinking"] = False
+                fields.pop("thinking_retention", None)  # implied ("all"); an explicit one would conflict
+            built[(thinking, clear)] = renderers.create_renderer(protocol, config_class(**fields))
+        return built[(thinking, clear)]
 
     class RenderersTito(type(tito)):  # type: ignore[misc, valid-type]
         def encode_full(self, messages: Sequence[Any], tools: Any = None, chat_template_kwargs: Any = None):
