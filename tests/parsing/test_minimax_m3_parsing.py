@@ -16,7 +16,8 @@ import pytest
 
 from engine.parsers import parse_function_call, separate_reasoning
 from proxy.families import get_family, load_tito_tokenizer
-from proxy.parsing import MessageFormat, StreamingMessageParser, ToolSpecs, parse_local
+from proxy.parsing import MessageFormat, MessageParser, ParserConfig, StreamingMessageParser, ToolSpecs, parse_local
+from proxy.upstream.events import FunctionCallParse, ReasoningParse
 from serving.tokenizer_files import model_tokenizer_path
 
 FIXTURE = Path(__file__).parent / "fixtures" / "sglang_minimax_m3_0_5_23.json"
@@ -204,3 +205,43 @@ def test_what_we_parse_re_renders_to_the_generated_text(m3_tito):
             for c in parsed.tool_calls]}
         assert _turn(message, m3_tito, {}) == text, case
     assert accepted >= 250
+
+
+class EngineParsers:
+    """SGLang's answers, from the embedded engine's ``minimax-m3`` parsers (held equal to SGLang 0.5.23's recorded
+    answers above), in process: what the ``sglang_api`` and ``hybrid`` backends are given."""
+
+    async def parse_function_call(self, text: str, parser: str, tools: Any) -> FunctionCallParse:
+        normal, calls = parse_function_call(text, parser, list(tools))
+        return FunctionCallParse.from_json({"normal_text": normal, "calls": [c.to_json() for c in calls]})
+
+    async def separate_reasoning(self, text: str, parser: str) -> ReasoningParse:
+        return ReasoningParse.from_json(separate_reasoning(text, parser).to_json(False))
+
+
+@pytest.mark.parametrize("backend", ["sglang_api", "hybrid"])
+async def test_the_sglang_backends_keep_the_local_message_unless_sglang_differs_and_then_flag_it(backend):
+    """Streamed or not, every recorded output: the local message where SGLang agrees (most clean outputs), else
+    SGLang's decision flagged ``parser_mismatch`` (the documented differences M3-1..M3-3)."""
+    data = _data()
+    parser = MessageParser(ParserConfig("minimax-m3", "minimax-m3", backend, backend), client=EngineParsers())
+    cases = [(c["output"], c["opened"]) for c in data["cases"]]
+    cases += [(("Think." if i % 2 else "") + "</mm:think>" + c["text"], True)
+              for i, c in enumerate(data["tool_cases"]) if c["kind"] == "clean"]
+    agreed = 0
+    for text, opened in cases:
+        local = parse_local(text, CALLS, ToolSpecs.from_openai(data["tools"]), session_id="s", step_index=0,
+                            reasoning_open_at_start=opened)
+        final = await parser.parse_final(text, data["tools"], session_id="s", step_index=0,
+                                         reasoning_open_at_start=opened)
+        differs = (final.content, final.reasoning_content, final.tool_calls) != (
+            local.content, local.reasoning_content, local.tool_calls)
+        assert ("parser_mismatch" in final.flags) == differs, text
+        agreed += not differs
+        # streaming splits reasoning locally and asks SGLang about the blocks: the calls are the non-streamed ones
+        stream = parser.stream(data["tools"], session_id="s", step_index=0, reasoning_open_at_start=opened)
+        stream.feed(text)
+        await stream.finish()
+        assert stream.message.tool_calls == final.tool_calls, text
+        assert ("parser_mismatch" in stream.message.flags) == (stream.message.tool_calls != local.tool_calls), text
+    assert len(cases) > 500 and agreed >= len(cases) * 3 // 4
