@@ -102,6 +102,16 @@ def renderers_adapter(tito: TitoTokenizer, **config: Any) -> TitoTokenizer:
     return adapter
 
 
+def family_pair(family: str, **config: Any) -> tuple[TitoTokenizer, TitoTokenizer]:
+    """Our TITO tokenizer for ``family`` (its fetched folder) and the renderers adapter over it; ``config``: more
+    renderer config fields."""
+    from proxy.families import get_family, load_tito_tokenizer
+    from serving.tokenizer_files import ensure_tokenizers, model_tokenizer_path
+
+    ours = load_tito_tokenizer(family, model_tokenizer_path(get_family(family).tokenizer_folder, ensure_tokenizers()))
+    return ours, renderers_adapter(ours, **config)
+
+
 def _generation_prompt_end(backend: Any, ids: list[int]) -> int | None:
     """Where the last generation prompt (renderers' own, for this renderer) ends in ``ids``."""
     probe = [{"role": "user", "content": "q"}]

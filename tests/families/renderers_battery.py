@@ -11,9 +11,7 @@ import sys
 import traceback
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-from proxy.families import get_family, load_tito_tokenizer
-from serving.tokenizer_files import ensure_tokenizers, model_tokenizer_path
-from tests.families.renderers_adapter import renderers_adapter
+from tests.families.renderers_adapter import family_pair
 from tests.tokenization import test_glm_properties as glm
 from tests.tokenization import test_minimax_properties as minimax
 from tests.tokenization.random_scripts import random_script
@@ -22,11 +20,9 @@ N = int(os.environ.get("N", "300"))
 
 
 def main(families: list[str]) -> None:
-    root = ensure_tokenizers()
     for family in families:
-        ours = load_tito_tokenizer(family, model_tokenizer_path(get_family(family).tokenizer_folder, root))
         extra = {"thinking_retention": os.environ["RETENTION"]} if os.environ.get("RETENTION") else {}
-        theirs = renderers_adapter(ours, **extra)
+        _, theirs = family_pair(family, **extra)
         battery = minimax if family.startswith("minimax") else glm
         outcomes: collections.Counter = collections.Counter()
         for seed in range(N):

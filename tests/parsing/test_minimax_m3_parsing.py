@@ -20,6 +20,8 @@ from proxy.parsing import MessageFormat, MessageParser, ParserConfig, StreamingM
 from proxy.upstream.events import FunctionCallParse, ReasoningParse
 from serving.tokenizer_files import model_tokenizer_path
 
+from .test_minimax_parsing import _streamed
+
 FIXTURE = Path(__file__).parent / "fixtures" / "sglang_minimax_m3_0_5_23.json"
 NS = "]<]minimax[>["
 REASONING = MessageFormat.from_types(None, "minimax-m3")
@@ -32,16 +34,6 @@ def _data() -> dict[str, Any]:
     data = json.loads(FIXTURE.read_text(encoding="utf-8"))
     assert (data["sglang"], data["parser"], data["tool_parser"]) == ("0.5.23", "minimax-m3", "minimax-m3")
     return data
-
-
-def _streamed(parser: StreamingMessageParser, text: str, rng: random.Random):
-    pos = 0
-    while pos < len(text):
-        step = rng.randint(1, 9)
-        parser.feed(text[pos : pos + step])
-        pos += step
-    parser.finish()
-    return parser.message
 
 
 def test_the_family_names_sglangs_parsers_and_the_markers_are_the_formats():
