@@ -14,7 +14,7 @@ import attrs
 from .constraints import Grammar
 from .deepseek_markup import TOOL_OUTPUT_END, default_deepseek_reply
 from .glm_markup import default_glm_reply
-from .minimax_markup import default_minimax_reply
+from .minimax_markup import M3_THINK_CLOSE, M3_THINK_OPEN, default_minimax_m3_reply, default_minimax_reply
 from .policy import THINK_DISABLED, default_plain_text, default_reply, filler_text
 from .script import ScriptBook, ScriptEntry
 from .tokenizer import EngineTokenizer
@@ -114,6 +114,9 @@ class Planner:
         if tk.is_glm:  # the prompt's thinking prefix: <think>, </think> or <think></think> (engine/glm_markup.py)
             prefix = next((p for p in ("<think></think>", "<think>", "</think>") if so_far_text.startswith(p)), "")
             reply = default_glm_reply(context, seed=self.seed, prefix=prefix)
+        elif tk.is_minimax_m3:  # the prompt's thinking_mode prefix: <mm:think>, </mm:think> or none
+            prefix = next((p for p in (M3_THINK_OPEN, M3_THINK_CLOSE) if so_far_text.startswith(p)), "")
+            reply = default_minimax_m3_reply(context, seed=self.seed, prefix=prefix)
         elif tk.is_minimax:  # MiniMax-M2: the prompt always ends "<think>\n" (engine/minimax_markup.py)
             reply = default_minimax_reply(context, seed=self.seed)
         elif tk.deepseek:  # the prompt's thinking marker, none after a V3.1 tool output (engine/deepseek_markup.py)

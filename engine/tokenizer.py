@@ -51,6 +51,9 @@ class EngineTokenizer:
     #: DeepSeek vocabularies: the format (``v3_1``, ``v3_2``, ``v4``; ``engine/deepseek_markup.py``), else empty;
     #: ``<｜User｜>`` / ``<｜end▁of▁sentence｜>`` play ``<|im_start|>`` / ``<|im_end|>``
     deepseek: str = ""
+    #: MiniMax-M3 (a MiniMax vocabulary with the ``]<]minimax[>[`` markup namespace): ``<mm:think>`` reasoning and
+    #: namespaced tool calls
+    is_minimax_m3: bool = False
 
     @property
     def assistant_header(self) -> str:
@@ -132,7 +135,8 @@ def _load(path: Path) -> EngineTokenizer:
 
     roles = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
     glm = "<|im_start|>" not in added and all(role in added for role in roles)
-    minimax = "<|im_start|>" not in added and "]~b]" in added and "<minimax:tool_call>" in added
+    minimax_m3 = "<|im_start|>" not in added and "]~b]" in added and "]<]minimax[>[" in added
+    minimax = minimax_m3 or ("<|im_start|>" not in added and "]~b]" in added and "<minimax:tool_call>" in added)
     deepseek = "<|im_start|>" not in added and "<｜User｜>" in added and "<｜Assistant｜>" in added
     start, end = ("]~b]", "[e~[") if minimax else ("<｜User｜>", "<｜end▁of▁sentence｜>") if deepseek else (
         "<|im_start|>", "<|im_end|>")
@@ -143,6 +147,7 @@ def _load(path: Path) -> EngineTokenizer:
         im_end_id=None if glm else required(end),
         is_minimax=minimax,
         deepseek=deepseek_variant(set(added)) if deepseek else "",
+        is_minimax_m3=minimax_m3,
         endoftext_id=optional("<|endoftext|>"),
         think_start_id=optional("<think>"),
         think_end_id=optional("</think>"),

@@ -39,7 +39,7 @@ from engine import EngineConfig  # noqa: E402 (after the environment variable ab
 from proxy.cli import ProxyHandle, run_proxy  # noqa: E402
 from proxy.client import FinalizeResult, ProxyClient, TrajectoryStats  # noqa: E402
 from proxy.config import ProxyConfig  # noqa: E402
-from proxy.families import load_tito_tokenizer  # noqa: E402
+from proxy.families import get_family, load_tito_tokenizer  # noqa: E402
 from serving.tokenizer_files import model_tokenizer_path  # noqa: E402
 
 SESSION_ID = "calculator-demo"
@@ -85,6 +85,19 @@ SCRIPTS: Mapping[str, tuple[str, ...]] = {
         "</function>\n</tool_call>",
         "8 times 2 is 16. I can answer now.\n</think>\n\n"
         "5 plus 3 equals 8. Multiplying 8 by 2 gives 16.",
+    ),
+    # MiniMax-M3 (no thinking_mode: adaptive, the prompt ends "]~b]ai\n" and the model opens <mm:think> itself;
+    # namespaced tool calls; the engine appends [e~[)
+    "minimax_m3": (
+        "<mm:think>The user wants (5 + 3) * 2. First I add 5 and 3 with the add tool.</mm:think>"
+        "I'll calculate that for you.]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"add\">"
+        "]<]minimax[>[<a>5]<]minimax[>[</a>]<]minimax[>[<b>3]<]minimax[>[</b>]<]minimax[>[</invoke>\n"
+        "]<]minimax[>[</tool_call>",
+        "<mm:think>5 plus 3 is 8. Now I multiply 8 by 2 with the multiply tool.</mm:think>"
+        "Continuing the calculation.]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"multiply\">"
+        "]<]minimax[>[<a>8]<]minimax[>[</a>]<]minimax[>[<b>2]<]minimax[>[</b>]<]minimax[>[</invoke>\n"
+        "]<]minimax[>[</tool_call>",
+        "<mm:think>8 times 2 is 16. I can answer now.</mm:think>5 plus 3 equals 8. Multiplying 8 by 2 gives 16.",
     ),
 }
 
@@ -383,7 +396,7 @@ async def run_demo(
 ) -> DemoResult:
     """Start the proxy on its embedded engine, run the agent, finalize, read and print the trajectory."""
     style = style or Style(False)
-    tokenizer_path = await trio.to_thread.run_sync(model_tokenizer_path, model)
+    tokenizer_path = await trio.to_thread.run_sync(model_tokenizer_path, get_family(model).tokenizer_folder)
     config = ProxyConfig(port=0, tokenizer_path=tokenizer_path, trajectory_build_model=model,
                          record_token_versions=True)
     engine_config = EngineConfig(tokenizer_path=tokenizer_path, seed=seed, token_rate=token_rate,

@@ -9,10 +9,11 @@ SGLang does.
 from .function_call import TOOL_CALL_PARSERS, ParserCrash, ToolCallItem, parse_function_call
 from .deepseek import parse_deepseekv4, parse_deepseekv31, parse_deepseekv32
 from .glm import parse_glm45, parse_glm47
-from .minimax import parse_minimax_m2
+from .minimax import parse_minimax_m2, parse_minimax_m3
 from .reasoning import REASONING_PARSERS, ReasoningResult, separate_reasoning
 
-TOOL_CALL_PARSERS.update({"glm47": parse_glm47, "glm45": parse_glm45, "minimax-m2": parse_minimax_m2})
+TOOL_CALL_PARSERS.update({"glm47": parse_glm47, "glm45": parse_glm45, "minimax-m2": parse_minimax_m2,
+                          "minimax-m3": parse_minimax_m3})
 TOOL_CALL_PARSERS.update({"deepseekv31": parse_deepseekv31, "deepseekv32": parse_deepseekv32,
                           "deepseekv4": parse_deepseekv4})
 

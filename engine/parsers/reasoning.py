@@ -34,6 +34,11 @@ class _Detector:
     """The text starts inside reasoning (``force_reasoning``)."""
     tool_start: str | None
     """The marker that ends unterminated reasoning (``tool_start_token``)."""
+    start: str = THINK_START
+    end: str = THINK_END
+    drops_leading_end: bool = False
+    """``MiniMaxM3Detector``: outside forced reasoning, a text that starts (after whitespace) with the end marker
+    loses its leading whitespace and that marker first."""
 
 
 _QWEN3 = _Detector(forced=False, tool_start=TOOL_CALL_START)
@@ -52,6 +57,10 @@ REASONING_PARSERS: dict[str, _Detector] = {
     # chat route, not here); DeepSeek-V4: the same markers, not forced, no tool-call end
     "deepseek-v3": _QWEN3,
     "deepseek-v4": _Detector(forced=False, tool_start=None),
+    # MiniMax-M3 (MiniMaxM3Detector): <mm:think>...</mm:think>, no tool-call close; not forced here (the endpoint
+    # sees no chat_template_kwargs, which alone force it for thinking_mode=enabled)
+    "minimax-m3": _Detector(forced=False, tool_start=None, start="<mm:think>", end="</mm:think>",
+                            drops_leading_end=True),
 }
 
 
@@ -79,14 +88,17 @@ def separate_reasoning(text: str, parser: str) -> ReasoningResult:
     if detector is None:
         raise ParserCrash(f"Unsupported model type: {parser}")
     check_encodable(text)
-    if not (detector.forced or THINK_START in text):
+    start, end_marker = detector.start, detector.end
+    if detector.drops_leading_end and not detector.forced and text.lstrip().startswith(end_marker):
+        text = text.lstrip()[len(end_marker) :]
+    if not (detector.forced or start in text):
         return ReasoningResult("", text)
     body = text
-    while body.startswith(THINK_START):
-        body = body[len(THINK_START) :]
-    end = body.find(THINK_END)
+    while body.startswith(start):
+        body = body[len(start) :]
+    end = body.find(end_marker)
     if end != -1:
-        return ReasoningResult(body[:end], body[end + len(THINK_END) :])
+        return ReasoningResult(body[:end], body[end + len(end_marker) :])
     tool = body.find(detector.tool_start) if detector.tool_start else -1
     if tool != -1:
         return ReasoningResult(body[:tool], body[tool:])

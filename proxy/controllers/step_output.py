@@ -277,9 +277,10 @@ class StepOutput:
 
     @property
     def _reasoning_open(self) -> bool:
-        """The prompt ends inside a think block (Qwen3.5 with thinking on puts ``<think>\\n`` in the prompt)."""
+        """The prompt ends inside a think block (Qwen3.5 with thinking on puts ``<think>\\n`` in the prompt; MiniMax-M3
+        with ``thinking_mode=enabled`` ``<mm:think>``): the parser's reasoning type names the tag."""
         prefix = self.tokenizer.thinking_prefix(self.request.chat_template_kwargs)
-        return prefix.rstrip().endswith("<think>")
+        return self.parser.message_format.think.prompt_opens(prefix)
 
     def _new_text_state(self) -> None:
         request = self.request

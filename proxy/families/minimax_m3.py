@@ -6,8 +6,9 @@ system turn, the ``thinking_mode`` switch (``enabled``: prompt ends ``<mm:think>
 objects and arrays expanded into elements, None values omitted).
 
 A different template, not a revision of M2's rules: its own family. SGLang 0.5.23 parses it with ``minimax-m3`` (tool
-calls and reasoning, ``<mm:think>`` forced open only for ``thinking_mode=enabled``); the proxy's parsers do not read
-that markup yet (docs/families.md, "MiniMax"), so the record names none.
+calls and reasoning, ``<mm:think>`` forced open only for ``thinking_mode=enabled``); so do the proxy's parsers
+(``proxy/parsing/minimax_m3_blocks.py``, the ``minimax-m3`` reasoning markers in ``proxy/parsing/formats.py``) and the
+embedded engine (``engine/minimax_markup.py``, ``engine/parsers/minimax.py``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ MINIMAX_M3 = ModelFamily(
     name="minimax_m3",
     aliases=("minimax-m3",),
     tokenizer=MiniMaxM3TitoTokenizer,
-    tool_call_parser=None,
-    reasoning_parser=None,
+    tool_call_parser="minimax-m3",
+    reasoning_parser="minimax-m3",
     verified=(
         "property battery (2,000 episodes, thinking_mode enabled/disabled/adaptive) vs the official template "
-        "(transformers), tests/tokenization/test_minimax_properties.py"
+        "(transformers), tests/tokenization/test_minimax_properties.py; parsers vs SGLang 0.5.23's minimax-m3, "
+        "tests/parsing/test_minimax_m3_parsing.py"
     ),
     template_sha256=(MiniMaxM3TitoTokenizer.TEMPLATE_SHA256,),
     tokenizer_folder="minimax-m3",

@@ -7,7 +7,10 @@ same name is sent to SGLang: ``--model-tool-call-type`` is ``qwen25`` (alias ``q
 GLM (docs/parsing.md, "GLM"): tool calls ``glm47`` (GLM-4.7, GLM-5.x) or ``glm45`` (GLM-4.5/4.6, the same with
 newlines), reasoning ``glm45`` (SGLang's ``Glm45Detector``: ``<think>...</think>``, ended by ``<tool_call>`` too).
 MiniMax-M2: tool calls ``minimax-m2`` (``<minimax:tool_call>`` blocks, ``proxy/parsing/minimax_blocks.py``), reasoning
-``minimax`` (SGLang's ``Qwen3Detector`` forced open, as ``qwen3-thinking``).
+``minimax`` (SGLang's ``Qwen3Detector`` forced open, as ``qwen3-thinking``). MiniMax-M3: tool calls ``minimax-m3``
+(namespaced ``]<]minimax[>[<tool_call>`` blocks, ``proxy/parsing/minimax_m3_blocks.py``), reasoning ``minimax-m3``
+(``<mm:think>...</mm:think>``, open at the start only when the prompt opened it, a leading ``</mm:think>`` is an empty
+reasoning). The reasoning markers are a property of the reasoning type (:class:`ThinkMarkers`), never a literal.
 DeepSeek (docs/parsing.md, "DeepSeek"): tool calls ``deepseekv31`` (``<｜tool▁calls▁begin｜>`` blocks), ``deepseekv32``
 and ``deepseekv4`` (DSML blocks; ``proxy/parsing/deepseek_blocks.py``); reasoning ``deepseek-v3`` (SGLang's
 ``Qwen3Detector``, not forced: the prompt's ``<think>`` opens it), ``deepseek-v4`` (the same markers, no
@@ -28,6 +31,12 @@ TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
 MINIMAX_TOOL_CALL_START = "<minimax:tool_call>"
 MINIMAX_TOOL_CALL_END = "</minimax:tool_call>"
+MINIMAX_NS = "]<]minimax[>["
+"""MiniMax-M3's markup namespace: one token written before every tag of its tool-call markup."""
+MINIMAX_M3_TOOL_CALL_START = MINIMAX_NS + TOOL_CALL_START
+MINIMAX_M3_TOOL_CALL_END = MINIMAX_NS + TOOL_CALL_END
+MM_THINK_START = "<mm:think>"
+MM_THINK_END = "</mm:think>"
 
 
 class ToolCallFormat(enum.Enum):
@@ -42,6 +51,9 @@ class ToolCallFormat(enum.Enum):
     MINIMAX_M2 = "minimax_m2"
     """``<invoke name="F"><parameter name="K">V</parameter></invoke>...`` inside ``<minimax:tool_call>`` blocks
     (SGLang parser ``minimax-m2``)."""
+    MINIMAX_M3 = "minimax_m3"
+    """``]<]minimax[>[<invoke name="F">]<]minimax[>[<K>V]<]minimax[>[</K>...`` with nested elements, inside
+    ``]<]minimax[>[<tool_call>`` blocks (SGLang parser ``minimax-m3``)."""
 
     DEEPSEEK_V31 = "deepseek_v31"
     """``<｜tool▁call▁begin｜>F<｜tool▁sep｜>{JSON}<｜tool▁call▁end｜>...`` inside ``<｜tool▁calls▁begin｜>`` blocks
@@ -60,6 +72,7 @@ class ToolCallFormat(enum.Enum):
 
 _MARKERS: Mapping[ToolCallFormat, tuple[str, str]] = {
     ToolCallFormat.MINIMAX_M2: (MINIMAX_TOOL_CALL_START, MINIMAX_TOOL_CALL_END),
+    ToolCallFormat.MINIMAX_M3: (MINIMAX_M3_TOOL_CALL_START, MINIMAX_M3_TOOL_CALL_END),
     ToolCallFormat.DEEPSEEK_V31: ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
     ToolCallFormat.DSML_V32: ("<｜DSML｜function_calls>", "</｜DSML｜function_calls>"),
     ToolCallFormat.DSML_V4: ("<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>"),
@@ -78,13 +91,47 @@ TOOL_CALL_TYPES: Mapping[str, ToolCallFormat] = {
     "deepseekv31": ToolCallFormat.DEEPSEEK_V31,
     "deepseekv32": ToolCallFormat.DSML_V32,
     "deepseekv4": ToolCallFormat.DSML_V4,
+    "minimax-m3": ToolCallFormat.MINIMAX_M3,
 }
 
-#: ``--model-reasoning-type`` value (an SGLang parser name) -> whether the output always starts inside reasoning.
-REASONING_TYPES: Mapping[str, bool] = {
-    "qwen3": False, "qwen3-thinking": True, "glm45": False, "minimax": True,
-    "deepseek-v3": False, "deepseek-v4": False, "deepseek-r1": True,
+
+@attrs.frozen
+class ThinkMarkers:
+    """How a reasoning type writes reasoning: its tags and the rules at its edges (SGLang's detector for the type)."""
+
+    start: str = THINK_START
+    end: str = THINK_END
+    tool_call_ends: bool = True
+    """A ``<tool_call>`` ends reasoning that ``end`` has not closed (SGLang's ``Qwen3Detector`` ``tool_start_token``;
+    the Qwen3.5 quirk)."""
+    leading_end_dropped: bool = False
+    """Outside reasoning, an output that starts with ``end`` has empty reasoning (MiniMax-M3: a turn that does not
+    think opens with ``</mm:think>``; SGLang's ``MiniMaxM3Detector`` drops it)."""
+
+    def prompt_opens(self, prompt_tail: str) -> bool:
+        """Whether a prompt ending with ``prompt_tail`` leaves the output inside reasoning."""
+        return prompt_tail.rstrip().endswith(self.start)
+
+
+QWEN_THINK = ThinkMarkers()
+NO_TOOL_END_THINK = ThinkMarkers(tool_call_ends=False)
+MINIMAX_M3_THINK = ThinkMarkers(MM_THINK_START, MM_THINK_END, tool_call_ends=False, leading_end_dropped=True)
+
+#: ``--model-reasoning-type`` value (an SGLang parser name) -> (whether the output always starts inside reasoning,
+#: the type's markers).
+REASONING_FORMATS: Mapping[str, tuple[bool, ThinkMarkers]] = {
+    "qwen3": (False, QWEN_THINK),
+    "qwen3-thinking": (True, QWEN_THINK),
+    "glm45": (False, QWEN_THINK),
+    "minimax": (True, QWEN_THINK),
+    "minimax-m3": (False, MINIMAX_M3_THINK),
+    # DeepSeek-V3.1 / V3.2: SGLang's DeepSeekV3 detector is Qwen3's; V4 and R1: the same markers, no tool-call end
+    "deepseek-v3": (False, QWEN_THINK),
+    "deepseek-v4": (False, NO_TOOL_END_THINK),
+    "deepseek-r1": (True, NO_TOOL_END_THINK),
 }
+#: ``--model-reasoning-type`` value -> whether the output always starts inside reasoning.
+REASONING_TYPES: Mapping[str, bool] = {name: forced for name, (forced, _) in REASONING_FORMATS.items()}
 
 
 def tool_call_format(name: str) -> ToolCallFormat:
@@ -177,11 +224,12 @@ class ToolSpecs:
 @attrs.frozen
 class MessageFormat:
     """What to look for in a model's output: which tool-call format (None: no tool calls are parsed) and
-    whether ``<think>`` reasoning is parsed (and whether every output starts inside it)."""
+    whether reasoning is parsed (and whether every output starts inside it), with which markers."""
 
     tool_call: ToolCallFormat | None
     reasoning: bool
     reasoning_forced_open: bool = False
+    think: ThinkMarkers = QWEN_THINK
 
     @classmethod
     def from_types(cls, tool_call_type: str | None, reasoning_type: str | None) -> MessageFormat:
@@ -190,8 +238,9 @@ class MessageFormat:
             tool_call=None if tool_call_type is None else tool_call_format(tool_call_type),
             reasoning=reasoning_type is not None,
             reasoning_forced_open=reasoning_type is not None and reasoning_forced_open(reasoning_type),
+            think=QWEN_THINK if reasoning_type is None else REASONING_FORMATS[reasoning_type][1],
         )
 
     def opens_in_reasoning(self, reasoning_open_at_start: bool) -> bool:
-        """Whether the output starts inside reasoning (the prompt ended with ``<think>``)."""
+        """Whether the output starts inside reasoning (the prompt ended with the opening think tag)."""
         return self.reasoning and (reasoning_open_at_start or self.reasoning_forced_open)

@@ -32,11 +32,11 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from proxy.parsing.formats import (
-    THINK_END,
-    THINK_START,
+    QWEN_THINK,
     TOOL_CALL_END,
     TOOL_CALL_START,
     MessageFormat,
+    ThinkMarkers,
     ToolSpecs,
 )
 from proxy.parsing.parsed import ParsedMessage, ParseFlag, ToolCall
@@ -63,24 +63,28 @@ class ReasoningSplit:
     """The text after the reasoning (unstripped), where content and tool calls are."""
 
 
-def split_reasoning(text: str, *, open_at_start: bool) -> ReasoningSplit:
-    """Step 1 of the module docstring (call it only when a reasoning type is set)."""
+def split_reasoning(text: str, *, open_at_start: bool, think: ThinkMarkers = QWEN_THINK) -> ReasoningSplit:
+    """Step 1 of the module docstring (call it only when a reasoning type is set). ``think``: the reasoning type's
+    markers (``<think>``/``</think>`` in the docstring; MiniMax-M3's ``<mm:think>`` also drops a leading
+    ``</mm:think>`` outside reasoning and is not ended by ``<tool_call>``)."""
     stripped = text.lstrip()
     body = text
     opened = open_at_start
-    if stripped.startswith(THINK_START):
+    if stripped.startswith(think.start):
         opened = True
-        body = stripped[len(THINK_START) :]
+        body = stripped[len(think.start) :]
+    elif not opened and think.leading_end_dropped and stripped.startswith(think.end):
+        return ReasoningSplit(None, stripped[len(think.end) :])
     if not opened:
         return ReasoningSplit(None, text)
     body = body.lstrip()
-    end = body.find(THINK_END)
-    tool = body.find(TOOL_CALL_START)
+    end = body.find(think.end)
+    tool = body.find(TOOL_CALL_START) if think.tool_call_ends else -1
     if tool != -1 and (end == -1 or tool < end):
         return ReasoningSplit(body[:tool].rstrip(), body[tool:])
     if end == -1:
         return ReasoningSplit(body.rstrip(), "")
-    return ReasoningSplit(body[:end], body[end + len(THINK_END) :])
+    return ReasoningSplit(body[:end], body[end + len(think.end) :])
 
 
 @attrs.frozen
@@ -172,7 +176,7 @@ def parse_local(
 ) -> ParsedMessage:
     """The whole local parse of a finished output. Never raises."""
     split = (
-        split_reasoning(text, open_at_start=fmt.opens_in_reasoning(reasoning_open_at_start))
+        split_reasoning(text, open_at_start=fmt.opens_in_reasoning(reasoning_open_at_start), think=fmt.think)
         if fmt.reasoning
         else ReasoningSplit(None, text)
     )

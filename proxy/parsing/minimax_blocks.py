@@ -37,7 +37,8 @@ class MiniMaxMalformed(ValueError):
     """The block body is not MiniMax calls."""
 
 
-def _name(text: str) -> str:
+def checked_name(text: str) -> str:
+    """A stripped name or key: non-empty, without quotes, angle brackets or line breaks (else malformed)."""
     name = text.strip()
     if not name or any(c in name for c in '"<>\n\r'):
         raise MiniMaxMalformed(f"bad name {name!r}")
@@ -58,7 +59,7 @@ def named_element(body: str, pos: int, start: str, end: str, name_end: str = _NA
     close = body.find(end, pos + len(start))
     if name_at == -1 or close == -1 or close < name_at:
         raise MiniMaxMalformed(f"{start!r} is not closed")
-    return _name(body[pos + len(start) : name_at]), body[name_at + len(name_end) : close], close + len(end)
+    return checked_name(body[pos + len(start) : name_at]), body[name_at + len(name_end) : close], close + len(end)
 
 
 def invoke_elements(

@@ -49,7 +49,7 @@ from typing import Any, Literal, Protocol
 import attrs
 import trio
 
-from proxy.parsing.formats import THINK_END, THINK_START, MessageFormat, ToolSpecs
+from proxy.parsing.formats import QWEN_THINK, MessageFormat, ThinkMarkers, ToolSpecs
 from proxy.parsing.local import (
     BlockSegment,
     ReasoningSplit,
@@ -143,6 +143,11 @@ class MessageParser:
         self._fmt = self.config.message_format
         if self.config.uses_sglang and self.client is None:
             raise ValueError("the sglang_api and hybrid parser backends need an SGLang client")
+
+    @property
+    def message_format(self) -> MessageFormat:
+        """The formats it reads (``think``: the reasoning markers the prompt may leave open)."""
+        return self._fmt
 
     def statistics(self) -> ParserStatistics:
         return ParserStatistics(
@@ -258,14 +263,15 @@ class MessageParser:
         if not fmt.reasoning:
             return ReasoningSplit(None, text)
         opened = fmt.opens_in_reasoning(open_at_start)
-        local = split_reasoning(text, open_at_start=opened)
-        if self.config.reasoning_backend == "local" or not (opened or THINK_START in text or THINK_END in text):
+        think = fmt.think
+        local = split_reasoning(text, open_at_start=opened, think=think)
+        if self.config.reasoning_backend == "local" or not (opened or think.start in text or think.end in text):
             # Without a marker and not open at the start, SGLang's answer is fixed (sglang-protocol.md §5.2: no
             # forced reasoning, so everything is normal text): no round trip for what cannot differ.
             return local
         client = self.client
         assert client is not None and self.config.reasoning_type is not None
-        sent = reasoning_request(text, opened)
+        sent = reasoning_request(text, opened, think)
         self._backend_calls += 1
         try:
             with trio.move_on_after(self.config.backend_timeout) as scope:
@@ -279,7 +285,7 @@ class MessageParser:
             self._fallbacks += 1
             flags.add(ParseFlag.PARSER_FALLBACK)
             return local
-        theirs = sglang_reasoning_split(reply, closed=THINK_END in sent)
+        theirs = sglang_reasoning_split(reply, closed=think.end in sent)
         if (theirs.reasoning or "", theirs.rest.strip()) == (local.reasoning or "", local.rest.strip()):
             return local  # the same split, up to whitespace at the ends (documented difference 1)
         self._reasoning_mismatches += 1
@@ -316,14 +322,14 @@ class MessageStream:
         return self._core.message
 
 
-def reasoning_request(text: str, opened: bool) -> str:
+def reasoning_request(text: str, opened: bool, think: ThinkMarkers = QWEN_THINK) -> str:
     """The text sent to ``/separate_reasoning``: the output, with ``<think>`` in front when the prompt left reasoning
     open (SGLang cannot know), and without the whitespace before a leading ``<think>`` (the local parser consumes
-    both; SGLang only removes a ``<think>`` that starts the text)."""
+    both; SGLang only removes a ``<think>`` that starts the text). ``think``: the reasoning type's markers."""
     stripped = text.lstrip()
-    if stripped.startswith(THINK_START):
+    if stripped.startswith(think.start):
         return stripped
-    return THINK_START + text if opened else text
+    return think.start + text if opened else text
 
 
 def sglang_reasoning_split(reply: ReasoningParse, *, closed: bool) -> ReasoningSplit:

@@ -37,8 +37,6 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from proxy.parsing.formats import (
-    THINK_END,
-    THINK_START,
     TOOL_CALL_END,
     TOOL_CALL_START,
     MessageFormat,
@@ -203,6 +201,8 @@ class StreamingMessageParser:
         buf = self._buf + text
         # the block tags of the format (the reasoning phase still ends at Qwen's <tool_call>, as SGLang's does)
         open_tag, close_tag = (TOOL_CALL_START, TOOL_CALL_END) if self.fmt.tool_call is None else self.fmt.tool_call.markers
+        think = self.fmt.think  # the reasoning type's markers (<think>/</think> in the comments)
+        reasoning_ends = (think.end, TOOL_CALL_START) if think.tool_call_ends else (think.end,)
         while True:
             phase = self._phase
             if phase is _Phase.START:
@@ -210,17 +210,20 @@ class StreamingMessageParser:
                     self._phase = _Phase.CONTENT
                     continue
                 buf = buf.lstrip()  # dropped in every case: leading whitespace of reasoning or of content
-                if buf.startswith(THINK_START):
-                    buf = buf[len(THINK_START) :]
+                if buf.startswith(think.start):
+                    buf = buf[len(think.start) :]
                     self._phase = _Phase.REASONING
                     continue
-                if not final and THINK_START.startswith(buf):
-                    break  # empty, or a proper prefix of <think>: wait
                 opens = self.fmt.opens_in_reasoning(self.reasoning_open_at_start)
+                drops_end = think.leading_end_dropped and not opens
+                if not final and (think.start.startswith(buf) or (drops_end and len(buf) < len(think.end) and think.end.startswith(buf))):
+                    break  # empty, or a proper prefix of <think> (or of a droppable leading </think>): wait
+                if drops_end and buf.startswith(think.end):
+                    buf = buf[len(think.end) :]  # an empty reasoning (MiniMax-M3's non-thinking turn)
                 self._phase = _Phase.REASONING if opens else _Phase.CONTENT
             elif phase is _Phase.REASONING:
-                end = buf.find(THINK_END)
-                tool = buf.find(TOOL_CALL_START)
+                end = buf.find(think.end)
+                tool = buf.find(TOOL_CALL_START) if think.tool_call_ends else -1
                 if tool != -1 and (end == -1 or tool < end):
                     self._route(_ReasoningText(buf[:tool]), out)
                     self._route(_ReasoningClosed(ReasoningEnd.TOOL_CALL), out)
@@ -229,7 +232,7 @@ class StreamingMessageParser:
                 elif end != -1:
                     self._route(_ReasoningText(buf[:end]), out)
                     self._route(_ReasoningClosed(ReasoningEnd.THINK_END), out)
-                    buf = buf[end + len(THINK_END) :]
+                    buf = buf[end + len(think.end) :]
                     self._phase = _Phase.CONTENT
                 elif final:
                     self._route(_ReasoningText(buf), out)
@@ -237,7 +240,7 @@ class StreamingMessageParser:
                     buf = ""
                     self._phase = _Phase.CONTENT
                 else:
-                    cut = len(buf) - held_suffix_length(buf, (THINK_END, TOOL_CALL_START))
+                    cut = len(buf) - held_suffix_length(buf, reasoning_ends)
                     self._route(_ReasoningText(buf[:cut]), out)
                     buf = buf[cut:]
                     break

@@ -25,8 +25,8 @@ function must end with ``</function>``, and only whitespace may stand between th
 A block is all or nothing: if any call in it is malformed the whole block is ``malformed_tool_call``; if all are
 well-formed but one names a tool that was not offered, the block is ``unknown_tool``. Either way it stays content.
 GLM (``glm47`` / ``glm45``): ``proxy/parsing/glm_blocks.py``; MiniMax-M2 (``minimax-m2``, ``<minimax:tool_call>``
-blocks): ``proxy/parsing/minimax_blocks.py``. DeepSeek (``deepseekv31``, ``deepseekv32``, ``deepseekv4``):
-``proxy/parsing/deepseek_blocks.py``.
+blocks): ``proxy/parsing/minimax_blocks.py``; MiniMax-M3 (``minimax-m3``): ``proxy/parsing/minimax_m3_blocks.py``.
+DeepSeek (``deepseekv31``, ``deepseekv32``, ``deepseekv4``): ``proxy/parsing/deepseek_blocks.py``.
 
 Accepted arguments are always strict JSON objects: a non-finite number converted from an XML value stays a
 string; in JSON bodies ``NaN`` / ``Infinity`` make the block malformed.
@@ -46,6 +46,7 @@ from proxy.parsing.deepseek_blocks import dsml_calls, v31_calls
 from proxy.parsing.formats import ToolCallFormat, ToolSpecs
 from proxy.parsing.glm_blocks import glm_calls
 from proxy.parsing.minimax_blocks import minimax_calls
+from proxy.parsing.minimax_m3_blocks import minimax_m3_calls
 from proxy.parsing.parsed import ParseFlag
 
 FUNCTION_START = "<function="
@@ -102,6 +103,8 @@ def decide_block(raw: str, fmt: ToolCallFormat, tools: ToolSpecs, *, closed: boo
             calls = v31_calls(inner)
         elif fmt in (ToolCallFormat.DSML_V32, ToolCallFormat.DSML_V4):
             calls = dsml_calls(inner)
+        elif fmt is ToolCallFormat.MINIMAX_M3:
+            calls = minimax_m3_calls(inner, tools)
         else:
             calls = _json_calls(inner) if fmt is ToolCallFormat.JSON else _xml_calls(inner, tools)
         if not calls:

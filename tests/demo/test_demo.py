@@ -12,7 +12,7 @@ import io
 import pytest
 
 from proxy.demo import SCRIPTS, Style, main, mask_runs, run_demo
-from proxy.families import load_tito_tokenizer
+from proxy.families import get_family, load_tito_tokenizer
 from serving.tokenizer_files import model_tokenizer_path
 
 
@@ -35,7 +35,7 @@ def test_demo_main_prints_the_tool_calls_the_answer_and_the_mask_spans() -> None
     assert again.getvalue() == text
 
 
-@pytest.mark.parametrize("model", ["qwen3", "qwen3_5"])
+@pytest.mark.parametrize("model", ["qwen3", "qwen3_5", "minimax_m3"])
 async def test_demo_records_the_scripted_outputs_as_the_trained_spans_streaming_or_not(model: str) -> None:
     results = {}
     for stream in (False, True):
@@ -50,9 +50,10 @@ async def test_demo_records_the_scripted_outputs_as_the_trained_spans_streaming_
     (segment,) = result.segments
     runs = mask_runs(segment["loss_mask"])
     assert [value for _start, _end, value in runs] == [0, 1, 0, 1, 0, 1]
-    tokenizer = load_tito_tokenizer(model, model_tokenizer_path(model))
+    tokenizer = load_tito_tokenizer(model, model_tokenizer_path(get_family(model).tokenizer_folder))
     generated = [tokenizer.decode(segment["token_ids"][start:end]) for start, end, value in runs if value]
-    assert generated == [output + "<|im_end|>" for output in SCRIPTS[model]]
+    end_of_turn = "[e~[" if model == "minimax_m3" else "<|im_end|>"
+    assert generated == [output + end_of_turn for output in SCRIPTS[model]]
     # Tool results are context: they sit in the mask-0 spans between the generated ones.
     assert "8" in tokenizer.decode(segment["token_ids"][runs[2][0]:runs[2][1]])
     assert all(v == "demo-v1" for v, m in zip(segment["weight_versions"], segment["loss_mask"]) if m)

@@ -24,7 +24,6 @@ import trio
 
 from engine import EngineHandle
 from proxy.cli import ProxyHandle
-from proxy.demo import _message_dict
 from proxy.families import load_tito_tokenizer
 
 #: every test client fails fast: no SDK retries (a retry would hide the error under test)
@@ -152,33 +151,3 @@ def assistant_echo(message: Any) -> dict[str, Any]:
             for c in message.tool_calls
         ]
     return out
-
-
-async def calculator_turns(proxy: Proxy, model: str, session: str, messages: list[dict[str, Any]], turns: int,
-                           end_tokens: tuple[str, str]) -> list[list[int]]:
-    """Drive a calculator session of ``turns`` turns through the SDK (``CALCULATOR_TOOLS`` offered, reasoning echoed
-    as the demo agent does): every turn but the last must call ``add`` or ``multiply`` with ``a`` and ``b`` and gets
-    the tool result ``8 * (turn + 1)``; the last must answer without calls. Each turn's last token must be
-    ``end_tokens[0]`` (the last turn's: ``end_tokens[1]``). ``messages`` grows with the conversation; returns each
-    turn's generated ids."""
-    tito = proxy.tito
-    generated: list[list[int]] = []
-    async with proxy.async_client() as client:
-        for turn in range(turns):
-            completion = await client.chat.completions.create(
-                model=model, messages=messages, tools=CALCULATOR_TOOLS,
-                extra_headers={"X-Session-Id": session}, extra_body={"return_token_ids": True})
-            choice, body = completion.choices[0], completion.model_extra
-            generated.append(body["token_ids"])
-            last = turn == turns - 1
-            assert tito.decode(body["token_ids"][-1:]) == end_tokens[last]
-            messages.append(_message_dict(choice.message))
-            if last:
-                assert choice.finish_reason == "stop" and choice.message.content and not choice.message.tool_calls
-                continue
-            assert choice.finish_reason == "tool_calls", choice
-            tool_call = choice.message.tool_calls[0]
-            assert tool_call.function.name in ("add", "multiply")
-            assert set(json.loads(tool_call.function.arguments)) == {"a", "b"}
-            messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": str(8 * (turn + 1))})
-    return generated

@@ -16,12 +16,9 @@ from typing import Any
 import pytest
 import trio
 
-from engine import EngineConfig
-from proxy.cli import run_proxy
-from proxy.config import ProxyConfig
-from proxy.families import get_family, load_tito_tokenizer
+from proxy.families import get_family
 from serving.tokenizer_files import model_tokenizer_path
-from tests.e2e.harness import CALCULATOR_TOOLS, Proxy, calculator_turns
+from tests.e2e.family_session import official_ids, run_calculator_session
 
 EOS = "<｜end▁of▁sentence｜>"
 
@@ -65,23 +62,10 @@ async def test_deepseek_tool_session_is_one_token_exact_segment(nursery: trio.Nu
     name = family.name
     folder, tool_parser, reasoning_parser = FAMILIES[name]
     assert (family.tool_call_parser, family.reasoning_parser) == (tool_parser, reasoning_parser)
-    path = model_tokenizer_path(folder, tokenizer_root)
     session = f"{name}-calc"
     scripted = name == "deepseek_v3_1"  # V3.1's template does not render the tools: its policy would not call one
-    script = tuple({"session": session, "output": o} for o in V31_SCRIPTED) if scripted else ()
-    backend = "sglang_api" if name == "deepseek_v4" else "local"
-    config = ProxyConfig(port=0, tokenizer_path=path, trajectory_build_model=name,
-                         tool_call_parse_backend=backend, reasoning_parse_backend=backend)
-    handle = await nursery.start(run_proxy, config, EngineConfig(tokenizer_path=path, script_lines=script))
-    tito = load_tito_tokenizer(name, path)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a calculator."},
-                                      {"role": "user", "content": "Please add 5 and 3, then multiply by 2."}]
-    turns = len(V31_SCRIPTED) if scripted else 2
-    proxy = Proxy(handle, path, name)
-    generated = await calculator_turns(proxy, "deepseek", session, messages, turns, (EOS, EOS))
-    segments = await proxy.segments(session)
-    assert len(segments) == 1, [(s.get("boundary_reason"), s.get("boundary_detail")) for s in segments]
-    official = tito.encode_text(tito.render_full(messages, CALCULATOR_TOOLS, add_generation_prompt=False))
-    assert segments[0]["token_ids"] == official
-    assert segments[0]["num_turns"] == turns
-    assert sum(segments[0]["loss_mask"]) == sum(len(g) for g in generated)
+    run = await run_calculator_session(
+        nursery, family=name, path=model_tokenizer_path(folder, tokenizer_root), session=session,
+        script=V31_SCRIPTED if scripted else (), turns=len(V31_SCRIPTED) if scripted else 2,
+        backend="sglang_api" if name == "deepseek_v4" else "local", ends=(EOS, EOS))
+    run.assert_one_segment_equal_to(official_ids(run, run.messages))

@@ -14,8 +14,8 @@ from engine import EngineConfig
 from proxy.cli import run_proxy
 from proxy.config import ProxyConfig
 from proxy.demo import _message_dict
-from proxy.families import load_tito_tokenizer
-from tests.e2e.harness import CALCULATOR_TOOLS, Proxy, calculator_turns
+from tests.e2e.family_session import official_ids, run_calculator_session
+from tests.e2e.harness import CALCULATOR_TOOLS, Proxy
 from tests.tokenization.glm_files import glm_path
 
 
@@ -36,29 +36,12 @@ async def test_glm_tool_session_is_one_token_exact_segment(nursery: trio.Nursery
     """Three scripted GLM turns (two tool calls, then the answer), or the engine's own GLM policy (a call, then the
     answer): the tool calls parse, every checkpoint ends with the stop token, and the session is one segment whose
     ids are the official template's render of the whole conversation."""
-    path = glm_path("glm4_7")
-    session = "glm-calc"
-    script = tuple({"session": session, "output": o} for o in SCRIPTED) if scripted else ()
-    config = ProxyConfig(port=0, tokenizer_path=path, trajectory_build_model="glm4_7",
-                         tool_call_parse_backend="local", reasoning_parse_backend="local")
-    handle = await nursery.start(run_proxy, config, EngineConfig(tokenizer_path=path, script_lines=script))
-    tito = load_tito_tokenizer("glm4_7", path)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a calculator."},
-                                      {"role": "user", "content": "Please add 5 and 3, then multiply by 2."}]
-    turns = len(SCRIPTED) if scripted else 2
-    proxy = Proxy(handle, path, "glm4_7")
-    generated = await calculator_turns(proxy, "glm", session, messages, turns, ("<|observation|>", "<|user|>"))
-    segments = await proxy.segments(session)
-    assert len(segments) == 1, [s.get("boundary_reason") for s in segments]
-    ids = segments[0]["token_ids"]
+    run = await run_calculator_session(
+        nursery, family="glm4_7", path=glm_path("glm4_7"), session="glm-calc", script=SCRIPTED if scripted else (),
+        turns=len(SCRIPTED) if scripted else 2, ends=("<|observation|>", "<|user|>"))
     # Token-exact: the segment is the official template's render of the whole conversation, closed by <|user|>
     # (the tools offered in the first turns are in its system prompt).
-    official = tito.encode_text(tito.render_full(messages, CALCULATOR_TOOLS, add_generation_prompt=False) + "<|user|>")
-    assert ids == official
-    assert segments[0]["num_turns"] == turns
-    mask = segments[0]["loss_mask"]
-    assert sum(mask) == sum(len(g) for g in generated)
-
+    run.assert_one_segment_equal_to(official_ids(run, run.messages, suffix="<|user|>"))
 
 
 async def test_tool_results_after_a_turn_that_stopped_on_user_start_a_segment_saying_why(nursery: trio.Nursery) -> None:

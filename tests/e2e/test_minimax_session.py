@@ -5,17 +5,11 @@ segment equal to the official template's render of the conversation the model ha
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import trio
 
-from engine import EngineConfig
-from proxy.cli import run_proxy
-from proxy.config import ProxyConfig
-from proxy.families import load_tito_tokenizer
 from serving.tokenizer_files import model_tokenizer_path
-from tests.e2e.harness import CALCULATOR_TOOLS, Proxy, calculator_turns
+from tests.e2e.family_session import official_ids, run_calculator_session
 
 
 def call(name: str, a: int, b: int) -> str:
@@ -35,28 +29,14 @@ SCRIPTED = [
 async def test_minimax_tool_session_is_one_token_exact_segment(
     nursery: trio.Nursery, tokenizer_root, scripted: bool
 ) -> None:
-    path = model_tokenizer_path("minimax", tokenizer_root)
-    session = "minimax-calc"
-    script = tuple({"session": session, "output": o} for o in SCRIPTED) if scripted else ()
-    backend = "local" if scripted else "sglang_api"  # sglang_api: the engine's minimax-m2 / minimax endpoints
-    config = ProxyConfig(port=0, tokenizer_path=path, trajectory_build_model="minimax_m2",
-                         tool_call_parse_backend=backend, reasoning_parse_backend=backend)
-    handle = await nursery.start(run_proxy, config, EngineConfig(tokenizer_path=path, script_lines=script))
-    tito = load_tito_tokenizer("minimax_m2", path)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a calculator."},
-                                      {"role": "user", "content": "Please add 5 and 3, then multiply by 2."}]
-    turns = len(SCRIPTED) if scripted else 2
-    proxy = Proxy(handle, path, "minimax_m2")
-    generated = await calculator_turns(proxy, "minimax", session, messages, turns, ("[e~[", "[e~["))
-    segments = await proxy.segments(session)
-    assert len(segments) == 1, [s.get("boundary_reason") for s in segments]
-    ids = segments[0]["token_ids"]
+    run = await run_calculator_session(
+        nursery, family="minimax_m2", path=model_tokenizer_path("minimax", tokenizer_root), session="minimax-calc",
+        script=SCRIPTED if scripted else (), turns=len(SCRIPTED) if scripted else 2,
+        backend="local" if scripted else "sglang_api",  # sglang_api: the engine's minimax-m2 / minimax endpoints
+        ends=("[e~[", "[e~["))
     # Token-exact: the segment is the official template's render of the conversation the model had, closed by
     # [e~[. The parsers (SGLang's too) keep the newline the template puts before </think> in the reasoning, so the
     # echoed reasoning ends with "\n"; the model's own reasoning is that text without it.
     had = [dict(m, reasoning_content=m["reasoning_content"].removesuffix("\n")) if m.get("reasoning_content") else m
-           for m in messages]
-    official = tito.encode_text(tito.render_full(had, CALCULATOR_TOOLS, add_generation_prompt=False)[:-1])
-    assert ids == official
-    assert segments[0]["num_turns"] == turns
-    assert sum(segments[0]["loss_mask"]) == sum(len(g) for g in generated)
+           for m in run.messages]
+    run.assert_one_segment_equal_to(official_ids(run, had, cut=1))

@@ -6,6 +6,9 @@ the checkpoint's last generation prompt, then the new messages); everything the 
 ours and the official template's (``render_full``, ``render_assistant`` as the simulated model, the tokenizer).
 renderers takes its thinking switch per renderer (``enable_thinking`` in the config), so one renderer is built
 per ``chat_template_kwargs``. Its tokenizer protocol is served from our ``tokenizer.json`` (no transformers).
+GLM-4.7 uses renderers' ``glm-5`` renderer (its own registry maps ``zai-org/GLM-4.7-Flash`` there); MiniMax-M2 its
+``minimax-m2`` renderer (no thinking switch), given the official template's default identity (``MiniMax-M2.7``; the
+renderer's default names M2.5).
 """
 
 from __future__ import annotations
@@ -18,7 +21,12 @@ from proxy.tokenization.messages import normalize_messages
 
 #: our family -> renderers' config class name
 RENDERER_CONFIGS = {"qwen3": "Qwen3RendererConfig", "qwen3_5": "Qwen35RendererConfig",
-                    "qwen3_6": "Qwen36RendererConfig"}
+                    "qwen3_6": "Qwen36RendererConfig", "glm4_7": "GLM5RendererConfig", "glm5": "GLM5RendererConfig",
+                    "glm5_1": "GLM51RendererConfig", "minimax_m2": "MiniMaxM2RendererConfig"}
+#: fields a family's renderer is given so that it renders the wheel's template (not a later revision's defaults)
+RENDERER_FIELDS: dict[str, dict[str, Any]] = {
+    "minimax_m2": {"model_identity": "You are a helpful assistant. Your name is MiniMax-M2.7 and is built by MiniMax."},
+}
 
 
 class TokenizerProtocol:
@@ -48,13 +56,21 @@ def renderers_adapter(tito: TitoTokenizer, **config: Any) -> TitoTokenizer:
 
     config_class = getattr(renderers, RENDERER_CONFIGS[tito.family])
     protocol = TokenizerProtocol(tito)
-    built: dict[bool, Any] = {}
+    built: dict[tuple[bool, bool], Any] = {}
 
     def renderer(kwargs: Mapping[str, Any] | None) -> Any:
         thinking = not tito.thinking_disabled(kwargs)
-        if thinking not in built:
-            built[thinking] = renderers.create_renderer(protocol, config_class(enable_thinking=thinking, **config))
-        return built[thinking]
+        # GLM's clear_thinking switch is a renderer config field too (False keeps every turn's reasoning)
+        clear = (kwargs or {}).get("clear_thinking", True) is not False
+        if (thinking, clear) not in built:
+            fields = {**RENDERER_FIELDS.get(tito.family, {}), **config}
+            if "enable_thinking" in config_class.model_fields:
+                fields["enable_thinking"] = thinking
+            if "clear_thinking" in config_class.model_fields and not clear:
+                fields["clear_thinking"] = False
+                fields.pop("thinking_retention", None)  # implied ("all"); an explicit one would conflict
+            built[(thinking, clear)] = renderers.create_renderer(protocol, config_class(**fields))
+        return built[(thinking, clear)]
 
     class RenderersTito(type(tito)):  # type: ignore[misc, valid-type]
         def encode_full(self, messages: Sequence[Any], tools: Any = None, chat_template_kwargs: Any = None):
@@ -66,7 +82,7 @@ def renderers_adapter(tito: TitoTokenizer, **config: Any) -> TitoTokenizer:
                                prior_messages: Any = None, tools: Any = None, chat_template_kwargs: Any = None):
             backend = renderer(chat_template_kwargs)
             ids = list(checkpoint_ids)
-            prompt_end = _generation_prompt_end(backend, ids, self.turn_start_id)
+            prompt_end = _generation_prompt_end(backend, ids)
             if prompt_end is None:
                 return TitoFailure(TitoFailureReason.JUNCTION_MISMATCH, "no generation prompt in the checkpoint")
             bridged = backend.bridge_to_next_turn(
@@ -86,13 +102,23 @@ def renderers_adapter(tito: TitoTokenizer, **config: Any) -> TitoTokenizer:
     return adapter
 
 
-def _generation_prompt_end(backend: Any, ids: list[int], turn_start_id: int) -> int | None:
+def family_pair(family: str, **config: Any) -> tuple[TitoTokenizer, TitoTokenizer]:
+    """Our TITO tokenizer for ``family`` (its fetched folder) and the renderers adapter over it; ``config``: more
+    renderer config fields."""
+    from proxy.families import get_family, load_tito_tokenizer
+    from serving.tokenizer_files import ensure_tokenizers, model_tokenizer_path
+
+    ours = load_tito_tokenizer(family, model_tokenizer_path(get_family(family).tokenizer_folder, ensure_tokenizers()))
+    return ours, renderers_adapter(ours, **config)
+
+
+def _generation_prompt_end(backend: Any, ids: list[int]) -> int | None:
     """Where the last generation prompt (renderers' own, for this renderer) ends in ``ids``."""
     probe = [{"role": "user", "content": "q"}]
     with_prompt = backend.render_ids(probe, add_generation_prompt=True)
     without = backend.render_ids(probe, add_generation_prompt=False)
     prompt = with_prompt[len(without):]
     for start in range(len(ids) - 1, -1, -1):
-        if ids[start] == turn_start_id and ids[start : start + len(prompt)] == prompt:
+        if ids[start : start + len(prompt)] == prompt:
             return start + len(prompt)
     return None

@@ -15,20 +15,16 @@ import sys
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from hypothesis import given, settings, HealthCheck, strategies as st
-from proxy.families import load_tito_tokenizer
-from serving.tokenizer_files import ensure_tokenizers, model_tokenizer_path
-from tests.families.renderers_adapter import renderers_adapter
+from tests.families.renderers_adapter import family_pair
 from tests.tokenization.strategies import scripts
 from tests.tokenization.simulation import simulate
 N = int(os.environ.get("N", "200"))
 
 
 def main(families: list[str]) -> None:
-    root = ensure_tokenizers()
     for family in families:
-        ours = load_tito_tokenizer(family, model_tokenizer_path(family, root))
         extra = {"thinking_retention": os.environ["RETENTION"]} if os.environ.get("RETENTION") else {}
-        theirs = renderers_adapter(ours, **extra)
+        ours, theirs = family_pair(family, **extra)
         full = collections.Counter(); inc = collections.Counter(); episodes = collections.Counter()
         @settings(max_examples=N, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         @given(data=st.data())

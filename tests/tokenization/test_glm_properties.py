@@ -24,42 +24,32 @@ import os
 import random
 from typing import Any
 
-import attrs
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.families import load_tito_tokenizer
-from proxy.tokenization import DriftKind, TitoTokenizer, TurnGeneration, audit_drift, build_last_step
+from proxy.tokenization import TitoTokenizer, TurnGeneration, build_last_step
 from proxy.tokenization.glm import ASSISTANT, stop_token_for
 
+from .battery import (
+    BATTERY_SETTINGS,
+    ExtraScript,
+    check_against_official,
+    check_fragments,
+    check_last_step_runs,
+    run_seeded,
+)
 from .glm_files import GLM_FAMILIES, glm_path
 from .glm_model import predict_text_stable
 from .random_scripts import random_script
 from .simulation import simulate
-from .strategies import Script, scripts
+from .strategies import scripts
 
 #: seeded episodes per template (random_scripts); DRESSAGE_GLM_EPISODES changes it for a quicker or deeper run
 GLM_EPISODES = int(os.environ.get("DRESSAGE_GLM_EPISODES", "2000"))
-GLM_SETTINGS = settings(
-    max_examples=int(os.environ.get("DRESSAGE_TITO_EXAMPLES", "40")),
-    deadline=None,
-    database=None,
-    # no shrinking: an episode is up to 12 steps of real renders, and shrinking one takes minutes
-    phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
-)
-
-
-@attrs.frozen
-class GlmScript(Script):
-    """A script with GLM's other template switches."""
-
-    extra: dict[str, Any] = attrs.field(factory=dict)
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        return {**({} if self.thinking is None else {"enable_thinking": self.thinking}), **self.extra}
+#: a script with GLM's other template switches (``clear_thinking``, GLM-5.2's ``reasoning_effort``)
+GlmScript = ExtraScript
 
 
 def _glm_extra(family: str, rng: random.Random) -> dict[str, Any]:
@@ -75,8 +65,7 @@ def _glm_extra(family: str, rng: random.Random) -> dict[str, Any]:
 @st.composite
 def glm_scripts(draw: st.DrawFn, family: str) -> GlmScript:
     script = draw(scripts(family, max_steps=12))
-    extra = _glm_extra(family, random.Random(draw(st.integers(0, 2**32))))
-    return GlmScript(**attrs.asdict(script, recurse=False), extra=extra)
+    return GlmScript.of(script, _glm_extra(family, random.Random(draw(st.integers(0, 2**32)))))
 
 
 @pytest.fixture(scope="module", params=GLM_FAMILIES)
@@ -84,38 +73,17 @@ def glm(request) -> TitoTokenizer:
     return load_tito_tokenizer(request.param, glm_path(request.param))
 
 
-def first_difference(a, b) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def check_episode(glm: TitoTokenizer, script: GlmScript) -> None:
     kwargs, tools = script.kwargs, script.tools
     sim = simulate(glm, script)
-    prompt_ids = glm.generation_prompt_ids(kwargs)
     # (a) checkpoint + fragment, the checkpoint ending with the role token the model stopped on
+    check_fragments(glm, sim, glm.generation_prompt_ids(kwargs))
     for previous, step in zip(sim.steps, sim.steps[1:]):
-        assert step.context[: len(previous.checkpoint)] == previous.checkpoint
-        assert step.context[len(previous.checkpoint) :] == step.fragment.ids
-        assert step.fragment.ids[-len(prompt_ids) :] == prompt_ids
         assistant = step.messages[len(previous.messages)]
         assert glm.decode(previous.checkpoint[-1:]) == stop_token_for(assistant)
-    # (b) + (c) against the official template rendered by transformers
-    for step in sim.steps:
-        messages = [dict(m) for m in step.messages]
-        full_text = glm.render_full(messages, tools, kwargs)
-        stable = predict_text_stable(glm.family, kwargs, messages)
-        assert (step.context_text == full_text) == stable
-        full_ids = glm.encode_text(full_text)
-        report = audit_drift(step.context, full_ids, glm)
-        if stable:
-            assert list(step.context) == full_ids
-            assert report.kind is DriftKind.NONE
-        else:
-            assert report.first_divergence == first_difference(step.context, full_ids)
-            assert report.kind is DriftKind.REASONING_STRIPPED, report
+    # (b) + (c) against the official template rendered by transformers: where predicted stable, the very ids
+    check_against_official(glm, sim, script, lambda messages: predict_text_stable(glm.family, kwargs, messages),
+                           lambda messages: ())
     # (d) decoding the concatenation
     last = sim.steps[-1]
     # GLM's tokenizer has no normalizer (Qwen's normalizes to NFC): the text comes back byte for byte
@@ -124,18 +92,15 @@ def check_episode(glm: TitoTokenizer, script: GlmScript) -> None:
     final = script.final_messages
     generations = [TurnGeneration(s.generated, [-0.5] * len(s.generated)) for s in sim.steps]
     sample = build_last_step(glm, final, tools, kwargs, turn_generations=generations)
-    assert len(sample.assistant_spans) == len(sim.steps)
-    assert sum(sample.loss_mask) == sum(end - begin for begin, end in sample.assistant_spans)
+    check_last_step_runs(sample, sim)
     assistants = [m for m in final if m["role"] == "assistant"]
     for (begin, end), message in zip(sample.assistant_spans, assistants):
         assert glm.decode(sample.ids[end - 1 : end]) == stop_token_for(message)
         assert glm.decode(sample.ids[:begin]).rsplit(ASSISTANT, 1)[1] in ("", glm.thinking_prefix(kwargs))
     assert sample.ids[sample.assistant_spans[-1][0] :] == sim.steps[-1].generated
-    aligned = all(sample.ids[b:e] == s.generated for (b, e), s in zip(sample.assistant_spans, sim.steps))
-    assert (sample.logprobs is not None) == aligned
 
 
-@GLM_SETTINGS
+@BATTERY_SETTINGS
 @given(data=st.data())
 def test_glm_tito_battery(glm: TitoTokenizer, data):
     check_episode(glm, data.draw(glm_scripts(glm.family)))
@@ -155,11 +120,7 @@ def battery_seeds(family: str) -> range:
 def test_glm_tito_battery_seeded(glm: TitoTokenizer):
     """The template's seeded episodes (``battery_seeds``); a failure names its seed
     (``random_script(family, random.Random(seed))``)."""
-    for seed in battery_seeds(glm.family):
-        rng = random.Random(seed)
-        script = random_script(glm.family, rng, max_steps=8)
-        script = GlmScript(**attrs.asdict(script, recurse=False), extra=_glm_extra(glm.family, rng))
-        try:
-            check_episode(glm, script)
-        except AssertionError as exc:
-            raise AssertionError(f"{glm.family} episode seed {seed}: {script}") from exc
+    def make_script(rng: random.Random) -> GlmScript:
+        return GlmScript.of(random_script(glm.family, rng, max_steps=8), _glm_extra(glm.family, rng))
+
+    run_seeded(glm.family, battery_seeds(glm.family), make_script, lambda script: check_episode(glm, script))

@@ -22,40 +22,30 @@ import os
 import random
 from typing import Any
 
-import attrs
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.families import load_tito_tokenizer
-from proxy.tokenization import DriftKind, LastStepError, TitoTokenizer, TurnGeneration, audit_drift, build_last_step
+from proxy.tokenization import DriftKind, LastStepError, TitoTokenizer, TurnGeneration, build_last_step
 from serving.tokenizer_files import model_tokenizer_path
 
+from .battery import (
+    BATTERY_SETTINGS,
+    ExtraScript,
+    check_against_official,
+    check_fragments,
+    check_last_step_runs,
+    run_seeded,
+)
 from .random_scripts import random_script
 from .simulation import simulate
-from .test_glm_properties import first_difference
 from .strategies import Script, scripts
 
 MINIMAX_EPISODES = int(os.environ.get("DRESSAGE_MINIMAX_EPISODES", "2000"))
-MINIMAX_SETTINGS = settings(
-    max_examples=int(os.environ.get("DRESSAGE_TITO_EXAMPLES", "40")),
-    deadline=None,
-    database=None,
-    phases=[Phase.explicit, Phase.generate],  # no shrinking: an episode is up to 12 steps of real renders
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
-)
 FOLDERS = {"minimax_m2": "minimax", "minimax_m3": "minimax-m3"}
-
-
-@attrs.frozen
-class MiniMaxScript(Script):
-    """A script with M3's ``thinking_mode`` (``extra``)."""
-
-    extra: dict[str, Any] = attrs.field(factory=dict)
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        return {**({} if self.thinking is None else {"enable_thinking": self.thinking}), **self.extra}
+#: a script with M3's ``thinking_mode`` (``extra``)
+MiniMaxScript = ExtraScript
 
 
 def _extra(family: str, thinking: bool | None, rng: random.Random) -> dict[str, Any]:
@@ -67,7 +57,7 @@ def _extra(family: str, thinking: bool | None, rng: random.Random) -> dict[str, 
 
 
 def _with_extra(script: Script, rng: random.Random) -> MiniMaxScript:
-    return MiniMaxScript(**attrs.asdict(script, recurse=False), extra=_extra(script.family, script.thinking, rng))
+    return MiniMaxScript.of(script, _extra(script.family, script.thinking, rng))
 
 
 def predict_text_stable(family: str, kwargs: dict[str, Any], messages: list[dict[str, Any]]) -> bool:
@@ -95,34 +85,21 @@ def minimax(request, tokenizer_root) -> TitoTokenizer:
 def check_episode(tito: TitoTokenizer, script: MiniMaxScript) -> None:
     kwargs, tools = script.kwargs, script.tools
     sim = simulate(tito, script)
-    prompt_ids = tito.generation_prompt_ids(kwargs)
     # (a) checkpoint + fragment
+    check_fragments(tito, sim, tito.generation_prompt_ids(kwargs))
     for previous, step in zip(sim.steps, sim.steps[1:]):
-        assert step.context[: len(previous.checkpoint)] == previous.checkpoint
         assert previous.checkpoint[-1] == tito.end_of_turn_id
-        assert step.context[len(previous.checkpoint) :] == step.fragment.ids
         assert step.fragment.text.startswith("\n]~b]")
-        assert step.fragment.ids[-len(prompt_ids) :] == prompt_ids
-    # (b) + (c) against the official template rendered by transformers
-    for step in sim.steps:
-        messages = [dict(m) for m in step.messages]
-        full_text = tito.render_full(messages, tools, kwargs)
-        stable = predict_text_stable(tito.family, kwargs, messages)
-        assert (step.context_text == full_text) == stable
-        full_ids = tito.encode_text(full_text)
-        report = audit_drift(step.context, full_ids, tito)
-        # an M2 reasoning starting with whitespace may merge with the prompt's newline in a whole-text encode
-        resplit_possible = tito.family == "minimax_m2" and any(
-            _starts_with_space(m.get("reasoning_content") or "") for m in messages if m["role"] == "assistant"
-        )
-        if stable and list(step.context) != full_ids:
-            assert report.kind is DriftKind.BPE_RESPLIT and resplit_possible, report
-        elif stable:
-            assert report.kind is DriftKind.NONE
-        else:
-            assert report.first_divergence == first_difference(step.context, full_ids)
-            allowed = {DriftKind.REASONING_STRIPPED} | ({DriftKind.BPE_RESPLIT} if resplit_possible else set())
-            assert report.kind in allowed, report
+
+    # (b) + (c) against the official template rendered by transformers; an M2 reasoning starting with whitespace may
+    # merge with the prompt's newline in a whole-text encode (bpe_resplit, on stable steps too)
+    def drift(messages: list[dict[str, Any]]) -> set[DriftKind]:
+        resplit = tito.family == "minimax_m2" and any(
+            _starts_with_space(m.get("reasoning_content") or "") for m in messages if m["role"] == "assistant")
+        return {DriftKind.BPE_RESPLIT} if resplit else set()
+
+    check_against_official(tito, sim, script, lambda messages: predict_text_stable(tito.family, kwargs, messages),
+                           drift)
     # (d) decoding the concatenation
     last = sim.steps[-1]
     # the tokenizer's own NFC (Rust's Unicode tables; Python 3.11's unicodedata is Unicode 14 and orders some newer
@@ -137,18 +114,15 @@ def check_episode(tito: TitoTokenizer, script: MiniMaxScript) -> None:
             build_last_step(tito, final, tools, kwargs, turn_generations=generations)
         return
     sample = build_last_step(tito, final, tools, kwargs, turn_generations=generations)
-    assert len(sample.assistant_spans) == len(sim.steps)
-    assert sum(sample.loss_mask) == sum(end - begin for begin, end in sample.assistant_spans)
+    check_last_step_runs(sample, sim)
     for begin, end in sample.assistant_spans:
         assert sample.ids[end - 1] == tito.end_of_turn_id
         # what the prompt holds of the turn: the thinking prefix, plus whitespace when a token straddles the start
         before = tito.decode(sample.ids[:begin]).rsplit("]~b]ai\n", 1)[1]
         assert before in ("", tito.thinking_prefix(kwargs)) or before.removeprefix(tito.thinking_prefix(kwargs)).isspace()
-    aligned = all(sample.ids[b:e] == s.generated for (b, e), s in zip(sample.assistant_spans, sim.steps))
-    assert (sample.logprobs is not None) == aligned
 
 
-@MINIMAX_SETTINGS
+@BATTERY_SETTINGS
 @given(data=st.data())
 def test_minimax_tito_battery(minimax: TitoTokenizer, data):
     script = data.draw(scripts(minimax.family, max_steps=12))
@@ -157,10 +131,7 @@ def test_minimax_tito_battery(minimax: TitoTokenizer, data):
 
 def test_minimax_tito_battery_seeded(minimax: TitoTokenizer):
     """MINIMAX_EPISODES seeded episodes; a failure names its seed."""
-    for seed in range(MINIMAX_EPISODES):
-        rng = random.Random(seed)
-        script = _with_extra(random_script(minimax.family, rng, max_steps=8), rng)
-        try:
-            check_episode(minimax, script)
-        except AssertionError as exc:
-            raise AssertionError(f"{minimax.family} episode seed {seed}: {script}") from exc
+    def make_script(rng: random.Random) -> MiniMaxScript:
+        return _with_extra(random_script(minimax.family, rng, max_steps=8), rng)
+
+    run_seeded(minimax.family, range(MINIMAX_EPISODES), make_script, lambda script: check_episode(minimax, script))
