@@ -333,6 +333,13 @@ class TitoTokenizer(abc.ABC):
         the token that closes its turn; raises :class:`TitoError` when the template's rendering of that turn does
         not extend the generation prompt."""
 
+    def render_assistant_after(
+        self, history: Sequence[Any], message: Any, chat_template_kwargs: Mapping[str, Any] | None = None
+    ) -> str:
+        """What the model generates for ``message`` as the turn after ``history``: :meth:`render_assistant`, except
+        in a family whose prompt depends on the turn before (DeepSeek-V3.1 gives none after tool results)."""
+        return self.render_assistant(message, chat_template_kwargs)
+
     # -- family hooks for the last-step build and the drift audit --------------------------------------------------
 
     @abc.abstractmethod
