@@ -76,6 +76,8 @@ class EncoderTitoTokenizer(TitoTokenizer):
     ENCODER_SHA256: ClassVar[str]
     #: the text that opens a turn the model takes after tool results, when it is not the usual prompt
     AFTER_TOOLS: ClassVar[str | None] = None
+    #: the text tool results end with, right before that prompt (last-step masks find the turns after it)
+    AFTER_TOOLS_MARK: ClassVar[str | None] = None
 
     def __init__(self, tokenizer: tokenizers.Tokenizer, encoder: ModuleType, *, source: str = "<memory>"):
         self._encoder = encoder
@@ -205,10 +207,12 @@ class EncoderTitoTokenizer(TitoTokenizer):
         raise NotImplementedError("encoder families render the fragment directly (_fragment_after)")
 
     def _check_fragment_ids(self, ids: list[int], chat_template_kwargs: Mapping[str, Any] | None) -> str | None:
-        for ending in self.prompt_endings(chat_template_kwargs):
-            ending_ids = self.encode_text(ending)
-            if ids[-len(ending_ids) :] == ending_ids:
-                return None
+        # after tool results V3.2's "\n\n" merges with the text before it (as in the full render): there the
+        # fragment must end with the thinking prefix's special token
+        prompt_ids = self.generation_prompt_ids(chat_template_kwargs)
+        prefix_ids = self.encode_text(self.thinking_prefix(chat_template_kwargs))
+        if tuple(ids[-len(prompt_ids) :]) == prompt_ids or (self.AFTER_TOOLS and ids[-len(prefix_ids) :] == prefix_ids):
+            return None
         return f"fragment tokens do not end with a prompt's tokens: ...{ids[-6:]}"
 
     # -- last-step and drift --------------------------------------------------------------------------------------
@@ -220,13 +224,21 @@ class EncoderTitoTokenizer(TitoTokenizer):
 
     def turn_starts(self, ids: list[int], kwargs: Mapping[str, Any] | None) -> list[int]:
         """Index of the first generated token of every assistant turn: after ``<｜Assistant｜>`` and the thinking
-        prefix the turn starts with."""
+        prefix the turn starts with (V3.2: also after the think token that follows tool results)."""
         prefix = self.encode_text(self.thinking_prefix(kwargs))
-        starts = []
+        after_tools = self.AFTER_TOOLS_MARK.encode() if self.AFTER_TOOLS_MARK else None
+        offsets = self.token_offsets(ids) if after_tools else []
+        data = b"".join(self.token_bytes(t) for t in ids) if after_tools else b""
+        starts: list[int] = []
         for p, token_id in enumerate(ids):
             if token_id == self.assistant_id:
                 first = p + 1
                 starts.append(first + len(prefix) if ids[first : first + len(prefix)] == prefix else first)
+            elif after_tools and starts and token_id in (self.think_open_id, self.think_close_id):
+                # (after a first turn: V3.2's tool instructions in the system prompt quote the same markup)
+                # a turn follows only when no user turn does (the encoder closes every tool block with a think token)
+                if data.endswith(after_tools, 0, offsets[p][0]) and ids[p + 1 : p + 2] not in ([], [self.user_id]):
+                    starts.append(p + 1)
         return starts
 
     def last_step_spans(
@@ -265,3 +277,16 @@ class DeepSeekV4TitoTokenizer(EncoderTitoTokenizer):
             drop_thinking=kwargs.get("drop_thinking", True) is not False,
             reasoning_effort=kwargs.get("reasoning_effort"),
         )
+
+
+class DeepSeekV32TitoTokenizer(EncoderTitoTokenizer):
+    """DeepSeek-V3.2: ``encoding_dsv32.py`` (from SGLang 0.5.23's wheel, ``serving/tokenizer_files.py``); tool
+    results follow the calling turn as ``<function_results>`` and the model continues after ``\n\n<think>`` (or
+    ``</think>``) without a header; a thinking turn after the last user message must carry reasoning or tool calls,
+    and every call must have its result before the model is prompted again (the encoder's own rules)."""
+
+    family = "deepseek_v3_2"
+    ENCODER_FILE = "encoding_dsv32.py"
+    ENCODER_SHA256 = "c9da7a1638f77df97e07dd538c5439cee9f3cb04a8e4d9fbf7d74410d9e46c41"
+    AFTER_TOOLS = "\n\n"
+    AFTER_TOOLS_MARK = "</function_results>\n\n"
