@@ -72,7 +72,15 @@ def detect_family(tokenizer_path: str | Path) -> Detection:
     encoded = _detect_encoder(path)
     if encoded is not None:
         return encoded
-    digest = sha256_text(read_chat_template(path))
+    try:
+        template = read_chat_template(path)
+    except FileNotFoundError:
+        encoders = ", ".join(sorted({f.encoder_file for f in FAMILIES if f.encoder_file}))
+        raise FileNotFoundError(
+            f"{path}: no chat template (chat_template.jinja or tokenizer_config.json) and no official encoder "
+            f"({encoders}; dressage-tokenizers puts DeepSeek-V3.2's into its cached folder)"
+        ) from None
+    digest = sha256_text(template)
     by_hash = [family for family in FAMILIES if digest in family.template_sha256]
     if by_hash:
         config = _config_sha256(path)
