@@ -18,53 +18,41 @@ from proxy.families.model_family import ModelFamily
 from proxy.tokenization.deepseek import DeepSeekV31TitoTokenizer
 from proxy.tokenization.deepseek_encoder import DeepSeekV4TitoTokenizer, DeepSeekV32TitoTokenizer
 
-DEEPSEEK_V3_1 = ModelFamily(
-    name="deepseek_v3_1",
-    aliases=("deepseek-v3.1", "deepseekv31"),
-    tokenizer=DeepSeekV31TitoTokenizer,
-    tool_call_parser="deepseekv31",
-    reasoning_parser="deepseek-v3",
-    verified=(
-        "property battery (2,000 episodes) vs the official template (transformers), "
-        "tests/tokenization/test_deepseek_v31_properties.py"
-    ),
-    template_sha256=(DeepSeekV31TitoTokenizer.TEMPLATE_SHA256,),
-    tokenizer_folder="deepseek-v3.1",
-    description="DeepSeek-V3.1: <｜User｜>/<｜Assistant｜> turns ending <｜end▁of▁sentence｜>, `thinking` switch",
-)
+_BATTERY = "property battery (2,000 episodes) vs {what}, tests/tokenization/test_deepseek_{name}_properties.py"
 
-DEEPSEEK_V4 = ModelFamily(
-    name="deepseek_v4",
-    aliases=("deepseek-v4", "deepseekv4"),
-    tokenizer=DeepSeekV4TitoTokenizer,
-    tool_call_parser="deepseekv4",
-    reasoning_parser="deepseek-v4",
-    verified=(
-        "property battery (2,000 episodes) vs the official encoder encoding_dsv4.py (SHA-256 pinned) tokenized by "
-        "tokenizer.json, tests/tokenization/test_deepseek_v4_properties.py"
-    ),
-    template_sha256=(DeepSeekV4TitoTokenizer.ENCODER_SHA256,),
-    encoder_file=DeepSeekV4TitoTokenizer.ENCODER_FILE,
-    structural=False,
-    tokenizer_folder="deepseek-v4",
-    description="DeepSeek-V4: the official Python encoder, <｜DSML｜tool_calls> blocks, tool results as user turns",
-)
 
-DEEPSEEK_V3_2 = ModelFamily(
-    name="deepseek_v3_2",
-    aliases=("deepseek-v3.2", "deepseekv32"),
-    tokenizer=DeepSeekV32TitoTokenizer,
-    tool_call_parser="deepseekv32",
-    reasoning_parser="deepseek-v3",
-    verified=(
-        "property battery (2,000 episodes) vs the official encoder encoding_dsv32.py (from SGLang 0.5.23's wheel, "
-        "SHA-256 pinned) tokenized by tokenizer.json, tests/tokenization/test_deepseek_v32_properties.py"
-    ),
-    template_sha256=(DeepSeekV32TitoTokenizer.ENCODER_SHA256,),
-    encoder_file=DeepSeekV32TitoTokenizer.ENCODER_FILE,
-    structural=False,
-    tokenizer_folder="deepseek-v3.2",
-    description="DeepSeek-V3.2: the official Python encoder (SGLang's copy), <｜DSML｜function_calls> blocks",
+def _family(version: str, cls: type, parsers: tuple[str, str], reference: str, what: str) -> ModelFamily:
+    """One DeepSeek record: ``version`` as in the folder name (``v3.1``); encoder families (``ENCODER_FILE``) are
+    detected by the encoder's hash, V3.1 by its template's (structurally too: it has junction rules to check)."""
+    encoder = getattr(cls, "ENCODER_FILE", None)
+    return ModelFamily(
+        name=f"deepseek_{version.replace('.', '_')}",
+        aliases=(f"deepseek-{version}", f"deepseek{version.replace('.', '')}"),
+        tokenizer=cls,
+        tool_call_parser=parsers[0],
+        reasoning_parser=parsers[1],
+        verified=_BATTERY.format(what=reference, name=version.replace(".", "")),
+        template_sha256=(getattr(cls, "ENCODER_SHA256", None) or cls.TEMPLATE_SHA256,),
+        encoder_file=encoder,
+        structural=encoder is None,
+        tokenizer_folder=f"deepseek-{version}",
+        description=f"DeepSeek-{version.upper()}: {what}",
+    )
+
+
+DEEPSEEK_V3_1 = _family(
+    "v3.1", DeepSeekV31TitoTokenizer, ("deepseekv31", "deepseek-v3"),
+    "the official template (transformers)", "<｜User｜>/<｜Assistant｜> turns closed by the eos, `thinking` switch",
+)
+DEEPSEEK_V3_2 = _family(
+    "v3.2", DeepSeekV32TitoTokenizer, ("deepseekv32", "deepseek-v3"),
+    "the official encoder encoding_dsv32.py (from SGLang 0.5.23's wheel, SHA-256 pinned) tokenized by tokenizer.json",
+    "the official Python encoder (SGLang's copy), <｜DSML｜function_calls> blocks",
+)
+DEEPSEEK_V4 = _family(
+    "v4", DeepSeekV4TitoTokenizer, ("deepseekv4", "deepseek-v4"),
+    "the official encoder encoding_dsv4.py (SHA-256 pinned) tokenized by tokenizer.json",
+    "the official Python encoder, <｜DSML｜tool_calls> blocks, tool results as user turns",
 )
 
 FAMILIES = (DEEPSEEK_V3_1, DEEPSEEK_V3_2, DEEPSEEK_V4)

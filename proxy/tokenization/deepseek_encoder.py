@@ -165,9 +165,10 @@ class EncoderTitoTokenizer(TitoTokenizer):
     def render_assistant_after(
         self, history: Sequence[Any], message: Any, chat_template_kwargs: Mapping[str, Any] | None = None
     ) -> str:
-        """What the encoder renders for ``message`` after ``history`` (its prompt excluded), through ``EOS``."""
+        """What the encoder renders for ``message`` after ``history`` (its prompt excluded), through ``EOS``. Both
+        encoders read only the message before a turn that follows a prompt, so only that one is converted."""
         try:
-            context = self._encoder_messages(normalize_messages(history), None)
+            context = self._encoder_messages(normalize_messages(history[-1:]), None)
             turn = self._encoder_messages(normalize_messages([message]), None, first=False)
         except MessageError as exc:
             raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, str(exc)) from None
