@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from proxy.tokenization.messages import MessageError, normalize_message
 from proxy.tokenization.results import LastStepError, TitoError, TitoFailure, TitoFailureReason
@@ -64,6 +64,8 @@ class DeepSeekV31TitoTokenizer(TitoTokenizer):
     """DeepSeek-V3.1's turn shape (module docstring); the official template's SHA-256 is its detection signature."""
 
     family = "deepseek_v3_1"
+    #: the tokens a last-step mask is placed by: text holding one of them in a message is refused there
+    TURN_MARKERS: ClassVar[tuple[str, ...]] = (ASSISTANT, EOS, TOOL_OUTPUT_END, USER)
     TEMPLATE_SHA256 = "45690185067ea25c073bff2d3e425a45ee2564d2bbf6cdf7d885e139d460b8e0"
 
     def _init_junction_tokens(self) -> None:
@@ -210,7 +212,7 @@ class DeepSeekV31TitoTokenizer(TitoTokenizer):
         """Each assistant turn from after ``<｜Assistant｜>`` (and the thinking prefix it starts with), or from
         right after a tool result it follows, through its ``<｜end▁of▁sentence｜>``. Refused when the render has
         other turn markers than the messages' skeleton (special-token text inside a message)."""
-        markers = (self.assistant_id, self.end_of_turn_id, self.tool_output_end_id, self.user_id)
+        markers = tuple(self._special_id(marker) for marker in self.TURN_MARKERS)
         skeleton = self.encode_text(self._render_skeleton(messages, has_tools, kwargs))
         found, expected = [t for t in ids if t in markers], [t for t in skeleton if t in markers]
         if found != expected:

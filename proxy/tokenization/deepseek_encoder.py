@@ -73,6 +73,8 @@ class EncoderTitoTokenizer(TitoTokenizer):
     """A DeepSeek family whose reference render is its official Python encoder (module docstring)."""
 
     ENCODER_FILE: ClassVar[str]
+    #: the tokens a last-step mask is placed by: text holding one of them in a message is refused there
+    TURN_MARKERS: ClassVar[tuple[str, ...]] = (ASSISTANT, EOS, USER)
     ENCODER_SHA256: ClassVar[str]
     #: the text that opens a turn the model takes after tool results, when it is not the usual prompt
     AFTER_TOOLS: ClassVar[str | None] = None
@@ -247,7 +249,7 @@ class EncoderTitoTokenizer(TitoTokenizer):
     ) -> list[tuple[int, int]]:
         """From each turn start (:meth:`turn_starts`) through its ``EOS``; refused when the render's turn tokens
         differ from the messages' skeleton's (special-token text inside a message)."""
-        markers = (self.assistant_id, self.end_of_turn_id, self.user_id)
+        markers = tuple(self._special_id(marker) for marker in self.TURN_MARKERS)
         skeleton = self.encode_text(self._render_skeleton(messages, has_tools, kwargs))
         if [t for t in ids if t in markers] != [t for t in skeleton if t in markers]:
             raise LastStepError("the render's turn tokens differ from its skeleton's: a message holds special-token text")

@@ -13,19 +13,21 @@ fragment may end with (the prompts the family gives the model).
 (d) the final checkpoint decodes to the conversation's text byte for byte (DeepSeek's tokenizers normalize nothing);
 (e) the last-step sample masks one run per assistant turn, each ending with ``<｜end▁of▁sentence｜>``, and carries
     logprobs exactly when every run equals what the model generated, which it does wherever the final list
-    re-renders as generated.
+    re-renders as generated; refused (``LastStepError``) when a message holds the family's turn markup.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections.abc import Callable
 from typing import Any
 
 import attrs
+import pytest
 
-from proxy.tokenization import DriftKind, TitoTokenizer, TurnGeneration, audit_drift, build_last_step
+from proxy.tokenization import DriftKind, LastStepError, TitoTokenizer, TurnGeneration, audit_drift, build_last_step
 
 from .random_scripts import random_script
 from .simulation import simulate
@@ -73,6 +75,11 @@ def check_episode(tito: TitoTokenizer, script: GlmScript, predict_stable: Predic
     # (e) last-step
     final = script.final_messages
     generations = [TurnGeneration(s.generated, [-0.5] * len(s.generated)) for s in sim.steps]
+    if any(marker in json.dumps(final, ensure_ascii=False) for marker in tito.TURN_MARKERS):
+        # a message holding turn markup (hypothesis draws the modules' string constants): the mask cannot be placed
+        with pytest.raises(LastStepError):
+            build_last_step(tito, final, tools, kwargs, turn_generations=generations)
+        return
     sample = build_last_step(tito, final, tools, kwargs, turn_generations=generations)
     assert len(sample.assistant_spans) == len(sim.steps)
     assert sum(sample.loss_mask) == sum(end - begin for begin, end in sample.assistant_spans)
