@@ -60,6 +60,14 @@ def arguments_as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def closed_at_eos(text: str) -> str:
+    """A DeepSeek render of a list ending with an assistant turn already ends with that turn's eos (the last-step
+    build's closing rule for every DeepSeek family)."""
+    if not text.endswith(EOS):
+        raise LastStepError(f"the render does not end with {EOS!r}: {text[-40:]!r}")
+    return text
+
+
 class DeepSeekV31TitoTokenizer(TitoTokenizer):
     """DeepSeek-V3.1's turn shape (module docstring); the official template's SHA-256 is its detection signature."""
 
@@ -201,10 +209,7 @@ class DeepSeekV31TitoTokenizer(TitoTokenizer):
     # -- last-step and drift --------------------------------------------------------------------------------------
 
     def close_last_step_text(self, text: str, final: Mapping[str, Any]) -> str:
-        """The render of a list ending with an assistant turn already ends with its ``<｜end▁of▁sentence｜>``."""
-        if not text.endswith(EOS):
-            raise LastStepError(f"the render does not end with {EOS!r}: {text[-40:]!r}")
-        return text
+        return closed_at_eos(text)
 
     def last_step_spans(
         self, ids: list[int], messages: list[dict[str, Any]], has_tools: bool, kwargs: Mapping[str, Any] | None

@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 
 import tokenizers
 
-from proxy.tokenization.deepseek import ASSISTANT, EOS, USER, arguments_as_text
+from proxy.tokenization.deepseek import ASSISTANT, EOS, USER, arguments_as_text, closed_at_eos
 from proxy.tokenization.messages import MessageError, normalize_messages
 from proxy.tokenization.results import LastStepError, TitoError, TitoFailure, TitoFailureReason
 from proxy.tokenization.tito import ANCHOR, ANCHOR_QUERY, TemplateMismatchError, TitoTokenizer, load_tokenizer_json
@@ -221,9 +221,7 @@ class EncoderTitoTokenizer(TitoTokenizer):
     # -- last-step and drift --------------------------------------------------------------------------------------
 
     def close_last_step_text(self, text: str, final: Mapping[str, Any]) -> str:
-        if not text.endswith(EOS):
-            raise LastStepError(f"the render does not end with {EOS!r}: {text[-40:]!r}")
-        return text
+        return closed_at_eos(text)
 
     def turn_starts(self, ids: list[int], kwargs: Mapping[str, Any] | None) -> list[int]:
         """Index of the first generated token of every assistant turn: after ``<｜Assistant｜>`` and the thinking

@@ -405,13 +405,8 @@ class TitoTokenizer(abc.ABC):
         return TitoFragment(ids=tuple(ids), text=fragment)
 
     def _fragment_after(
-        self,
-        prior_messages: Sequence[Any] | None,
-        new_messages: list[dict[str, Any]],
-        history_has_query: bool,
-        tools: Sequence[Mapping[str, Any]] | None,
-        chat_template_kwargs: Mapping[str, Any] | None,
-        checkpoint_end: int,
+        self, prior_messages: Sequence[Any] | None, new_messages: list[dict[str, Any]], history_has_query: bool,
+        tools: Sequence[Mapping[str, Any]] | None, chat_template_kwargs: Mapping[str, Any] | None, checkpoint_end: int,
     ) -> str | TitoFailure:
         """The fragment's text. Template families need only the synthetic context (:meth:`_fragment_text`); a family
         rendered by an official encoder reads the checkpoint's own turn from ``prior_messages``

@@ -18,21 +18,21 @@ fragment may end with (the prompts the family gives the model).
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from collections.abc import Callable
 from typing import Any
 
 import attrs
-import pytest
+from hypothesis import strategies as st
 
-from proxy.tokenization import DriftKind, LastStepError, TitoTokenizer, TurnGeneration, audit_drift, build_last_step
+from proxy.tokenization import TitoTokenizer
 
 from .random_scripts import random_script
 from .simulation import simulate
-from .strategies import Script
-from .test_glm_properties import GlmScript, first_difference
+from .strategies import Script, scripts
+from .test_glm_properties import GlmScript, check_reference
+from .test_minimax_properties import last_step_or_refusal
 
 #: seeded episodes per family; DRESSAGE_DEEPSEEK_EPISODES changes it for a quicker or deeper run
 DEEPSEEK_EPISODES = int(os.environ.get("DRESSAGE_DEEPSEEK_EPISODES", "2000"))
@@ -56,37 +56,20 @@ def check_episode(tito: TitoTokenizer, script: GlmScript, predict_stable: Predic
         assert step.context[len(previous.checkpoint) :] == step.fragment.ids
         assert step.fragment.text.endswith(endings), step.fragment.text[-40:]
     # (b) + (c) against the reference render
-    for step in sim.steps:
-        messages = [dict(m) for m in step.messages]
-        full_text = tito.render_full(messages, tools, kwargs)
-        stable = predict_stable(kwargs, messages)
-        assert (step.context_text == full_text) == stable
-        full_ids = tito.encode_text(full_text)
-        report = audit_drift(step.context, full_ids, tito)
-        if stable:
-            assert list(step.context) == full_ids
-            assert report.kind is DriftKind.NONE
-        else:
-            assert report.first_divergence == first_difference(step.context, full_ids)
-            assert report.kind is DriftKind.REASONING_STRIPPED, report
+    check_reference(tito, sim, tools, kwargs, lambda messages: predict_stable(kwargs, messages))
     # (d) decoding the concatenation, byte for byte
     last = sim.steps[-1]
     assert tito.decode(last.checkpoint) == last.context_text + last.completion
     # (e) last-step
-    final = script.final_messages
-    generations = [TurnGeneration(s.generated, [-0.5] * len(s.generated)) for s in sim.steps]
-    if any(marker in json.dumps(final, ensure_ascii=False) for marker in tito.TURN_MARKERS):
-        # a message holding turn markup (hypothesis draws the modules' string constants): the mask cannot be placed
-        with pytest.raises(LastStepError):
-            build_last_step(tito, final, tools, kwargs, turn_generations=generations)
+    sample = last_step_or_refusal(tito, script, sim, tito.TURN_MARKERS)
+    if sample is None:
         return
-    sample = build_last_step(tito, final, tools, kwargs, turn_generations=generations)
     assert len(sample.assistant_spans) == len(sim.steps)
     assert sum(sample.loss_mask) == sum(end - begin for begin, end in sample.assistant_spans)
     assert all(sample.ids[end - 1] == eos for _, end in sample.assistant_spans)
     aligned = all(sample.ids[b:e] == s.generated for (b, e), s in zip(sample.assistant_spans, sim.steps))
     assert (sample.logprobs is not None) == aligned
-    if predict_stable(kwargs, [dict(m) for m in final]):
+    if predict_stable(kwargs, [dict(m) for m in script.final_messages]):
         assert aligned
 
 
@@ -107,3 +90,17 @@ def run_seeded(
             check_episode(tito, script, predict_stable, endings(script.kwargs))
         except AssertionError as exc:
             raise AssertionError(f"{tito.family} episode seed {seed}: {script}") from exc
+
+
+def run_drawn(
+    tito: TitoTokenizer,
+    data: st.DataObject,
+    extra: Callable[[Script, random.Random], dict[str, Any]],
+    predict_stable: Predict,
+    endings: Callable[[dict[str, Any]], tuple[str, ...]],
+    shape: Callable[[Script], Script] = lambda script: script,
+) -> None:
+    """One hypothesis-drawn episode (``strategies.scripts``, up to 12 steps) through :func:`check_episode`."""
+    script = shape(data.draw(scripts(tito.family, max_steps=12)))
+    script = with_extra(script, extra(script, random.Random(data.draw(st.integers(0, 2**32)))))
+    check_episode(tito, script, predict_stable, endings(script.kwargs))

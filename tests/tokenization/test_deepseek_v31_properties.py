@@ -24,8 +24,8 @@ from proxy.families import load_tito_tokenizer
 from proxy.tokenization import TitoTokenizer
 from serving.tokenizer_files import model_tokenizer_path
 
-from .deepseek_checks import EOS, check_episode, run_seeded, with_extra
-from .strategies import Script, scripts
+from .deepseek_checks import EOS, run_drawn, run_seeded
+from .strategies import Script
 from .test_glm_properties import GLM_SETTINGS
 
 
@@ -53,9 +53,7 @@ def v31(tokenizer_root) -> TitoTokenizer:
 @GLM_SETTINGS
 @given(data=st.data())
 def test_deepseek_v31_tito_battery(v31: TitoTokenizer, data):
-    script = data.draw(scripts(v31.family, max_steps=12))
-    script = with_extra(script, extra(script, random.Random(0)))
-    check_episode(v31, script, predict_stable, endings(script.kwargs))
+    run_drawn(v31, data, extra, predict_stable, endings)
 
 
 def test_deepseek_v31_tito_battery_seeded(v31: TitoTokenizer):

@@ -28,8 +28,8 @@ from proxy.families.detection import detect_family
 from proxy.tokenization import TitoTokenizer
 from serving.tokenizer_files import ENCODER_FILES, TokenizerFilesError, ensure_encoders, model_tokenizer_path
 
-from .deepseek_checks import check_episode, run_seeded, with_extra
-from .strategies import TOOLS, Script, scripts
+from .deepseek_checks import run_drawn, run_seeded
+from .strategies import TOOLS, Script
 from .test_glm_properties import GLM_SETTINGS
 
 
@@ -84,9 +84,7 @@ def v32(v32_folder) -> TitoTokenizer:
 @GLM_SETTINGS
 @given(data=st.data())
 def test_deepseek_v32_tito_battery(v32: TitoTokenizer, data):
-    script = shape(data.draw(scripts(v32.family, max_steps=12)))
-    script = with_extra(script, extra(script, random.Random(data.draw(st.integers(0, 2**32)))))
-    check_episode(v32, script, predict_stable, endings(script.kwargs))
+    run_drawn(v32, data, extra, predict_stable, endings, shape)
 
 
 def test_deepseek_v32_tito_battery_seeded(v32: TitoTokenizer):

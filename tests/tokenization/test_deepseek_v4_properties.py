@@ -27,8 +27,8 @@ from proxy.tokenization import TemplateMismatchError, TitoTokenizer
 from proxy.tokenization.deepseek_encoder import DeepSeekV4TitoTokenizer
 from serving.tokenizer_files import model_tokenizer_path
 
-from .deepseek_checks import check_episode, run_seeded, with_extra
-from .strategies import TOOLS, Script, scripts
+from .deepseek_checks import run_drawn, run_seeded
+from .strategies import TOOLS, Script
 from .test_glm_properties import GLM_SETTINGS
 
 
@@ -67,9 +67,7 @@ def v4(v4_folder) -> TitoTokenizer:
 @GLM_SETTINGS
 @given(data=st.data())
 def test_deepseek_v4_tito_battery(v4: TitoTokenizer, data):
-    script = data.draw(scripts(v4.family, max_steps=12))
-    script = with_extra(script, extra(script, random.Random(data.draw(st.integers(0, 2**32)))))
-    check_episode(v4, script, predict_stable, endings(script.kwargs))
+    run_drawn(v4, data, extra, predict_stable, endings)
 
 
 def test_deepseek_v4_tito_battery_seeded(v4: TitoTokenizer):

@@ -91,6 +91,25 @@ def first_difference(a, b) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def check_reference(tito: TitoTokenizer, sim: Any, tools: Any, kwargs: dict[str, Any], stable_for: Any) -> None:
+    """(b) + (c) for every step of a simulation: where ``stable_for(messages)`` predicts the reference reproduces the
+    history, the TITO ids are its ids; elsewhere the drift audit reports ``reasoning_stripped`` at the first
+    differing token; the prediction agrees with the real render everywhere (the DeepSeek batteries reuse it)."""
+    for step in sim.steps:
+        messages = [dict(m) for m in step.messages]
+        full_text = tito.render_full(messages, tools, kwargs)
+        stable = stable_for(messages)
+        assert (step.context_text == full_text) == stable
+        full_ids = tito.encode_text(full_text)
+        report = audit_drift(step.context, full_ids, tito)
+        if stable:
+            assert list(step.context) == full_ids
+            assert report.kind is DriftKind.NONE
+        else:
+            assert report.first_divergence == first_difference(step.context, full_ids)
+            assert report.kind is DriftKind.REASONING_STRIPPED, report
+
+
 def check_episode(glm: TitoTokenizer, script: GlmScript) -> None:
     kwargs, tools = script.kwargs, script.tools
     sim = simulate(glm, script)
@@ -103,19 +122,7 @@ def check_episode(glm: TitoTokenizer, script: GlmScript) -> None:
         assistant = step.messages[len(previous.messages)]
         assert glm.decode(previous.checkpoint[-1:]) == stop_token_for(assistant)
     # (b) + (c) against the official template rendered by transformers
-    for step in sim.steps:
-        messages = [dict(m) for m in step.messages]
-        full_text = glm.render_full(messages, tools, kwargs)
-        stable = predict_text_stable(glm.family, kwargs, messages)
-        assert (step.context_text == full_text) == stable
-        full_ids = glm.encode_text(full_text)
-        report = audit_drift(step.context, full_ids, glm)
-        if stable:
-            assert list(step.context) == full_ids
-            assert report.kind is DriftKind.NONE
-        else:
-            assert report.first_divergence == first_difference(step.context, full_ids)
-            assert report.kind is DriftKind.REASONING_STRIPPED, report
+    check_reference(glm, sim, tools, kwargs, lambda messages: predict_text_stable(glm.family, kwargs, messages))
     # (d) decoding the concatenation
     last = sim.steps[-1]
     # GLM's tokenizer has no normalizer (Qwen's normalizes to NFC): the text comes back byte for byte

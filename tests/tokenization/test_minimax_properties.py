@@ -92,6 +92,19 @@ def minimax(request, tokenizer_root) -> TitoTokenizer:
     return load_tito_tokenizer(request.param, model_tokenizer_path(FOLDERS[request.param], tokenizer_root))
 
 
+def last_step_or_refusal(tito: TitoTokenizer, script: Script, sim: Any, markers: tuple[str, ...]) -> Any:
+    """The last-step sample of the script's final messages, every turn's generation attached; None after checking
+    that it is refused (``LastStepError``) when a message holds one of the family's turn ``markers`` (strategies'
+    texts, and hypothesis's draws of the modules' string constants, can hold them: the mask cannot be placed)."""
+    final = script.final_messages
+    generations = [TurnGeneration(s.generated, [-0.5] * len(s.generated)) for s in sim.steps]
+    if any(marker in json.dumps(final, ensure_ascii=False) for marker in markers):
+        with pytest.raises(LastStepError):
+            build_last_step(tito, final, script.tools, script.kwargs, turn_generations=generations)
+        return None
+    return build_last_step(tito, final, script.tools, script.kwargs, turn_generations=generations)
+
+
 def check_episode(tito: TitoTokenizer, script: MiniMaxScript) -> None:
     kwargs, tools = script.kwargs, script.tools
     sim = simulate(tito, script)
@@ -129,14 +142,9 @@ def check_episode(tito: TitoTokenizer, script: MiniMaxScript) -> None:
     # combining marks differently, e.g. U+0899 next to U+030E)
     assert tito.decode(last.checkpoint) == tito._tokenizer.normalizer.normalize_str(last.context_text + last.completion)
     # (e) last-step: one masked run per assistant turn, ending with [e~[
-    final = script.final_messages
-    generations = [TurnGeneration(s.generated, [-0.5] * len(s.generated)) for s in sim.steps]
-    if any(marker in json.dumps(final, ensure_ascii=False) for marker in ("]~b]", "[e~[")):
-        # a message holding turn markup (strategies' texts can draw it): the mask cannot be placed, refused
-        with pytest.raises(LastStepError):
-            build_last_step(tito, final, tools, kwargs, turn_generations=generations)
+    sample = last_step_or_refusal(tito, script, sim, ("]~b]", "[e~["))
+    if sample is None:
         return
-    sample = build_last_step(tito, final, tools, kwargs, turn_generations=generations)
     assert len(sample.assistant_spans) == len(sim.steps)
     assert sum(sample.loss_mask) == sum(end - begin for begin, end in sample.assistant_spans)
     for begin, end in sample.assistant_spans:
