@@ -18,7 +18,7 @@ from proxy.families.model_family import ModelFamily
 from proxy.tokenization.deepseek import DeepSeekV31TitoTokenizer
 from proxy.tokenization.deepseek_encoder import DeepSeekV4TitoTokenizer, DeepSeekV32TitoTokenizer
 
-_BATTERY = "property battery (2,000 episodes) vs {what}, tests/tokenization/test_deepseek_{name}_properties.py"
+_BATTERY = "property battery (2,000 episodes) vs {what}, tests/tokenization/test_deepseek_properties.py"
 
 
 def _family(version: str, cls: type, parsers: tuple[str, str], reference: str, what: str) -> ModelFamily:
@@ -31,7 +31,7 @@ def _family(version: str, cls: type, parsers: tuple[str, str], reference: str, w
         tokenizer=cls,
         tool_call_parser=parsers[0],
         reasoning_parser=parsers[1],
-        verified=_BATTERY.format(what=reference, name=version.replace(".", "")),
+        verified=_BATTERY.format(what=reference),
         template_sha256=(getattr(cls, "ENCODER_SHA256", None) or cls.TEMPLATE_SHA256,),
         encoder_file=encoder,
         structural=encoder is None,

@@ -1,6 +1,6 @@
 """renderers (PyPI, 0.1.12) against the DeepSeek TITO batteries (docs/families.md, "DeepSeek ... renderers").
 
-For the seeded episodes of ``tests/tokenization/test_deepseek_v4_properties.py`` (and V3.1's), every request: is
+For the seeded episodes of the DeepSeek batteries (``tests/tokenization/test_deepseek_properties.py``), every request: is
 renderers' ``render_ids`` the reference's ids (the official encoder / template, tokenized by tokenizer.json)? Every
 incremental step: does its ``bridge_to_next_turn`` (the previous prompt and completion, the new messages) refuse,
 or give our checkpoint + fragment? Counted per thinking mode. renderers' ``deepseek-v4`` renderer is compared with
@@ -23,14 +23,12 @@ from proxy.families import get_family, load_tito_tokenizer  # noqa: E402
 from proxy.tokenization.messages import normalize_messages  # noqa: E402
 from serving.tokenizer_files import ensure_tokenizers  # noqa: E402
 from tests.families.renderers_adapter import TokenizerProtocol  # noqa: E402
-from tests.tokenization import test_deepseek_v4_properties as v4_battery  # noqa: E402
-from tests.tokenization import test_deepseek_v31_properties as v31_battery  # noqa: E402
+from tests.tokenization.deepseek_models import MODELS  # noqa: E402
 from tests.tokenization.deepseek_checks import with_extra  # noqa: E402
 from tests.tokenization.random_scripts import random_script  # noqa: E402
 from tests.tokenization.simulation import simulate  # noqa: E402
 
 N = int(os.environ.get("N", "200"))
-BATTERIES = {"deepseek_v4": v4_battery, "deepseek_v3_1": v31_battery}
 
 
 def renderer_for(renderers, family: str, protocol, kwargs: dict):
@@ -50,14 +48,14 @@ def main(families: list[str]) -> None:
 
     root = ensure_tokenizers()
     for family in families:
-        battery = BATTERIES[family]
+        model = MODELS[family]
         ours = load_tito_tokenizer(family, root / str(get_family(family).tokenizer_folder))
         protocol = TokenizerProtocol(ours)
         full, bridge = collections.Counter(), collections.Counter()
         for seed in range(N):
             rng = random.Random(seed)
             script = random_script(family, rng, max_steps=8)
-            script = with_extra(script, battery.extra(script, rng))
+            script = with_extra(script, model.extra(script, rng))
             kwargs = script.kwargs
             mode = {None: "unset", True: "on", False: "off"}[script.thinking]
             renderer = renderer_for(renderers, family, protocol, kwargs)
