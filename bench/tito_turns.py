@@ -7,6 +7,7 @@ new step is ``encode_incremental(checkpoint, [tool result])``; the alternative i
 Median of ``--repeat`` runs of each, same process, tokenizers loaded and warmed first::
 
     .venv/bin/python bench/tito_turns.py [--families glm4_7,glm5_1,glm5_2] [--turns 10,100] [--repeat 15]
+    .venv/bin/python bench/tito_turns.py --families deepseek_v3_1,deepseek_v3_2,deepseek_v4
 
 Tokenizer folders: ``--root DIR`` holding one folder per family name, else the project's fetcher
 (``dressage-tokenizers``) folders.
@@ -57,7 +58,7 @@ def measure(family: str, path: Path, turns: int, repeat: int) -> tuple[float, fl
     history, new = messages[:-1], messages[-1:]
     # the checkpoint: the full render up to the last assistant turn, plus what the model generated for it
     prompt = tito.encode_full(history[:-1], TOOLS)
-    checkpoint = prompt + tito.encode_text(tito.render_assistant(history[-1]))
+    checkpoint = prompt + tito.encode_text(tito.render_assistant_after(history[:-1], history[-1]))
     result = tito.encode_incremental(checkpoint, new, prior_messages=history, tools=TOOLS)
     assert result.ok, result
     incremental = median_ms(lambda: tito.encode_incremental(checkpoint, new, prior_messages=history, tools=TOOLS),

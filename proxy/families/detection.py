@@ -2,6 +2,8 @@
 
 In order:
 
+0. **Official encoder.** A folder holding a family's official Python encoder (``ModelFamily.encoder_file``,
+   DeepSeek-V3.2 and V4, which ship no template) whose SHA-256 is the pinned one is that family.
 1. **Template hash.** The SHA-256 of the folder's chat template (``chat_template.jinja``, else the template in
    tokenizer_config.json, as transformers reads it) is a family's official template hash. Families with
    byte-identical templates (Qwen3.5 and Qwen3.6) are told apart by the tokenizer_config.json hash; when that does
@@ -33,7 +35,7 @@ class Detection:
     """The outcome of :func:`detect_family`."""
 
     family: ModelFamily
-    #: ``template_sha256``, ``structure`` or ``unrecognised``
+    #: ``encoder_sha256``, ``template_sha256``, ``structure`` or ``unrecognised``
     how: str
     template_sha256: str
     #: the one warning to log (None when the template is a family's official one)
@@ -49,13 +51,36 @@ def _config_sha256(path: Path) -> str | None:
     return hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else None
 
 
+def _detect_encoder(path: Path) -> Detection | None:
+    """A folder holding a family's official Python encoder (by SHA-256) is that family; its tokenizer must load."""
+    for family in FAMILIES:
+        encoder = path / family.encoder_file if family.encoder_file else None
+        if encoder is not None and encoder.is_file():
+            digest = hashlib.sha256(encoder.read_bytes()).hexdigest()
+            if digest in family.template_sha256:
+                load_tito_tokenizer(family, path)
+                return Detection(family, "encoder_sha256", digest)
+    return None
+
+
 def detect_family(tokenizer_path: str | Path) -> Detection:
     """The family of the folder's chat template (see the module docstring).
 
     Raises FileNotFoundError when the folder has no chat template or no tokenizer.json, and
     :class:`TemplateMismatchError` only when even the template-only family cannot use it."""
     path = Path(tokenizer_path)
-    digest = sha256_text(read_chat_template(path))
+    encoded = _detect_encoder(path)
+    if encoded is not None:
+        return encoded
+    try:
+        template = read_chat_template(path)
+    except FileNotFoundError:
+        encoders = ", ".join(sorted({f.encoder_file for f in FAMILIES if f.encoder_file}))
+        raise FileNotFoundError(
+            f"{path}: no chat template (chat_template.jinja or tokenizer_config.json) and no official encoder "
+            f"({encoders}; dressage-tokenizers puts DeepSeek-V3.2's into its cached folder)"
+        ) from None
+    digest = sha256_text(template)
     by_hash = [family for family in FAMILIES if digest in family.template_sha256]
     if by_hash:
         config = _config_sha256(path)

@@ -44,6 +44,9 @@ class ModelFamily:
     aliases: tuple[str, ...] = ()
     #: SHA-256 of the official chat template(s) (``chat_template.jinja``, else the one in tokenizer_config.json)
     template_sha256: tuple[str, ...] = ()
+    #: the official Python encoder a family renders with instead of a Jinja template (DeepSeek-V3.2, V4): a file of
+    #: the tokenizer folder, detected by its SHA-256 (``template_sha256`` holds it)
+    encoder_file: str | None = None
     #: SHA-256 of the official tokenizer_config.json: tells apart families whose templates are byte-identical
     config_sha256: tuple[str, ...] = ()
     #: whether detection may recognise a template that is not an official one but passes the tokenizer's own

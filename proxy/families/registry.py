@@ -14,13 +14,14 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from proxy.families import glm, minimax, minimax_m3, qwen3, qwen3_5, template_only
+from proxy.families import deepseek, glm, minimax, minimax_m3, qwen3, qwen3_5, template_only
 from proxy.families.model_family import ModelFamily
 from proxy.tokenization.tito import TitoTokenizer
 
 #: every family, in detection order; the template-only fallback last
 FAMILIES: tuple[ModelFamily, ...] = (
     *qwen3.FAMILIES, *qwen3_5.FAMILIES, *glm.FAMILIES, *minimax.FAMILIES, *minimax_m3.FAMILIES,
+    *deepseek.FAMILIES,
     template_only.GENERIC,
 )
 #: the family of an unrecognised template

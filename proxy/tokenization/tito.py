@@ -172,15 +172,7 @@ class TitoTokenizer(abc.ABC):
         """Load ``tokenizer.json`` and the chat template (``chat_template.jinja``, else the one inside
         ``tokenizer_config.json``) from a tokenizer folder."""
         path = Path(tokenizer_path)
-        tokenizer_file = path / "tokenizer.json"
-        if not tokenizer_file.is_file():
-            raise FileNotFoundError(f"{path}: no tokenizer.json")
-        tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_file))
-        # Never truncate or pad, and never mutate the tokenizer after this point: concurrent encodes only take
-        # shared borrows (a setter racing an encode is what raises "Already borrowed" in tokenizers).
-        tokenizer.no_truncation()
-        tokenizer.no_padding()
-        return cls(tokenizer, read_chat_template(path), source=str(path))
+        return cls(load_tokenizer_json(path), read_chat_template(path), source=str(path))
 
     def _special_id(self, token: str) -> int:
         token_id = self._tokenizer.token_to_id(token)
@@ -333,6 +325,13 @@ class TitoTokenizer(abc.ABC):
         the token that closes its turn; raises :class:`TitoError` when the template's rendering of that turn does
         not extend the generation prompt."""
 
+    def render_assistant_after(
+        self, history: Sequence[Any], message: Any, chat_template_kwargs: Mapping[str, Any] | None = None
+    ) -> str:
+        """What the model generates for ``message`` as the turn after ``history``: :meth:`render_assistant`, except
+        in a family whose prompt depends on the turn before (DeepSeek-V3.1 gives none after tool results)."""
+        return self.render_assistant(message, chat_template_kwargs)
+
     # -- family hooks for the last-step build and the drift audit --------------------------------------------------
 
     @abc.abstractmethod
@@ -394,7 +393,9 @@ class TitoTokenizer(abc.ABC):
             normalized = normalize_messages(new_messages)
         except MessageError as exc:
             return TitoFailure(TitoFailureReason.INVALID_MESSAGE, str(exc))
-        fragment = self._fragment_text(normalized, history_has_query, tools, chat_template_kwargs, checkpoint_ids[-1])
+        fragment = self._fragment_after(
+            prior_messages, normalized, history_has_query, tools, chat_template_kwargs, checkpoint_ids[-1]
+        )
         if isinstance(fragment, TitoFailure):
             return fragment
         ids = self.encode_text(fragment)
@@ -402,6 +403,15 @@ class TitoTokenizer(abc.ABC):
         if problem is not None:
             return TitoFailure(TitoFailureReason.JUNCTION_MISMATCH, problem)
         return TitoFragment(ids=tuple(ids), text=fragment)
+
+    def _fragment_after(
+        self, prior_messages: Sequence[Any] | None, new_messages: list[dict[str, Any]], history_has_query: bool,
+        tools: Sequence[Mapping[str, Any]] | None, chat_template_kwargs: Mapping[str, Any] | None, checkpoint_end: int,
+    ) -> str | TitoFailure:
+        """The fragment's text. Template families need only the synthetic context (:meth:`_fragment_text`); a family
+        rendered by an official encoder reads the checkpoint's own turn from ``prior_messages``
+        (``proxy/tokenization/deepseek_encoder.py``)."""
+        return self._fragment_text(new_messages, history_has_query, tools, chat_template_kwargs, checkpoint_end)
 
     def _fragment_text(
         self,
@@ -448,6 +458,19 @@ class TitoTokenizer(abc.ABC):
             prompt = self._query_prompts[key] = self._render(query, None, chat_template_kwargs, True)
         turn = self._render(query + [normalized], None, chat_template_kwargs, add_generation_prompt=False)
         return prompt, turn
+
+
+def load_tokenizer_json(path: Path) -> tokenizers.Tokenizer:
+    """The folder's ``tokenizer.json``, never truncating or padding."""
+    tokenizer_file = path / "tokenizer.json"
+    if not tokenizer_file.is_file():
+        raise FileNotFoundError(f"{path}: no tokenizer.json")
+    tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_file))
+    # Never truncate or pad, and never mutate the tokenizer after this point: concurrent encodes only take
+    # shared borrows (a setter racing an encode is what raises "Already borrowed" in tokenizers).
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
 
 
 def read_chat_template(path: Path) -> str:

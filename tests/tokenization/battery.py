@@ -1,19 +1,21 @@
-"""What the per-family TITO batteries (GLM, MiniMax) share: the hypothesis settings, a script with the family's other
+"""What the per-family TITO batteries (GLM, MiniMax, DeepSeek) share: the hypothesis settings, a script with the family's other
 template switches, the seeded-episode loop, and the checks every family makes the same way (checkpoint + fragment;
 the official render or the drift audit at every step; the last-step mask's runs). Each battery keeps only what is
 its family's own: its switches, its ``predict_text_stable`` model, its stop tokens, its allowed drift kinds."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from proxy.tokenization import DriftKind, TitoTokenizer, audit_drift
+from proxy.tokenization import DriftKind, LastStepError, TitoTokenizer, TurnGeneration, audit_drift, build_last_step
 
 from .strategies import Script
 
@@ -95,10 +97,24 @@ def check_against_official(
             assert report.kind in allowed | {DriftKind.REASONING_STRIPPED}, report
 
 
-def check_last_step_runs(sample: Any, sim: Any) -> None:
+def check_last_step_runs(sample: Any, sim: Any) -> bool:
     """(e), the family-neutral part: one masked run per generated turn, the mask covering exactly those runs, and
-    logprobs kept exactly when every run is the turn's generated ids."""
+    logprobs kept exactly when every run is the turn's generated ids. Returns whether every run is."""
     assert len(sample.assistant_spans) == len(sim.steps)
     assert sum(sample.loss_mask) == sum(end - begin for begin, end in sample.assistant_spans)
     aligned = all(sample.ids[b:e] == s.generated for (b, e), s in zip(sample.assistant_spans, sim.steps))
     assert (sample.logprobs is not None) == aligned
+    return aligned
+
+
+def last_step_or_refusal(tito: TitoTokenizer, script: Script, sim: Any, markers: tuple[str, ...]) -> Any:
+    """The last-step sample of the script's final messages, every turn's generation attached; None after checking
+    that it is refused (``LastStepError``) when a message holds one of the family's turn ``markers`` (strategies'
+    texts, and hypothesis's draws of the modules' string constants, can hold them: the mask cannot be placed)."""
+    final = script.final_messages
+    generations = [TurnGeneration(s.generated, [-0.5] * len(s.generated)) for s in sim.steps]
+    if any(marker in json.dumps(final, ensure_ascii=False) for marker in markers):
+        with pytest.raises(LastStepError):
+            build_last_step(tito, final, script.tools, script.kwargs, turn_generations=generations)
+        return None
+    return build_last_step(tito, final, script.tools, script.kwargs, turn_generations=generations)

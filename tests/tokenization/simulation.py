@@ -66,7 +66,7 @@ def simulate(tito: TitoTokenizer, script: Script) -> Simulation:
     fragment = None
     steps = []
     for assistant, follow_up in script.steps:
-        completion = tito.render_assistant(assistant, kwargs)
+        completion = tito.render_assistant_after(messages, assistant, kwargs)
         generated = tuple(tito.encode_text(completion))
         steps.append(Step(tuple(messages), context, context_text, fragment, completion, generated))
         messages.append(assistant)

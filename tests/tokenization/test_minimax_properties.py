@@ -36,6 +36,7 @@ from .battery import (
     check_against_official,
     check_fragments,
     check_last_step_runs,
+    last_step_or_refusal,
     run_seeded,
 )
 from .random_scripts import random_script
@@ -106,12 +107,8 @@ def check_episode(tito: TitoTokenizer, script: MiniMaxScript) -> None:
     # combining marks differently, e.g. U+0899 next to U+030E)
     assert tito.decode(last.checkpoint) == tito._tokenizer.normalizer.normalize_str(last.context_text + last.completion)
     # (e) last-step: one masked run per assistant turn, ending with [e~[
-    final = script.final_messages
-    generations = [TurnGeneration(s.generated, [-0.5] * len(s.generated)) for s in sim.steps]
-    if any(marker in json.dumps(final, ensure_ascii=False) for marker in ("]~b]", "[e~[")):
-        # a message holding turn markup (strategies' texts can draw it): the mask cannot be placed, refused
-        with pytest.raises(LastStepError):
-            build_last_step(tito, final, tools, kwargs, turn_generations=generations)
+    sample = last_step_or_refusal(tito, script, sim, ("]~b]", "[e~["))
+    if sample is None:
         return
     sample = build_last_step(tito, final, tools, kwargs, turn_generations=generations)
     check_last_step_runs(sample, sim)
