@@ -34,6 +34,9 @@ from .policy import plan_reply, tools_in_json_lines
 USER, ASSISTANT = "<｜User｜>", "<｜Assistant｜>"
 END_OF_SENTENCE = "<｜end▁of▁sentence｜>"
 TOOL_OUTPUT_END = "<｜tool▁output▁end｜>"
+#: where each version's prompt leaves tool outputs without a new assistant header: V3.1's last tool output end, V3.2's
+#: ``\n</function_results>\n\n`` and thinking marker (cut before ``>``: ``>\n\n`` is one token there)
+TOOL_OUTPUT_ENDS = {"v3_1": TOOL_OUTPUT_END, "v3_2": "</function_results"}
 DSML = "｜DSML｜"
 #: variant -> DSML block name (None: V3.1's ``<｜tool▁calls▁begin｜>`` markup)
 BLOCK_NAMES: dict[str, str | None] = {"v3_1": None, "v3_2": "function_calls", "v4": "tool_calls"}

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import attrs
 
 from .constraints import Grammar
-from .deepseek_markup import TOOL_OUTPUT_END, default_deepseek_reply
+from .deepseek_markup import TOOL_OUTPUT_ENDS, default_deepseek_reply
 from .glm_markup import default_glm_reply
 from .minimax_markup import M3_THINK_CLOSE, M3_THINK_OPEN, default_minimax_m3_reply, default_minimax_reply
 from .policy import THINK_DISABLED, default_plain_text, default_reply, filler_text
@@ -69,8 +69,8 @@ class Planner:
 
     def __attrs_post_init__(self) -> None:
         self._header = tuple(self.tokenizer.encode(self.tokenizer.assistant_header))
-        if self.tokenizer.deepseek == "v3_1":
-            self._tool_output_end = tuple(self.tokenizer.encode(TOOL_OUTPUT_END))
+        if self.tokenizer.deepseek in TOOL_OUTPUT_ENDS:
+            self._tool_output_end = tuple(self.tokenizer.encode(TOOL_OUTPUT_ENDS[self.tokenizer.deepseek]))
         self._filler = tuple(self.tokenizer.encode(filler_text(self.seed)))
 
     def plan(self, input_ids: Sequence[int], keys: Sequence[str], grammar: Grammar | None = None) -> Plan:
@@ -102,7 +102,7 @@ class Planner:
         tk = self.tokenizer
         header_at, header_len = self._last_header(input_ids), len(self._header)
         tool_output_at = self._last_tool_output(input_ids)
-        if tool_output_at > header_at:  # DeepSeek-V3.1 answers straight after a tool output (engine/deepseek_markup.py)
+        if tool_output_at > header_at:  # DeepSeek V3.1/V3.2 answer after tool outputs, no header (engine/deepseek_markup.py)
             header_at, header_len = tool_output_at, len(self._tool_output_end)
         so_far = list(input_ids[header_at + header_len :]) if header_at >= 0 else []
         markers = set(tk.glm_roles.values()) if tk.is_glm else {tk.im_start_id, tk.im_end_id}
@@ -120,9 +120,13 @@ class Planner:
         elif tk.is_minimax:  # MiniMax-M2: the prompt always ends "<think>\n" (engine/minimax_markup.py)
             reply = default_minimax_reply(context, seed=self.seed)
         elif tk.deepseek:  # the prompt's thinking marker, none after a V3.1 tool output (engine/deepseek_markup.py)
-            prefix = next((p for p in ("<think>", "</think>") if so_far_text.startswith(p)), "")
-            reply = default_deepseek_reply(context, seed=self.seed, prefix=prefix, kind=tk.deepseek,
-                                           after_tool_output=header_at == tool_output_at)
+            # after V3.2's tool outputs the prompt goes on ">\n\n" (one token) before its thinking marker
+            after_tool_output = header_at == tool_output_at
+            rest_text = so_far_text.lstrip(">\n") if after_tool_output else so_far_text
+            lead = so_far_text[: len(so_far_text) - len(rest_text)]
+            prefix = next((p for p in ("<think>", "</think>") if rest_text.startswith(p)), "")
+            reply = lead + default_deepseek_reply(context, seed=self.seed, prefix=prefix, kind=tk.deepseek,
+                                                  after_tool_output=after_tool_output)
         else:
             thinking = not so_far_text.startswith(THINK_DISABLED)
             reply = default_reply(

@@ -17,7 +17,7 @@ from proxy.families import load_tito_tokenizer
 
 from .deepseek_checks import run_drawn, run_seeded
 from .deepseek_models import MODELS, deepseek_folder
-from .test_glm_properties import GLM_SETTINGS
+from .battery import BATTERY_SETTINGS
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -25,7 +25,7 @@ def deepseek(request, tokenizer_root):
     return load_tito_tokenizer(request.param, deepseek_folder(request.param, tokenizer_root)), MODELS[request.param]
 
 
-@GLM_SETTINGS
+@BATTERY_SETTINGS
 @given(data=st.data())
 def test_deepseek_tito_battery(deepseek, data):
     tito, model = deepseek

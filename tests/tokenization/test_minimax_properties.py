@@ -17,7 +17,6 @@ template has no switch. One property per episode checks every guarantee:
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from typing import Any
@@ -27,7 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.families import load_tito_tokenizer
-from proxy.tokenization import DriftKind, LastStepError, TitoTokenizer, TurnGeneration, build_last_step
+from proxy.tokenization import DriftKind, TitoTokenizer
 from serving.tokenizer_files import model_tokenizer_path
 
 from .battery import (
@@ -84,7 +83,7 @@ def minimax(request, tokenizer_root) -> TitoTokenizer:
 
 
 def check_episode(tito: TitoTokenizer, script: MiniMaxScript) -> None:
-    kwargs, tools = script.kwargs, script.tools
+    kwargs = script.kwargs
     sim = simulate(tito, script)
     # (a) checkpoint + fragment
     check_fragments(tito, sim, tito.generation_prompt_ids(kwargs))
@@ -110,7 +109,6 @@ def check_episode(tito: TitoTokenizer, script: MiniMaxScript) -> None:
     sample = last_step_or_refusal(tito, script, sim, ("]~b]", "[e~["))
     if sample is None:
         return
-    sample = build_last_step(tito, final, tools, kwargs, turn_generations=generations)
     check_last_step_runs(sample, sim)
     for begin, end in sample.assistant_spans:
         assert sample.ids[end - 1] == tito.end_of_turn_id
