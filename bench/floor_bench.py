@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -249,13 +250,22 @@ def main(argv: list[str] | None = None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="dressage-floor-"))
     try:
         answers = tmp / "answers.json"
+        started = time.monotonic()
+
+        def stage(what: str) -> None:
+            print(f"[{time.monotonic() - started:6.1f} s] {what}", file=sys.stderr, flush=True)
+
         capture(answers)
+        stage("floor bodies captured from the embedded engine")
         ports = start_all(procs, tmp, answers)
         pids = {name: proc.pid for name, proc in procs.items()}
+        stage(f"servers listening: {', '.join(procs)}")
 
         async def run_all() -> tuple[list[Phase], dict[str, Any], Any]:
             phases = await run_grid(args, ports, pids)
+            stage("interleaved grid done")
             sessions = await run_sessions(args, ports, pids)
+            stage("session phases done")
             profile = None
             if args.profile:
                 profile = await floor_report.profile(args, ports, pids, run_phase, shapes()[0], tmp)

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
 import trio
 
 from proxy.upstream import wire_json
@@ -157,10 +158,14 @@ class SGLangClient:
             requests_sent=counters.requests_sent,
         )
 
-    def pool_statistics(self) -> PoolStatistics:
-        """The generation connection pool (not the control calls'): idle and active connections, connections opened and reused, stale ones
-        discarded, stale keep-alive retries."""
-        return self._http.statistics()
+    def pool_statistics(self, *, control: bool | None = None) -> PoolStatistics:
+        """The connection pools: idle and active connections, connections opened and reused, stale ones
+        discarded, stale keep-alive retries. Both pools summed; ``control=False`` / ``True``: one of them."""
+        if control is not None:
+            return (self._control_http if control else self._http).statistics()
+        generation, controls = self._http.statistics(), self._control_http.statistics()
+        return PoolStatistics(*(a + b for a, b in zip(attrs.astuple(generation), attrs.astuple(controls),
+                                                      strict=True)))
 
     # -- generation ------------------------------------------------------------------------------------------
 
