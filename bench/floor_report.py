@@ -56,6 +56,9 @@ def report(args: argparse.Namespace, phases: list[Any], sessions: dict[str, Any]
               "(pip install -e '.[bench]'; ./dev bench installs it)")
     if not have_litellm:
         print("\n**LiteLLM: not installed, skipped** (it is not a dependency; install it to run it side by side)")
+    else:
+        print("\n**LiteLLM: installed but NOT RUN**: its proxy needs an OpenAI-compatible upstream, and the floor "
+              "serves SGLang's /generate only (not wired yet)")
 
     figures: dict[str, Any] = {"machine": info, "grid": {}, "growth": {}, "memory": {}, "profile": profile}
     keys = sorted(dict.fromkeys(p.shape for p in phases), key=lambda k: (k != "ns", k.split("-")[-1], len(k)))

@@ -31,7 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,18 @@ def generate_body(ids: list[int], params: dict[str, Any], stream: bool) -> dict[
                           return_routed_experts=False, routed_experts_start_len=None, extra_body=None)
 
 
+async def decode_stream(pieces: AsyncIterator[bytes], decoder: ChunkDecoder) -> int:
+    """Tokens of an SGLang stream read from ``pieces`` (the body as a library yields it), decoded as the client
+    does."""
+    tokens = 0
+    sse = SSEParser()
+    async for data in pieces:
+        for payload in sse.feed(data):
+            tokens += sum(type(e) is Token for e in decoder.feed_payload(payload))
+    decoder.feed_eof()
+    return tokens
+
+
 class NewClient:
     def __init__(self, url: str, concurrency: int) -> None:
         self.client = SGLangClient(url, max_connections=max(1024, concurrency))
@@ -125,15 +137,9 @@ class Httpx2Client:
             decoder.feed_chunk(json.loads(response.content))
             assert decoder.result is not None
             return len(decoder.result.output_ids)
-        tokens = 0
-        sse = SSEParser()
         async with self.http.stream("POST", self.url, json=body) as response:
             response.raise_for_status()
-            async for data in response.aiter_bytes():
-                for payload in sse.feed(data):
-                    tokens += sum(type(e) is Token for e in decoder.feed_payload(payload))
-        decoder.feed_eof()
-        return tokens
+            return await decode_stream(response.aiter_bytes(), decoder)
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -199,15 +205,9 @@ class HttpcoreClient:
             decoder.feed_chunk(json.loads(response.content))
             assert decoder.result is not None
             return len(decoder.result.output_ids)
-        tokens = 0
-        sse = SSEParser()
         async with self.http.stream("POST", self.url, **self._post(body)) as response:
             assert response.status == 200
-            async for data in response.aiter_stream():
-                for payload in sse.feed(data):
-                    tokens += sum(type(e) is Token for e in decoder.feed_payload(payload))
-        decoder.feed_eof()
-        return tokens
+            return await decode_stream(response.aiter_stream(), decoder)
 
     async def aclose(self) -> None:
         await self.http.aclose()

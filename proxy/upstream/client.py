@@ -110,22 +110,18 @@ class SGLangClient:
         self.worker_urls = tuple(_base(u) for u in worker_urls)
         self.incremental_streaming = incremental_streaming
         self.drain_timeout = drain_timeout
-        self._http = HTTPClient(
-            max_connections=max_connections,
-            connect_timeout=connect_timeout,
-            write_timeout=write_timeout,
-            pool_timeout=pool_timeout,
-            keepalive_expiry=keepalive_expiry,
-            ssl_context=ssl_context,
-        )
-        self._control_http = HTTPClient(
-            max_connections=control_connections,
-            connect_timeout=connect_timeout,
-            write_timeout=write_timeout,
-            pool_timeout=pool_timeout,
-            keepalive_expiry=keepalive_expiry,
-            ssl_context=ssl_context,
-        )
+
+        def pool(size: int) -> HTTPClient:
+            return HTTPClient(
+                max_connections=size,
+                connect_timeout=connect_timeout,
+                write_timeout=write_timeout,
+                pool_timeout=pool_timeout,
+                keepalive_expiry=keepalive_expiry,
+                ssl_context=ssl_context,
+            )
+
+        self._http, self._control_http = pool(max_connections), pool(control_connections)
         self._control_timeout = control_timeout
         self._generation_read_timeout = generation_read_timeout
         self._counters = ClientCounters()
