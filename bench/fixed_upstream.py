@@ -125,7 +125,8 @@ class Answers:
         self.generate: dict[tuple[bool, int], bytes] = {}
         for key, body in captured["generate"].items():
             stream = key.startswith("s")
-            self.generate[(stream, int(key.lstrip("ns")))] = _sse_response(body) if stream else _json_response(200, body)
+            response = _sse_response(body) if stream else _json_response(200, body)
+            self.generate[(stream, int(key.lstrip("ns")))] = response
         self.default = {stream: min((t for s, t in self.generate if s is stream)) for stream in (False, True)}
         self.get = {path.encode(): _json_response(status, body) for path, (status, body) in captured["get"].items()}
         self.not_found = _json_response(404, '{"detail":"Not Found"}')

@@ -80,7 +80,7 @@ class Phase:
 # ---- processes ----------------------------------------------------------------------------------------------
 
 
-def start_all(procs: dict[str, subprocess.Popen], tmp: Path, answers: Path) -> dict[str, int]:
+def start_all(procs: dict[str, subprocess.Popen], tmp: Path, answers: Path, profile: bool) -> dict[str, int]:
     py = sys.executable
     bin_dir = Path(py).parent
     ports: dict[str, int] = {}
@@ -94,10 +94,15 @@ def start_all(procs: dict[str, subprocess.Popen], tmp: Path, answers: Path) -> d
     for mode in MODES:
         url = f"http://127.0.0.1:{ports[f'floor-{mode}']}"
         ports[f"proxy-{mode}"] = port = free_port()
-        procs[f"proxy-{mode}"] = start_server(
-            [str(bin_dir / "dressage-proxy"), "--port", str(port), "--sglang-router-url", url,
-             "--sglang-worker-urls", url, "--tool-call-parse-backend", "local", "--reasoning-parse-backend", "local",
-             "--store", "memory", "--upstream-stream-mode", "auto"], tmp / f"proxy-{mode}.log")
+        proxy = [str(bin_dir / "dressage-proxy"), "--sglang-router-url", url, "--sglang-worker-urls", url,
+                 "--tool-call-parse-backend", "local", "--reasoning-parse-backend", "local", "--store", "memory",
+                 "--upstream-stream-mode", "auto"]
+        procs[f"proxy-{mode}"] = start_server([*proxy, "--port", str(port)], tmp / f"proxy-{mode}.log")
+        if profile and mode == "cumulative":  # a third proxy, under py-spy (it cannot attach here: it spawns)
+            ports["proxyprofile-cumulative"] = port = free_port()
+            procs["proxyprofile-cumulative"] = start_server(
+                [floor_report.py_spy(), "record", "--format", "raw", "--nonblocking", "--rate", "200", "--output",
+                 str(tmp / "profile.txt"), "--", *proxy, "--port", str(port)], tmp / "proxyprofile.log")
         if HAVE_GATEWAY:
             ports[f"gateway-{mode}"] = port = free_port()
             procs[f"gateway-{mode}"] = start_server(
@@ -257,7 +262,8 @@ def main(argv: list[str] | None = None) -> None:
 
         capture(answers)
         stage("floor bodies captured from the embedded engine")
-        ports = start_all(procs, tmp, answers)
+        profiling = bool(args.profile) and floor_report.py_spy() is not None
+        ports = start_all(procs, tmp, answers, profiling)
         pids = {name: proc.pid for name, proc in procs.items()}
         stage(f"servers listening: {', '.join(procs)}")
 
@@ -267,8 +273,11 @@ def main(argv: list[str] | None = None) -> None:
             sessions = await run_sessions(args, ports, pids)
             stage("session phases done")
             profile = None
-            if args.profile:
-                profile = await floor_report.profile(args, ports, pids, run_phase, shapes()[0], tmp)
+            if profiling:
+                profile = await floor_report.profile(args, ports, pids, run_phase, shapes()[0], tmp,
+                                                     procs["proxyprofile-cumulative"])
+            elif args.profile:
+                print("**py-spy: not installed, no profile** (pip install -e '.[bench]')", file=sys.stderr)
             return phases, sessions, profile
 
         phases, sessions, profile = trio.run(run_all)

@@ -129,7 +129,8 @@ def report(args: argparse.Namespace, phases: list[Any], sessions: dict[str, Any]
         figures["memory"][target] = {**m, "kib_per_session": per_session, "bytes_per_token": per_token}
 
     if profile:
-        print(f"\n## Profile: py-spy of the proxy over a non-streaming phase ({profile['samples']} samples)\n")
+        print(f"\n## Profile: py-spy of a proxy under the non-streaming load ({profile['samples']} samples; "
+              "imports excluded)\n")
         print("| function (inclusive) | share |\n|---|---:|")
         for name, share in profile["inclusive"]:
             print(f"| `{name}` | {100 * share:.1f}% |")
@@ -139,27 +140,28 @@ def report(args: argparse.Namespace, phases: list[Any], sessions: dict[str, Any]
     return figures
 
 
+def py_spy() -> str | None:
+    found = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return found if Path(found).exists() else None
+
+
 async def profile(args: argparse.Namespace, ports: dict[str, int], pids: dict[str, int], run_phase: Any,
-                  shape: Any, tmp: Path) -> dict[str, Any] | None:
-    """py-spy (``--nonblocking``, raw collapsed stacks) on the proxy over one non-streaming phase."""
+                  shape: Any, tmp: Path, spy: subprocess.Popen) -> dict[str, Any] | None:
+    """The proxy started under ``py-spy record`` (raw collapsed stacks): a warm-up and one non-streaming phase of
+    ``args.profile`` seconds, then SIGINT makes py-spy write its file (and stop the proxy)."""
+    import signal
+
     import trio
 
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(spy).exists():
-        print("**py-spy: not installed, no profile** (pip install -e '.[bench]')", file=sys.stderr)
-        return None
+    kwargs = dict(clients=args.clients, streams=0)
+    await run_phase(shape, "proxyprofile", ports, pids, ns_requests=args.clients * 4, seconds=args.profile, **kwargs)
+    await run_phase(shape, "proxyprofile", ports, pids, ns_requests=10**6, seconds=args.profile, **kwargs)
+    spy.send_signal(signal.SIGINT)
+    with trio.fail_after(60):
+        while spy.poll() is None:
+            await trio.sleep(0.2)
     out = tmp / "profile.txt"
-    proc = await trio.lowlevel.open_process(
-        [spy, "record", "--pid", str(pids["proxy-cumulative"]), "--duration", str(int(args.profile)), "--rate", "250",
-         "--nonblocking", "--format", "raw", "--output", str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    await trio.sleep(1.0)
-    await run_phase(shape, "proxy", ports, pids, clients=args.clients, ns_requests=10**6, streams=0,
-                    seconds=args.profile - 2)
-    await proc.wait()
-    if not out.exists():
-        return None
-    return summarize(out.read_text())
+    return summarize(out.read_text()) if out.exists() else None
 
 
 def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
@@ -173,6 +175,8 @@ def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
             continue
         count = int(count_text)
         total += count
+        if _STARTUP in stack:  # the proxy's start-up (imports, tokenizer loading), not request handling
+            continue
         frames = [_frame_name(f) for f in stack.split(";")]
         for name in set(frames):
             inclusive[name] += count
@@ -182,6 +186,9 @@ def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
     return {"samples": total,
             "inclusive": [(n, c / total) for n, c in inclusive.most_common(top)],
             "self": [(n, c / total) for n, c in own.most_common(top)]}
+
+
+_STARTUP = "_find_and_load"
 
 
 def _frame_name(frame: str) -> str:
