@@ -24,6 +24,7 @@ import argparse
 import importlib.util
 import json
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -188,7 +189,7 @@ async def run_grid(args: argparse.Namespace, ports: dict[str, int], pids: dict[s
 
 async def run_sessions(args: argparse.Namespace, ports: dict[str, int], pids: dict[str, int]) -> dict[str, Any]:
     out: dict[str, Any] = {"growth": {}, "memory": {}}
-    for target in [t for t in targets() if t != "floor"]:
+    for target in [t for t in targets() if t != "floor" and args.growth_turns > 0]:
         name = f"{target}-cumulative"
         per_turn, chats = await floor_sessions.growth(
             ports[name], pids[name], name=target, sessions=args.growth_sessions, turns=args.growth_turns,
@@ -228,7 +229,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--streams", type=int, default=32, help="streams per phase")
     parser.add_argument("--seconds", type=float, default=60.0, help="bound of each phase")
     parser.add_argument("--growth-sessions", type=int, default=4)
-    parser.add_argument("--growth-turns", type=int, default=100)
+    parser.add_argument("--growth-turns", type=int, default=100, help="0: no growth phase")
     parser.add_argument("--growth-window", type=int, default=10, help="turns compared at each end")
     parser.add_argument("--growth-user-tokens", type=int, default=300)
     parser.add_argument("--memory-targets", type=lambda s: s.split(","), default=["proxy"])
@@ -285,6 +286,13 @@ def main(argv: list[str] | None = None) -> None:
             if proc.poll() is not None:
                 raise SystemExit(f"{name} exited with {proc.returncode} during the run (log {tmp}/{name}.log)")
     finally:
+        spy = procs.get("proxyprofile-cumulative")
+        if spy is not None and spy.poll() is None:  # py-spy ignores SIGTERM; SIGINT stops it and its proxy
+            spy.send_signal(signal.SIGINT)
+            try:
+                spy.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
         stop_servers(procs, tmp, keep_logs=args.keep_logs)
     figures = floor_report.report(args, phases, sessions, profile, have_gateway=HAVE_GATEWAY,
                                   have_litellm=HAVE_LITELLM)
