@@ -14,14 +14,16 @@ session. The same sessions run against the proxy and the reference gateway (both
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 
-from loadgen import Connection
-from servers import cpu_seconds
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadgen import Connection  # noqa: E402
+from servers import cpu_seconds  # noqa: E402
 
 _WORDS = ("check", "results", "plan", "value", "step", "data", "summary", "carefully", "report", "clearly",
           "each", "next", "first", "finally", "consistent", "answer", "question", "found", "simple", "short",
