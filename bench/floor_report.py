@@ -130,7 +130,7 @@ def report(args: argparse.Namespace, phases: list[Any], sessions: dict[str, Any]
 
     if profile:
         print(f"\n## Profile: py-spy of a proxy under the non-streaming load ({profile['samples']} samples; "
-              "imports excluded)\n")
+              "the trio loop's stacks, start-up excluded)\n")
         print("| function (inclusive) | share |\n|---|---:|")
         for name, share in profile["inclusive"]:
             print(f"| `{name}` | {100 * share:.1f}% |")
@@ -175,7 +175,9 @@ def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
             continue
         count = int(count_text)
         total += count
-        if _STARTUP in stack:  # the proxy's start-up (imports, tokenizer loading), not request handling
+        # Request handling only: the trio loop's stacks, without the proxy's start-up (imports, tokenizer loading
+        # in a worker thread, building the services).
+        if _LOOP not in stack or any(marker in stack for marker in _STARTUP):
             continue
         frames = [_frame_name(f) for f in stack.split(";")]
         for name in set(frames):
@@ -188,7 +190,8 @@ def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
             "self": [(n, c / total) for n, c in own.most_common(top)]}
 
 
-_STARTUP = "_find_and_load"
+_LOOP = "unrolled_run"
+_STARTUP = ("_find_and_load", "ProxyServices.build")
 
 
 def _frame_name(frame: str) -> str:
