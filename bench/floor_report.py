@@ -174,11 +174,11 @@ def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
-        total += count
         # Request handling only: the trio loop's stacks, without the proxy's start-up (imports, tokenizer loading
         # in a worker thread, building the services).
         if _LOOP not in stack or any(marker in stack for marker in _STARTUP):
             continue
+        total += count
         frames = [_frame_name(f) for f in stack.split(";")]
         for name in set(frames):
             inclusive[name] += count
