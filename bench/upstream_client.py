@@ -1,4 +1,4 @@
-"""Benchmark: CPU cost of the SGLang client's HTTP layer (trio sockets + h11) against httpx2, in one run.
+"""Benchmark: CPU cost of the SGLang client's HTTP layer (trio sockets + h11) against httpx2 and httpcore, in one run.
 
 The embedded engine (``dressage-engine``, its own process, as fast as it can) serves ``/generate``; this process
 runs the clients, one phase at a time, and measures its own CPU time (``time.process_time``) per request and per
@@ -7,15 +7,20 @@ streamed token. Four clients, all doing the same requests:
 - ``new``: ``SGLangClient.generate`` / ``generate_stream`` (the HTTP layer plus SSE parsing and token decoding);
 - ``httpx2``: the same requests and the same decoding (``SSEParser``, ``ChunkDecoder``) through an
   ``httpx2.AsyncClient`` configured as the client's old ``_httplib`` did: the previous ``SGLangClient`` path;
-- ``new-http`` / ``httpx2-http``: the HTTP layers alone (``_httplib.HTTPClient`` vs ``httpx2``), bodies read
-  but not decoded, to isolate what the library itself costs.
+- ``httpcore``: the same through ``httpcore.AsyncConnectionPool`` on its trio backend (issue 21 item 3: the
+  hand-written client stays only if it is at least 1.5x cheaper than httpcore);
+- ``new-http`` / ``httpx2-http`` / ``httpcore-http``: the HTTP layers alone, bodies read but not decoded, to
+  isolate what the library itself costs.
+
+``--upstream floor`` answers from ``bench/fixed_upstream.py`` (precomputed bodies, no per-request work) instead of
+the embedded engine, so the upstream neither paces nor crowds the clients.
 
 Each shape (non-streaming: short replies, many requests; streaming: long replies) runs every client ``--rounds``
 times, interleaved (new, httpx2, new-http, httpx2-http, new, ...), so drift on a shared machine hits all of them;
 ratios are new/baseline of the means. Every phase is bounded in count and in seconds; 127.0.0.1 only.
 
     .venv/bin/python bench/upstream_client.py [--concurrency 64] [--requests 4000] [--streams 512]
-        [--stream-tokens 128] [--rounds 3] [--seconds 30]
+        [--stream-tokens 128] [--rounds 3] [--seconds 30] [--upstream {engine,floor}]
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
+import httpcore
 import httpx2
 import trio
 
@@ -45,7 +51,7 @@ from proxy.upstream.events import Token  # noqa: E402
 from proxy.upstream.request_ids import new_rid  # noqa: E402
 
 PROMPT = [151644, 872, 198, 13048, 151645, 198, 151644, 77091, 198]  # a short Qwen3 chat prompt
-CLIENTS = ("new", "httpx2", "new-http", "httpx2-http")
+CLIENTS = ("new", "httpx2", "httpcore", "new-http", "httpx2-http", "httpcore-http")
 
 #: ``(input_ids, params, stream) -> tokens received``: one request, however the client does it.
 Request = Callable[[list[int], dict[str, Any], bool], Awaitable[int]]
@@ -78,6 +84,18 @@ def generate_body(ids: list[int], params: dict[str, Any], stream: bool) -> dict[
     """The body ``SGLangClient`` sends (fresh rid, logprobs on)."""
     return _generate_body(ids, params, rid=new_rid(), stream=stream, return_logprob=True,
                           return_routed_experts=False, routed_experts_start_len=None, extra_body=None)
+
+
+async def decode_stream(pieces: AsyncIterator[bytes], decoder: ChunkDecoder) -> int:
+    """Tokens of an SGLang stream read from ``pieces`` (the body as a library yields it), decoded as the client
+    does."""
+    tokens = 0
+    sse = SSEParser()
+    async for data in pieces:
+        for payload in sse.feed(data):
+            tokens += sum(type(e) is Token for e in decoder.feed_payload(payload))
+    decoder.feed_eof()
+    return tokens
 
 
 class NewClient:
@@ -119,15 +137,9 @@ class Httpx2Client:
             decoder.feed_chunk(json.loads(response.content))
             assert decoder.result is not None
             return len(decoder.result.output_ids)
-        tokens = 0
-        sse = SSEParser()
         async with self.http.stream("POST", self.url, json=body) as response:
             response.raise_for_status()
-            async for data in response.aiter_bytes():
-                for payload in sse.feed(data):
-                    tokens += sum(type(e) is Token for e in decoder.feed_payload(payload))
-        decoder.feed_eof()
-        return tokens
+            return await decode_stream(response.aiter_bytes(), decoder)
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -170,7 +182,52 @@ class Httpx2HTTPOnly(Httpx2Client):
         return params["max_new_tokens"]
 
 
-FACTORIES = {"new": NewClient, "httpx2": Httpx2Client, "new-http": NewHTTPOnly, "httpx2-http": Httpx2HTTPOnly}
+class HttpcoreClient:
+    """``httpcore.AsyncConnectionPool`` on its trio backend (pinned in the ``bench`` extra), the same decoding."""
+
+    def __init__(self, url: str, concurrency: int) -> None:
+        self.url = url + "/generate"
+        limit = max(1024, concurrency)
+        self.http = httpcore.AsyncConnectionPool(max_connections=limit, max_keepalive_connections=limit,
+                                                 keepalive_expiry=60, network_backend=httpcore.TrioBackend())
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        return {"headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))],
+                "content": payload}
+
+    async def request(self, ids: list[int], params: dict[str, Any], stream: bool) -> int:
+        body = generate_body(ids, params, stream)
+        decoder = ChunkDecoder(rid=body["rid"], url=self.url)
+        if not stream:
+            response = await self.http.request("POST", self.url, **self._post(body))
+            assert response.status == 200
+            decoder.feed_chunk(json.loads(response.content))
+            assert decoder.result is not None
+            return len(decoder.result.output_ids)
+        async with self.http.stream("POST", self.url, **self._post(body)) as response:
+            assert response.status == 200
+            return await decode_stream(response.aiter_stream(), decoder)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+class HttpcoreHTTPOnly(HttpcoreClient):
+    async def request(self, ids: list[int], params: dict[str, Any], stream: bool) -> int:
+        body = generate_body(ids, params, stream)
+        if not stream:
+            response = await self.http.request("POST", self.url, **self._post(body))
+            assert response.status == 200 and response.content
+            return params["max_new_tokens"]
+        async with self.http.stream("POST", self.url, **self._post(body)) as response:
+            async for _ in response.aiter_stream():
+                pass
+        return params["max_new_tokens"]
+
+
+FACTORIES = {"new": NewClient, "httpx2": Httpx2Client, "httpcore": HttpcoreClient, "new-http": NewHTTPOnly,
+             "httpx2-http": Httpx2HTTPOnly, "httpcore-http": HttpcoreHTTPOnly}
 
 
 # ---- one phase ------------------------------------------------------------------------------------------------
@@ -241,7 +298,8 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
                   f"{mean([1000 * p.engine_cpu / p.requests for p in ps if p.requests]):.3f} | "
                   f"{mean([p.requests / p.wall for p in ps]):.0f} |")
         print()
-        for new, old in (("new", "httpx2"), ("new-http", "httpx2-http")):
+        pairs = (("new", "httpx2"), ("new", "httpcore"), ("new-http", "httpx2-http"), ("new-http", "httpcore-http"))
+        for new, old in pairs:
             if new in per and old in per:
                 metric = "us" if stream else "ms"
                 what = "CPU per streamed token" if stream else "CPU per request"
@@ -263,6 +321,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=30, help="bound of each phase")
     parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument("--upstream", choices=("engine", "floor"), default="engine")
     args = parser.parse_args()
     clients = [c for c in args.clients.split(",") if c]
     if not set(clients) <= set(CLIENTS):
@@ -271,8 +330,15 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="dressage-upstream-client-"))
     bin_dir = Path(sys.executable).parent
     port = free_port()
-    procs = {"engine": start_server([str(bin_dir / "dressage-engine"), "--port", str(port), "--seed", "1",
-                                     "--log-level", "warning"], tmp / "engine.log")}
+    if args.upstream == "floor":  # precomputed bodies: the answers of 8 and 128 tokens are among them
+        from fixed_upstream import capture
+
+        capture(tmp / "answers.json")
+        argv = [sys.executable, str(Path(__file__).resolve().parent / "fixed_upstream.py"), "--answers",
+                str(tmp / "answers.json"), "--port", str(port)]
+    else:
+        argv = [str(bin_dir / "dressage-engine"), "--port", str(port), "--seed", "1", "--log-level", "warning"]
+    procs = {"engine": start_server(argv, tmp / "engine.log")}
     try:
         wait_listening(port, procs["engine"], 120)
         url = f"http://127.0.0.1:{port}"

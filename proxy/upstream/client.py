@@ -14,6 +14,11 @@ False: the caller then aborts by closing the stream (SGLang aborts a disconnecte
 pause, continue and updates raise ``UpstreamNotConfigured``. For one server without a gateway use
 ``SGLangClient.single_server(url)``.
 
+Connections. Generation (``/generate``, streamed or not) and the parser endpoints share one pool of
+``max_connections``; control calls (abort, pause, continue, flush, weight updates, and the information routes
+``/model_info``, ``/server_info``, ``/v1/models`` that health checks read) have a pool of their own, so that an
+abort or a pause is never queued behind the open streams holding every generation connection (issue 21 item 3).
+
 Streams. ``generate_stream`` returns a :class:`~proxy.upstream.generate_stream.GenerateStream`, used as
 ``async with ... as events: async for event in events`` (that module has its lifecycle).
 """
@@ -24,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
 import trio
 
 from proxy.upstream import wire_json
@@ -73,6 +79,7 @@ class SGLangClient:
         generation_read_timeout: float | None = None,
         keepalive_expiry: float | None = 60.0,
         drain_timeout: float = 5.0,
+        control_connections: int = 64,
         incremental_streaming: bool = False,
         ssl_context: SSLContext | None = None,
     ) -> None:
@@ -88,6 +95,8 @@ class SGLangClient:
         ``control_timeout``: read timeout of short calls (abort, model info, parsers); pause, continue and
         weight updates wait without one, since SGLang answers them only once in-flight requests have returned.
         ``drain_timeout``: how long to read a finished stream to its end before dropping the connection.
+        ``control_connections``: size of the separate pool of the control calls (abort, pause, continue, flush,
+        weight updates, information routes): they never wait for a generation connection.
         ``incremental_streaming``: True if the server runs with ``--incremental-streaming-output`` (delta chunks);
         SGLang's default is cumulative chunks. ``stream_mode.decide_stream_mode`` finds it out; set the attribute
         before the first stream.
@@ -95,20 +104,24 @@ class SGLangClient:
         ``ssl.create_default_context()``: the system CA store, certificate and hostname verification. Pass one
         made with ``ssl.create_default_context(cafile=...)`` to trust a private CA.
         """
-        if max_connections < 1:
-            raise ValueError("max_connections must be at least 1")
+        if max_connections < 1 or control_connections < 1:
+            raise ValueError("max_connections and control_connections must be at least 1")
         self.router_url = _base(router_url)
         self.worker_urls = tuple(_base(u) for u in worker_urls)
         self.incremental_streaming = incremental_streaming
         self.drain_timeout = drain_timeout
-        self._http = HTTPClient(
-            max_connections=max_connections,
-            connect_timeout=connect_timeout,
-            write_timeout=write_timeout,
-            pool_timeout=pool_timeout,
-            keepalive_expiry=keepalive_expiry,
-            ssl_context=ssl_context,
-        )
+
+        def pool(size: int) -> HTTPClient:
+            return HTTPClient(
+                max_connections=size,
+                connect_timeout=connect_timeout,
+                write_timeout=write_timeout,
+                pool_timeout=pool_timeout,
+                keepalive_expiry=keepalive_expiry,
+                ssl_context=ssl_context,
+            )
+
+        self._http, self._control_http = pool(max_connections), pool(control_connections)
         self._control_timeout = control_timeout
         self._generation_read_timeout = generation_read_timeout
         self._counters = ClientCounters()
@@ -130,6 +143,7 @@ class SGLangClient:
         """Close every connection, pooled or in use (a stream still being read then fails as cut). Closing
         sockets is synchronous, so a cancelled caller still closes them all; later requests raise RuntimeError."""
         self._http.close()
+        self._control_http.close()
         await trio.lowlevel.cancel_shielded_checkpoint()  # a scheduling point that never raises Cancelled
 
     def statistics(self) -> ClientStatistics:
@@ -140,10 +154,14 @@ class SGLangClient:
             requests_sent=counters.requests_sent,
         )
 
-    def pool_statistics(self) -> PoolStatistics:
-        """The connection pool: idle and active connections, connections opened and reused, stale ones
-        discarded, stale keep-alive retries."""
-        return self._http.statistics()
+    def pool_statistics(self, *, control: bool | None = None) -> PoolStatistics:
+        """The connection pools: idle and active connections, connections opened and reused, stale ones
+        discarded, stale keep-alive retries. Both pools summed; ``control=False`` / ``True``: one of them."""
+        if control is not None:
+            return (self._control_http if control else self._http).statistics()
+        generation, controls = self._http.statistics(), self._control_http.statistics()
+        return PoolStatistics(*(a + b for a, b in zip(attrs.astuple(generation), attrs.astuple(controls),
+                                                      strict=True)))
 
     # -- generation ------------------------------------------------------------------------------------------
 
@@ -211,7 +229,8 @@ class SGLangClient:
             extra_body=extra_body,
         )
         reply = await self._call(
-            "POST", url, body, headers=_routing_headers(routing_key), timeout=self._generation_read_timeout
+            "POST", url, body, headers=_routing_headers(routing_key), timeout=self._generation_read_timeout,
+            control=False,
         )
         decoder = ChunkDecoder(
             rid=rid, routed_experts_start_len=routed_experts_start_len, url=url, vocab_size=vocab_size
@@ -347,11 +366,11 @@ class SGLangClient:
         """A JSON object from ``path``, or from its ``deprecated`` name when the upstream answers 404."""
         base = self.router_url if base_url is None else _base(base_url)
         try:
-            return _expect_object(await self._call("GET", base + path), path)
+            return _expect_object(await self._call("GET", base + path, control=True), path)
         except UpstreamHTTPError as error:
             if error.status != 404:
                 raise
-        return _expect_object(await self._call("GET", base + deprecated), deprecated)
+        return _expect_object(await self._call("GET", base + deprecated, control=True), deprecated)
 
     async def server_info(self, base_url: str | None = None) -> Mapping[str, Any]:
         """``GET /server_info`` (the deprecated ``/get_server_info`` where that is 404) of ``base_url`` or the router:
@@ -364,7 +383,7 @@ class SGLangClient:
 
     async def models(self) -> tuple[ModelCard, ...]:
         """``GET /v1/models`` of the router."""
-        body = _expect_object(await self._call("GET", self.router_url + "/v1/models"), "/v1/models")
+        body = _expect_object(await self._call("GET", self.router_url + "/v1/models", control=True), "/v1/models")
         data = body.get("data")
         if not isinstance(data, list) or not all(isinstance(m, Mapping) and "id" in m for m in data):
             raise UpstreamProtocolError("/v1/models reply has no list of models", url=self.router_url)
@@ -375,13 +394,13 @@ class SGLangClient:
     ) -> FunctionCallParse:
         """``POST /parse_function_call``: normal text and calls (``parameters`` stay JSON strings)."""
         body = {"text": text, "tool_call_parser": parser, "tools": list(tools)}
-        reply = await self._call("POST", self._parser_url() + "/parse_function_call", body)
+        reply = await self._call("POST", self._parser_url() + "/parse_function_call", body, control=False)
         return FunctionCallParse.from_json(_expect_object(reply, "/parse_function_call"))
 
     async def separate_reasoning(self, text: str, parser: str) -> ReasoningParse:
         """``POST /separate_reasoning``: the reasoning text and the normal text."""
         body = {"text": text, "reasoning_parser": parser}
-        reply = await self._call("POST", self._parser_url() + "/separate_reasoning", body)
+        reply = await self._call("POST", self._parser_url() + "/separate_reasoning", body, control=False)
         return ReasoningParse.from_json(_expect_object(reply, "/separate_reasoning"))
 
     # -- plumbing --------------------------------------------------------------------------------------------
@@ -397,13 +416,16 @@ class SGLangClient:
         *,
         headers: Mapping[str, str] | None = None,
         timeout: Any = _CONTROL,
+        control: bool,
     ) -> Any:
         """One non-streaming request; the parsed JSON reply (None for an empty body).
 
-        ``timeout`` is the read timeout: the control-call one by default, None for none."""
+        ``timeout`` is the read timeout: the control-call one by default, None for none. ``control`` picks the
+        pool: the control calls' own, or the generation one (generation and parser requests)."""
         read_timeout = self._control_timeout if timeout is _CONTROL else timeout
         self._counters.requests_sent += 1
-        response = await self._http.request(method, url, body, headers=headers, read_timeout=read_timeout)
+        http = self._control_http if control else self._http
+        response = await http.request(method, url, body, headers=headers, read_timeout=read_timeout)
         if response.status >= 400:
             raise error_from_response(response.status, response.content, url=url)
         content = response.content
@@ -427,7 +449,7 @@ class SGLangClient:
 
         async def one(index: int, url: str) -> None:
             try:
-                replies[index] = await self._call("POST", url + path, body, timeout=timeout)
+                replies[index] = await self._call("POST", url + path, body, timeout=timeout, control=True)
             except UpstreamError as exc:
                 failures.append(exc)
 

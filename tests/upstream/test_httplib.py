@@ -173,15 +173,17 @@ def assert_two_tokens(events: list[Any]) -> None:
 # -- connection reuse (embedded engine) ------------------------------------------------------------------------
 
 
-async def test_non_streaming_and_control_calls_reuse_one_connection(client: SGLangClient):
+async def test_non_streaming_and_control_calls_reuse_one_connection_per_pool(client: SGLangClient):
     for _ in range(3):
         await client.generate(PROMPT, {"max_new_tokens": 3})
     await client.model_info()
     await client.models()
     await client.separate_reasoning("<think>x</think>y", "qwen3")
+    generation, control = client.pool_statistics(control=False), client.pool_statistics(control=True)
+    assert (generation.connections_opened, generation.connections_reused) == (1, 3)  # generate x3, the parser
+    assert (control.connections_opened, control.connections_reused) == (1, 1)  # control calls: a pool of their own
     pool = client.pool_statistics()
-    assert (pool.connections_opened, pool.connections_reused) == (1, 5)
-    assert (pool.idle_connections, pool.active_connections) == (1, 0)
+    assert (pool.idle_connections, pool.active_connections) == (2, 0)
 
 
 async def test_fully_read_streams_reuse_one_connection(client: SGLangClient):
@@ -197,7 +199,7 @@ async def test_fully_read_streams_reuse_one_connection(client: SGLangClient):
 async def test_a_stream_left_early_closes_its_connection(start_engine: StartEngine, how: str):
     handle = await start_engine(token_rate=100)
     async with SGLangClient.single_server(handle.url) as client:
-        await client.model_info()  # a pooled connection, reused by the stream
+        await client.generate(PROMPT, {"max_new_tokens": 1})  # a pooled connection, reused by the stream
         with trio.CancelScope() as scope:
             try:
                 async with client.generate_stream(PROMPT, LONG) as stream:
@@ -216,7 +218,7 @@ async def test_a_stream_left_early_closes_its_connection(start_engine: StartEngi
         assert pool.open_connections == 0 and pool.connections_reused == 1  # closed, not pooled
         record = await wait_recorded(handle, stream.rid)
         assert record.client_disconnected and record.finish_reason["type"] == "abort"
-        await client.model_info()  # a new connection
+        await client.generate(PROMPT, {"max_new_tokens": 1})  # a new connection
         assert client.pool_statistics().connections_opened == 2
 
 
@@ -326,7 +328,7 @@ async def test_expired_idle_connections_are_not_reused(nursery: trio.Nursery):
 
 async def test_open_connections_stay_within_max_connections_across_hosts(nursery: trio.Nursery):
     first, second = await serve(nursery, keep_alive), await serve(nursery, keep_alive)
-    async with SGLangClient(first.url, max_connections=1) as client:
+    async with SGLangClient(first.url, max_connections=1, control_connections=1) as client:
         await client.model_info()
         await client.model_info(second.url)  # the idle connection to the first server makes room
         assert client.pool_statistics().open_connections == 1
@@ -406,7 +408,8 @@ async def test_requests_are_what_sglang_expects(nursery: trio.Nursery):
         await client.generate([1, 2], {"max_new_tokens": 2}, routing_key="session-7", rid="0" * 32)
         await client.model_info()
         await client.flush_cache()
-    (generate_head, generate_body), (info_head, info_body), (flush_head, flush_body) = server.peers[0].requests
+    [(generate_head, generate_body)] = server.peers[0].requests
+    (info_head, info_body), (flush_head, flush_body) = server.peers[1].requests  # the control calls' connection
     lines = generate_head.split(b"\r\n")
     port = server.url.rsplit(":", 1)[1].encode()
     assert lines[0] == b"POST /generate HTTP/1.1"
@@ -470,10 +473,9 @@ async def test_pool_timeout_while_a_stream_holds_the_only_connection(start_engin
             with pytest.raises(UpstreamTimeout) as info:
                 await client.generate(PROMPT, {"max_new_tokens": 2})
             assert info.value.phase == "pool" and info.value.url == handle.url + "/generate"
-            with pytest.raises(UpstreamTimeout):
-                await client.abort(stream.rid)  # even an abort needs a slot: size the pool for streams + control
-            assert client.pool_statistics().open_connections == 1
-        assert client.pool_statistics().open_connections == 0  # left early: closed
+            assert await client.abort(stream.rid) is True  # control calls have their own pool
+            assert client.pool_statistics(control=False).open_connections == 1
+        assert client.pool_statistics(control=False).open_connections == 0  # left early: closed
 
 
 async def test_a_request_waiting_for_a_slot_gets_it_when_a_stream_ends(start_engine: StartEngine):

@@ -168,7 +168,7 @@ async def test_connections_are_reused_over_tls(start_tls_engine, trusting):
             await client.generate(PROMPT, {"max_new_tokens": 3})
             _, tokens, _ = await collect(client, PROMPT, {"max_new_tokens": 5})
             assert len(tokens) == 5
-        await client.model_info()
+        await client.generate(PROMPT, {"max_new_tokens": 1})
         await client.separate_reasoning("<think>x</think>y", "qwen3")
         pool = client.pool_statistics()
     assert (pool.connections_opened, pool.connections_reused) == (1, 7)
@@ -292,7 +292,7 @@ async def test_a_tls_error_mid_stream_is_a_stream_cut_with_the_tokens_so_far(
 async def test_leaving_a_tls_stream_early_closes_its_connection(start_tls_engine, trusting, opened, how: str):
     server = await start_tls_engine(token_rate=100)
     async with SGLangClient.single_server(server.url, ssl_context=trusting) as client:
-        await client.model_info()  # a pooled TLS connection, reused by the stream
+        await client.generate(PROMPT, {"max_new_tokens": 1})  # a pooled TLS connection, reused by the stream
         with trio.CancelScope() as scope:
             async with client.generate_stream(PROMPT, LONG) as stream:
                 async for event in stream:
@@ -306,7 +306,7 @@ async def test_leaving_a_tls_stream_early_closes_its_connection(start_tls_engine
         assert_all_closed(opened, 1)
         record = await wait_recorded(server.handle, stream.rid)  # the engine saw the disconnect and stopped
         assert record.client_disconnected and record.finish_reason["type"] == "abort"
-        await client.model_info()  # a new TLS connection
+        await client.generate(PROMPT, {"max_new_tokens": 1})  # a new TLS connection
         assert client.pool_statistics().connections_opened == 2
     assert_all_closed(opened, 2)  # aclose closed the pooled one
 
@@ -318,7 +318,7 @@ async def test_a_finished_tls_stream_is_drained_and_its_connection_reused(start_
             async for event in stream:
                 if isinstance(event, Finished):
                     break
-        await client.model_info()
+        await client.generate(PROMPT, {"max_new_tokens": 1})
         pool = client.pool_statistics()
     assert (pool.connections_opened, pool.connections_reused) == (1, 1)
 

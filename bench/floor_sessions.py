@@ -1,0 +1,127 @@
+"""Multi-turn chat sessions for ``bench/floor_bench.py``: the per-turn growth and the memory phases.
+
+A :class:`ChatSession` holds one conversation and echoes every answer back exactly as it was returned (content,
+and ``reasoning_content`` when the server split it out), so a trajectory-recording server keeps one chain per
+session. The same sessions run against the proxy and the reference gateway (both read ``session_id`` in the body).
+
+- :func:`growth`: ``sessions`` conversations advance together turn by turn (~``user_tokens``-token user turns,
+  short answers); the server process's CPU (``/proc``) is read around every turn, so turns 91-100 can be set
+  against turns 1-10 of the same sessions.
+- :func:`memory`: ``sessions`` live conversations of ``turns`` turns, ``concurrency`` at a time; the server's
+  RSS growth over the phase, and the tokens it now holds (last prompt + last answer of every session).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadgen import Connection  # noqa: E402
+from servers import cpu_seconds  # noqa: E402
+
+_WORDS = ("check", "results", "plan", "value", "step", "data", "summary", "carefully", "report", "clearly",
+          "each", "next", "first", "finally", "consistent", "answer", "question", "found", "simple", "short",
+          "table", "row", "column", "total", "error", "margin", "source", "record", "update", "compare")
+
+
+def user_text(session: int, turn: int, words: int) -> str:
+    """About ``words`` tokens of plain English-like text, different for every session and turn."""
+    picked = (_WORDS[(i * 7 + turn * 3 + session) % len(_WORDS)] for i in range(words))
+    return f"Turn {turn} of session {session}: " + " ".join(picked) + "."
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+@attrs.define
+class ChatSession:
+    """One conversation through a chat-completions server."""
+
+    session_id: str
+    index: int
+    user_words: int
+    extra: dict[str, Any] = attrs.field(factory=dict)
+    messages: list[dict[str, Any]] = attrs.field(factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    failures: int = 0
+
+    def body(self) -> dict[str, Any]:
+        turn = len(self.messages) // 2
+        self.messages.append({"role": "user", "content": user_text(self.index, turn, self.user_words)})
+        return {"model": "bench", "messages": self.messages, "session_id": self.session_id, **self.extra}
+
+    def answered(self, status: int, payload: bytes) -> None:
+        try:
+            answer = json.loads(payload) if status == 200 else None
+            message = answer["choices"][0]["message"] if answer else None
+        except (ValueError, KeyError, IndexError, TypeError):
+            message = None
+        if message is None:
+            self.failures += 1
+            self.messages.pop()  # retry the same turn
+            return
+        echo = {"role": "assistant", "content": message.get("content") or ""}
+        if message.get("reasoning_content"):
+            echo["reasoning_content"] = message["reasoning_content"]
+        self.messages.append(echo)
+        self.prompt_tokens = answer["usage"]["prompt_tokens"]
+        self.completion_tokens = answer["usage"]["completion_tokens"]
+
+    async def turn(self, conn: Connection) -> None:
+        status, payload = await conn.request("POST", "/v1/chat/completions", json.dumps(self.body()).encode())
+        self.answered(status, payload)
+
+
+async def growth(port: int, pid: int, *, name: str, sessions: int, turns: int, user_tokens: int
+                 ) -> tuple[list[float], list[ChatSession]]:
+    """CPU seconds of process ``pid`` per turn (all sessions together), and the sessions."""
+    chats = [ChatSession(f"{name}.growth.{i}", i, user_tokens) for i in range(sessions)]
+    conns = [Connection("127.0.0.1", port) for _ in chats]
+    per_turn: list[float] = []
+    try:
+        for _ in range(turns):
+            before = cpu_seconds(pid)
+            async with trio.open_nursery() as nursery:
+                for chat, conn in zip(chats, conns, strict=True):
+                    nursery.start_soon(chat.turn, conn)
+            per_turn.append(cpu_seconds(pid) - before)
+    finally:
+        for conn in conns:
+            await conn.aclose()
+    return per_turn, chats
+
+
+async def memory(port: int, pid: int, *, name: str, sessions: int, turns: int, user_words: int,
+                 concurrency: int, extra: dict[str, Any] | None = None) -> tuple[int, int, int]:
+    """(RSS growth in bytes, tokens held at the end, failed requests) of ``sessions`` live sessions."""
+    chats = [ChatSession(f"{name}.{i}", i, user_words, dict(extra or {})) for i in range(sessions)]
+    queue = iter(chats)
+    before = rss_bytes(pid)
+
+    async def worker() -> None:
+        conn = Connection("127.0.0.1", port)
+        try:
+            for chat in queue:
+                for _ in range(turns):
+                    await chat.turn(conn)
+        finally:
+            await conn.aclose()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(concurrency):
+            nursery.start_soon(worker)
+    await trio.sleep(0.5)  # let the last recordings land
+    growth_bytes = rss_bytes(pid) - before
+    tokens = sum(c.prompt_tokens + c.completion_tokens for c in chats)
+    return growth_bytes, tokens, sum(c.failures for c in chats)

@@ -1,0 +1,52 @@
+"""The bench keeps working (issue 21): ``./dev bench``'s runner (``bench/floor_bench.py``) in its ``--smoke`` size.
+
+The floor is captured from the embedded engine, the proxy (and the reference gateway, when the ``bench`` extra is
+installed) run in front of it, and every phase of the real bench runs with a handful of requests. Nothing here
+looks at a time or a CPU figure: only that every phase ran, answered without errors and produced its figures.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPES = {"ns", "s128-cumulative", "s1024-cumulative", "s128-incremental", "s1024-incremental"}
+HAVE_GATEWAY = all(importlib.util.find_spec(m) is not None for m in ("fastapi", "uvicorn", "httpx"))
+
+
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench") / "figures.json"
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "floor_bench.py"), "--smoke", "--json", str(out)],
+                            capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
+    assert result.returncode == 0, f"the bench smoke failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert "| ns |" in result.stdout and "## Per-turn growth" in result.stdout and "## Memory" in result.stdout
+    return json.loads(out.read_text())
+
+
+def test_every_phase_runs_through_the_floor_and_the_proxy(figures: dict[str, Any]):
+    assert set(figures["grid"]) == SHAPES
+    for key, shape in figures["grid"].items():
+        assert shape["errors"] == 0, key
+        assert shape["per_round"]["floor"] and shape["per_round"]["proxy"], key
+    growth = figures["growth"]["proxy"]
+    assert growth["failures"] == 0 and len(growth["per_turn_cpu"]) == 4
+    memory = figures["memory"]["proxy"]
+    assert memory["failures"] == 0 and memory["tokens"] > 0 and memory["session_tokens"] > 0
+    assert figures["machine"]["versions"]["trio"]
+
+
+def test_the_reference_gateway_runs_the_same_load(figures: dict[str, Any]):
+    if not HAVE_GATEWAY:
+        pytest.skip("reference gateway not run: fastapi/uvicorn/httpx are not installed (the `bench` extra; "
+                    "./dev bench installs it)")
+    for key, shape in figures["grid"].items():
+        assert shape["per_round"]["gateway"], key
+    assert figures["growth"]["gateway"]["failures"] == 0
