@@ -12,6 +12,10 @@ the assistant turns echoed (so the trie walk and the TITO fragment encode do rea
     .venv/bin/python bench/request_cpu.py [--rounds 3] [--seconds 6] [--a /work/main/.venv/bin/dressage-proxy]
         [--b .venv/bin/dressage-proxy] [--profile SECONDS]
 
+``--micro`` instead times, in one process, the pieces changed for item 2 against what they replaced: a Qwen3
+fragment render through the shape cache against the template's render, and orjson against the stdlib for a
+request body and a ``chat.completion`` body.
+
 ``--profile N`` records a py-spy profile (if ``py-spy`` is on PATH) of B for N seconds of load, written as a
 speedscope file and a top-of-the-profile summary next to the logs (kept).
 """
@@ -51,6 +55,47 @@ async def phase(name: str, port: int, pid: int, conv: Conversation, clients: int
     return cpu, tally.answered, tally.bad
 
 
+def micro(repeat: int = 2000) -> None:
+    """Same-process timings of the replaced pieces (µs per call, best of 5 runs of ``repeat``)."""
+    import timeit
+
+    from proxy.api.fields import parse_json_body
+    from proxy.api.render import _stdlib_dumps, dumps
+    from proxy.families import load_tito_tokenizer
+    from proxy.tokenization.tito import ANCHOR, ANCHOR_QUERY
+    from serving.tokenizer_files import model_tokenizer_path
+
+    tito = load_tito_tokenizer("qwen3", model_tokenizer_path("qwen3"))
+    synthetic = [{"role": "user", "content": ANCHOR_QUERY}, {"role": "assistant", "content": ANCHOR}]
+    turn = iter(range(10**9))
+
+    def new() -> list[dict]:
+        return [{"role": "user", "content": f"Question 3.{next(turn)}: please check the results and report."}]
+
+    body = json.dumps({"model": "m", "session_id": "s.1", "messages": [
+        {"role": "system", "content": "You are careful."}, {"role": "user", "content": "Question 1: check it."},
+        {"role": "assistant", "content": "Done.", "reasoning_content": "Check."},
+        {"role": "user", "content": "Question 2: report it."}]}).encode()
+    answer = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "Done.", "reasoning_content": "Check."},
+         "logprobs": None, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 80, "completion_tokens": 8, "total_tokens": 88}}
+    pairs = {
+        "Qwen3 fragment render": (
+            lambda: tito._render(synthetic + new(), None, {}, add_generation_prompt=True),
+            lambda: tito._render_fragment(list(synthetic), new(), None, {})),
+        # a str body takes the stdlib path, as every body did before
+        "request body parse": (lambda: parse_json_body(body.decode()), lambda: parse_json_body(body)),
+        "chat.completion dumps": (lambda: _stdlib_dumps(answer), lambda: dumps(answer)),
+    }
+    print("| piece | before µs | after µs | after/before |\n|---|---:|---:|---:|")
+    for name, (before, after) in pairs.items():
+        n = repeat // 10 if "render" in name else repeat
+        b = min(timeit.repeat(before, number=n, repeat=5)) / n * 1e6
+        a = min(timeit.repeat(after, number=n, repeat=5)) / n * 1e6
+        print(f"| {name} | {b:.1f} | {a:.1f} | {a / b:.3f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--a", default="/work/main/.venv/bin/dressage-proxy", help="proxy A (the reference)")
@@ -63,7 +108,11 @@ def main() -> None:
     parser.add_argument("--per-client", type=int, default=400, help="bound of requests per client and phase")
     parser.add_argument("--profile", type=float, default=0.0, help="py-spy B for this many seconds of load")
     parser.add_argument("--proxy-flag", action="append", default=[], help="extra flag for both proxies")
+    parser.add_argument("--micro", action="store_true", help="time the replaced pieces in-process instead")
     args = parser.parse_args()
+    if args.micro:
+        micro()
+        return
 
     tokenizer = load_tokenizer()
     conv = Conversation.build(tokenizer, args.clients, args.turns, args.tokens, args.tokens)
