@@ -24,7 +24,7 @@ from serving.http_server import serve_app
 
 MESSAGES = [{"role": "user", "content": "Say hello."}]
 NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
-VOLATILE_HEADERS = {"date", "x-request-id", "content-length"}
+VOLATILE_HEADERS = {"date", "x-request-id", "request-id", "content-length"}
 
 
 def normalized(body: bytes, session: str) -> Any:
@@ -35,6 +35,11 @@ def normalized(body: bytes, session: str) -> Any:
     text = re.sub(r'"id":"chatcmpl-[^"]*"', '"id":"ID"', text)
     text = re.sub(r'"created":\d+', '"created":0', text)
     text = re.sub(r'"id":"call_[^"]*"', '"id":"CALL"', text)
+    text = re.sub(r"msg_[0-9a-f]+", "msg_ID", text)
+    if text.startswith("event: "):  # an Anthropic stream: its text deltas added up, the kinds of its events
+        events = [json.loads(line[6:]) for line in text.split("\n") if line.startswith("data: ")]
+        deltas = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
+        return deltas, sorted({e["type"] for e in events})
     if text.startswith("data: "):  # a stream: how its deltas are cut depends on timing, what they add up to not
         events = [json.loads(e[6:]) for e in text.split("\n\n") if e.startswith("data: {")]
         content = "".join(c["delta"].get("content") or "" for e in events for c in e["choices"])
@@ -51,6 +56,15 @@ def answer_of(response: httpx.Response, session: str) -> tuple[int, dict[str, st
 
 
 #: (name, headers, raw body or a JSON body): every one answered alike by both paths
+ANTHROPIC = {"anthropic-version": "2023-06-01"}
+MESSAGES_CASES: list[tuple[str, dict[str, str], Any]] = [
+    ("messages valid", ANTHROPIC, {"model": "m", "max_tokens": 64, "messages": MESSAGES}),
+    ("messages valid stream", ANTHROPIC, {"model": "m", "max_tokens": 64, "messages": MESSAGES, "stream": True}),
+    ("messages no max_tokens", ANTHROPIC, {"model": "m", "messages": MESSAGES}),
+    ("messages not json", ANTHROPIC, b"{nope"),
+    ("messages over the body limit", ANTHROPIC, {"model": "m", "max_tokens": 8,
+                                                 "messages": [{"role": "user", "content": "x" * 5000}]}),
+]
 CASES: list[tuple[str, dict[str, str], Any]] = [
     ("valid", {}, {"messages": MESSAGES, **NO_THINKING}),
     ("valid stream", {}, {"messages": MESSAGES, "stream": True, **NO_THINKING}),
@@ -71,17 +85,19 @@ CASES: list[tuple[str, dict[str, str], Any]] = [
 
 
 async def test_the_lean_path_answers_as_the_quart_route_does(start_proxy, nursery: trio.Nursery) -> None:
-    script = [{"session": "*", "output": "Hello there."} for _ in range(8)]
+    script = [{"session": "*", "output": "Hello there."} for _ in range(12)]
     proxy = await start_proxy(script=script, max_body_bytes=4096)
     services = proxy.handle.services
     # The running proxy serves the chat route on the lean path; a second app on the same services, through quart.
-    assert (("POST", "/v1/chat/completions") in
-            create_proxy_app(services).extensions[LEAN_ROUTES_KEY])
+    lean = create_proxy_app(services).extensions[LEAN_ROUTES_KEY]
+    assert ("POST", "/v1/chat/completions") in lean and ("POST", "/v1/messages") in lean
     quart_url = await nursery.start(functools.partial(
         serve_app, create_proxy_app(services, lean_routes=False), "127.0.0.1", 0,
         limits=http_limits(services.config)))
     seen = {}
-    for name, headers, body in CASES:
+    cases = [("/v1/chat/completions", *case) for case in CASES]
+    cases += [("/v1/messages", *case) for case in MESSAGES_CASES]
+    for path, name, headers, body in cases:
         answers = []
         for which, url in (("lean", proxy.url), ("quart", quart_url)):
             session = f"{which}-{len(seen)}"
@@ -89,7 +105,7 @@ async def test_the_lean_path_answers_as_the_quart_route_does(start_proxy, nurser
             sent = {name: value.encode("utf-8") for name, value in sent.items()}  # raw bytes: a non-ASCII key too
             content = body if isinstance(body, bytes) else json.dumps(body).encode()
             async with httpx.AsyncClient(base_url=url) as http:
-                response = await http.post("/v1/chat/completions", content=content, headers=sent)
+                response = await http.post(path, content=content, headers=sent)
             answers.append(answer_of(response, session))
         seen[name] = answers
         assert answers[0] == answers[1], name
@@ -97,6 +113,9 @@ async def test_the_lean_path_answers_as_the_quart_route_does(start_proxy, nurser
     assert seen["valid stream"][0][1]["content-type"] == "text/event-stream"
     assert seen["over the body limit"][0][0] == 413 and seen["over the body limit"][0][1]["connection"] == "close"
     assert seen["not json"][0][0] == 400 and seen["no session"][0][0] == 400
+    assert seen["messages valid"][0][0] == 200 and seen["messages valid"][0][2]["type"] == "message"
+    assert seen["messages not json"][0][2]["type"] == "error"  # Anthropic's shape, from the outer wrapper
+    assert seen["messages over the body limit"][0][0] == 413
 
 
 async def test_other_methods_and_spellings_of_the_path_still_reach_quart(start_proxy) -> None:
