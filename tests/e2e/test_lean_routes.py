@@ -35,7 +35,8 @@ def normalized(body: bytes, session: str) -> Any:
     text = re.sub(r'"id":"chatcmpl-[^"]*"', '"id":"ID"', text)
     text = re.sub(r'"created":\d+', '"created":0', text)
     text = re.sub(r'"id":"call_[^"]*"', '"id":"CALL"', text)
-    text = re.sub(r"msg_[0-9a-f]+", "msg_ID", text)
+    text = re.sub(r"(msg|resp|rs|fc)_[0-9a-zA-Z]+", r"\1_ID", text)
+    text = re.sub(r'"created_at":[0-9.]+', '"created_at":0', text)
     if text.startswith("event: "):  # an Anthropic stream: its text deltas added up, the kinds of its events
         events = [json.loads(line[6:]) for line in text.split("\n") if line.startswith("data: ")]
         deltas = "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta")
@@ -51,7 +52,7 @@ def normalized(body: bytes, session: str) -> Any:
 
 
 def answer_of(response: httpx.Response, session: str) -> tuple[int, dict[str, str], Any]:
-    headers = {k: v for k, v in response.headers.items() if k not in VOLATILE_HEADERS}
+    headers = {k: v.replace(session, "SESSION") for k, v in response.headers.items() if k not in VOLATILE_HEADERS}
     return response.status_code, headers, normalized(response.content, session)
 
 
@@ -64,6 +65,11 @@ MESSAGES_CASES: list[tuple[str, dict[str, str], Any]] = [
     ("messages not json", ANTHROPIC, b"{nope"),
     ("messages over the body limit", ANTHROPIC, {"model": "m", "max_tokens": 8,
                                                  "messages": [{"role": "user", "content": "x" * 5000}]}),
+]
+RESPONSES_CASES: list[tuple[str, dict[str, str], Any]] = [
+    ("responses valid", {}, {"model": "m", "input": "Say hello.", "store": False}),
+    ("responses bad input", {}, {"model": "m", "input": 42}),
+    ("responses not json", {}, b"[nope"),
 ]
 CASES: list[tuple[str, dict[str, str], Any]] = [
     ("valid", {}, {"messages": MESSAGES, **NO_THINKING}),
@@ -90,13 +96,14 @@ async def test_the_lean_path_answers_as_the_quart_route_does(start_proxy, nurser
     services = proxy.handle.services
     # The running proxy serves the chat route on the lean path; a second app on the same services, through quart.
     lean = create_proxy_app(services).extensions[LEAN_ROUTES_KEY]
-    assert ("POST", "/v1/chat/completions") in lean and ("POST", "/v1/messages") in lean
+    assert {("POST", "/v1/chat/completions"), ("POST", "/v1/messages"), ("POST", "/v1/responses")} <= lean.keys()
     quart_url = await nursery.start(functools.partial(
         serve_app, create_proxy_app(services, lean_routes=False), "127.0.0.1", 0,
         limits=http_limits(services.config)))
     seen = {}
     cases = [("/v1/chat/completions", *case) for case in CASES]
     cases += [("/v1/messages", *case) for case in MESSAGES_CASES]
+    cases += [("/v1/responses", *case) for case in RESPONSES_CASES]
     for path, name, headers, body in cases:
         answers = []
         for which, url in (("lean", proxy.url), ("quart", quart_url)):
@@ -116,6 +123,7 @@ async def test_the_lean_path_answers_as_the_quart_route_does(start_proxy, nurser
     assert seen["messages valid"][0][0] == 200 and seen["messages valid"][0][2]["type"] == "message"
     assert seen["messages not json"][0][2]["type"] == "error"  # Anthropic's shape, from the outer wrapper
     assert seen["messages over the body limit"][0][0] == 413
+    assert seen["responses valid"][0][0] == 200 and seen["responses bad input"][0][0] == 400
 
 
 async def test_other_methods_and_spellings_of_the_path_still_reach_quart(start_proxy) -> None:
