@@ -8,6 +8,8 @@ routes an agent calls on every turn that is a measurable share of the proxy's CP
 end hooks, the exchange observer and the request id: every behaviour those give stays) when the request's method
 and path are exactly the route's; everything else, and the same route reached otherwise (``//v1/...``, a GET's 405,
 an OPTIONS), still goes to quart, where the route stays registered on the same handler (:func:`quart_view`).
+Lean today: ``POST /v1/chat/completions`` (``proxy/routes/chat.py``), ``POST /v1/messages`` and
+``POST /v1/responses`` (``proxy/routes/messages.py``, ``proxy/routes/responses.py``).
 
 What the lean path keeps of quart's, so that both answer alike (``tests/e2e/test_lean_routes.py`` compares them):
 
