@@ -19,6 +19,7 @@ from proxy.access import AccessMiddleware, AccessPolicy
 from proxy.api import ApiError
 from proxy.api.error_mapping import api_error_for
 from proxy.frontends.messages_errors import AnthropicErrorShape
+from proxy.lean_http import LeanRoutes
 from proxy.observability.exchanges import observe_exchanges
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware
@@ -38,7 +39,9 @@ def error_response(error: ApiError) -> Response:
     return response
 
 
-def create_proxy_app(services: ProxyServices) -> QuartTrio:
+def create_proxy_app(services: ProxyServices, *, lean_routes: bool = True) -> QuartTrio:
+    """The app; ``lean_routes=False`` serves the hot routes through quart too (``proxy/lean_http.py``; the tests
+    compare both)."""
     app = harden_app(QuartTrio("dressage-proxy"))
 
     @app.errorhandler(HTTPException)
@@ -55,8 +58,10 @@ def create_proxy_app(services: ProxyServices) -> QuartTrio:
     # refusals included; just inside it, its session slot, its count and duration, and its access line
     # (proxy/observability/exchanges.py).
     config = services.config
+    # Innermost, the hot routes skip quart's request machinery (proxy/lean_http.py); everything else is quart's.
+    inner = LeanRoutes(app.asgi_app, app) if lean_routes else app.asgi_app
     access = AccessMiddleware(
-        app.asgi_app, AccessPolicy.from_config(config), drain_bytes=config.max_body_bytes,
+        inner, AccessPolicy.from_config(config), drain_bytes=config.max_body_bytes,
         drain_seconds=config.body_read_timeout,
     )
     observed = observe_exchanges(app, services.metrics, RequestEndHooks(access))

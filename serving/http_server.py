@@ -60,9 +60,17 @@ def apply_limits(app: QuartTrio, limits: HTTPLimits) -> None:
 
 
 def _body_refusal(exc: Exception, limits: HTTPLimits) -> Response:
-    """413 or 408 in the limits' error shape. ``Connection: close``: the rest of the body may still be coming, and
-    it must not be read as the next request (nor make hypercorn wait for it, pitfall 1)."""
-    if isinstance(exc, RequestEntityTooLarge):
+    """413 or 408 in the limits' error shape (:func:`body_refusal_parts`)."""
+    status, body, headers = body_refusal_parts("too_large" if isinstance(exc, RequestEntityTooLarge) else "timeout",
+                                                limits)
+    return Response(body, status=status, content_type="application/json", headers=headers)
+
+
+def body_refusal_parts(kind: str, limits: HTTPLimits) -> tuple[int, bytes, dict[str, str]]:
+    """(status, body, headers) of a body refused as ``"too_large"`` (413) or ``"timeout"`` (408); the lean routes
+    (``proxy/lean_http.py``) answer with the same. ``Connection: close``: the rest of the body may still be coming,
+    and it must not be read as the next request (nor make hypercorn wait for it, pitfall 1)."""
+    if kind == "too_large":
         status, code = TOO_LARGE
         body = limits.refusal(
             status, code, f"the request body is over {limits.max_body_bytes} bytes", limit=limits.max_body_bytes
@@ -73,7 +81,7 @@ def _body_refusal(exc: Exception, limits: HTTPLimits) -> Response:
             status, code, f"the request body was not received within {limits.body_read_timeout:g} s; the connection "
             "is closed",
         )
-    return Response(body, status=status, content_type="application/json", headers={"Connection": "close"})
+    return status, body, {"Connection": "close"}
 
 
 def hypercorn_config(host: str, port: int, limits: HTTPLimits | None = None) -> HypercornConfig:

@@ -33,6 +33,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from proxy.api.errors import ApiError
 
 #: how deeply opaque JSON values (schemas, template kwargs, reward info) may nest
@@ -48,6 +50,8 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # require_valid_unicode is needed only when this matches (a pair spelling an emoji matches too; the walk finds it
 # valid, as json.loads joined the pair into one character).
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+# A run of 19 digits or more: a JSON integer that may not fit in 64 bits, which orjson would read as a float.
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
 # An object key written as ``.key`` in a field path; any other key is written ``["key"]`` (JSON, ASCII-escaped).
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
@@ -62,6 +66,15 @@ def parse_json_body(data: bytes | str) -> Any:
     ``invalid_request`` naming it.
     """
     decoded_from_utf8 = isinstance(data, (bytes, bytearray))
+    if decoded_from_utf8 and not _LONG_NUMBER.search(data):
+        # orjson first (issue 21: every body in, ~3x the stdlib's speed): it accepts exactly the valid UTF-8 JSON
+        # without lone surrogates that the path below accepts, to the same values, except integers beyond 64 bits
+        # (it reads them as floats: such a body takes the path below). Anything it refuses takes the path below
+        # too, for the same answer and message as always.
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
     if decoded_from_utf8:
         try:
             data = bytes(data).decode("utf-8")

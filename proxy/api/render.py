@@ -66,6 +66,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import orjson
 
 from proxy.api.errors import ApiError
 
@@ -427,7 +428,37 @@ class ChunkFormat:
 
 
 def dumps(value: Any) -> bytes:
-    """Compact UTF-8 JSON (see the module docstring for the escaping rules)."""
+    """Compact UTF-8 JSON (see the module docstring for the escaping rules). orjson writes it (issue 21: every body
+    out, ~5-10x the stdlib's speed); what orjson refuses (a lone surrogate, an int beyond 64 bits, a non-string key,
+    a non-finite float, which orjson would write as ``null``) is written by the stdlib as before."""
+    try:
+        data = orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return _stdlib_dumps(value)
+    if b"null" in data and _has_non_finite(value):
+        return _stdlib_dumps(value)
+    if b"\xc2\x85" in data or b"\xe2\x80" in data:
+        for char in _LINE_BREAKS_OUTSIDE_JSON:
+            data = data.replace(char.encode("utf-8"), f"\\u{ord(char):04x}".encode("ascii"))
+    return data
+
+
+def _has_non_finite(value: Any) -> bool:
+    """Whether a float in ``value`` is NaN or infinite (orjson writes those as ``null``, the stdlib as before)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is float:
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
+
+
+def _stdlib_dumps(value: Any) -> bytes:
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     for char in _LINE_BREAKS_OUTSIDE_JSON:
         if char in text:

@@ -1,6 +1,8 @@
 """``POST /v1/chat/completions``: parse, hand the request to the generation controller, answer.
 
-Thin on purpose (``docs/request-path.md`` describes the whole path). The body is read before anything is answered
+Thin on purpose (``docs/request-path.md`` describes the whole path), and served on the lean path
+(``proxy/lean_http.py``: no quart request or response objects; quart serves the same handler for every other way
+the path is reached). The body is read before anything is answered
 (``serving.http_server``'s hook, stack-notes pitfall 1); ``ChatCompletionRequest.from_http`` validates it (a 4xx
 ``ApiError`` for anything wrong; a large body is parsed and validated in a worker thread,
 ``proxy/routes/json_body.py``); the controller prepares the step and raises ``ApiError`` for refusals; then:
@@ -28,13 +30,12 @@ idempotency key, its answer is recorded once every choice committed.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from functools import partial
 from typing import Any
 
 import attrs
-from quart import Response, request
 from quart_trio import QuartTrio
-from werkzeug.datastructures import Headers
 
 from proxy.api import ChatCompletionRequest, dumps
 from proxy.api.session_identity import SessionIdSources
@@ -42,8 +43,9 @@ from proxy.controllers import idempotency
 from proxy.controllers.committed_answer import render_committed
 from proxy.controllers.choices import ChoiceSet
 from proxy.controllers.generation_driver import Generation
+from proxy.lean_http import Answer, lean_route
 from proxy.request_end import on_request_end
-from proxy.routes.json_body import read_json_body
+from proxy.routes.json_body import convert_json_body
 from proxy.services import ProxyServices
 from proxy.session_context import set_current_session_id
 
@@ -60,13 +62,12 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     config = services.config
     session_ids = SessionIdSources(config.session_id_headers, config.session_id_body_field)
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions() -> Response:
-        chat, key, fingerprint = await read_json_body(partial(read_chat, request.headers))
+    async def chat_completions(headers: Any, data: bytes, scope: MutableMapping[str, Any]) -> Answer:
+        chat, key, fingerprint = await convert_json_body(data, partial(read_chat, headers))
         set_current_session_id(chat.session_id)  # on every log line of this exchange from now on, its access line too
         keys = await sessions.loaded_idempotency_keys(chat.session_id) if key is not None else None
         if keys is None:
-            return await answer(chat, None)
+            return await answer(chat, None, scope)
         assert key is not None and fingerprint is not None
         # A restored key's step answers a single-choice repeat; an n > 1 repeat runs again (idempotency.py).
         claim = await keys.claim(key, fingerprint, from_step=chat.n == 1)
@@ -76,12 +77,14 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
                                      token_ids_default=config.return_token_ids)
             keys.remember(key, claim)
         if isinstance(claim, idempotency.RecordedResponse):
-            response = Response(claim.body, status=200, content_type=claim.content_type)
-            response.headers.update(idempotency.replay_headers(claim, SSE_HEADERS))
-            return response
-        return await answer(attrs.evolve(chat, idempotency=(key, fingerprint)), claim)  # journaled with the step
+            return Answer(200, claim.content_type, claim.body, idempotency.replay_headers(claim, SSE_HEADERS))
+        # journaled with the step
+        return await answer(attrs.evolve(chat, idempotency=(key, fingerprint)), claim, scope)
 
-    def read_chat(headers: Headers, body: Any) -> tuple[ChatCompletionRequest, str | None, str | None]:
+    # Served on the lean path (proxy/lean_http.py: every turn of every agent comes here), quart otherwise.
+    lean_route(app, "POST", "/v1/chat/completions", chat_completions)
+
+    def read_chat(headers: Any, body: Any) -> tuple[ChatCompletionRequest, str | None, str | None]:
         """The request, its Idempotency-Key and (with a key) the body's fingerprint: every O(body) step of the
         request's reading, run together (off the loop for a large body, ``proxy/routes/json_body.py``)."""
         chat = ChatCompletionRequest.from_http(
@@ -91,7 +94,9 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         key = idempotency.key_from_headers(headers)
         return chat, key, idempotency.fingerprint(body) if key is not None else None
 
-    async def answer(chat: ChatCompletionRequest, claim: idempotency.Claim | None) -> Response:
+    async def answer(
+        chat: ChatCompletionRequest, claim: idempotency.Claim | None, scope: MutableMapping[str, Any]
+    ) -> Answer:
         """Generate and answer; with a claim, record a committed answer under its key (or free the key)."""
         handed_over = False
         try:
@@ -101,29 +106,26 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
             else:
                 generation = await controller.start(chat, app.nursery)
             # However this exchange ends (a disconnect before the body starts included), the generation hears of it.
-            on_request_end(request.scope, generation.client_gone)
+            on_request_end(scope, generation.client_gone)
             if not chat.stream:
                 payload = dumps(await generation.result())
                 step_id = committed_step(generation)
                 if claim is not None and step_id is not None:
                     claim.record(idempotency.RecordedResponse(payload, JSON, False, step_id))
-                return Response(payload, status=200, content_type=JSON)
+                return Answer(200, JSON, payload)
             first = await generation.first_output()
             sse = generation.sse_body(first)
             if claim is not None:
                 # The stream's body records the answer at its end (or frees the key).
                 answered = generation
                 sse = idempotency.RecordingBody(sse, claim, lambda: committed_step(answered), SSE)
-                # A body quart never started records nothing: the exchange's end frees the key (no-op if recorded).
-                on_request_end(request.scope, claim.release)
+                # A body never started records nothing: the exchange's end frees the key (no-op if recorded).
+                on_request_end(scope, claim.release)
                 handed_over = True
         finally:
             if claim is not None and not handed_over:
                 claim.release()  # a no-op once recorded
-        response = Response(sse, status=200, content_type=SSE)
-        response.headers.update(SSE_HEADERS)
-        response.timeout = None  # never cut a stream (stack-notes pitfall 2; the app-wide timeouts are off too)
-        return response
+        return Answer(200, SSE, sse, SSE_HEADERS)
 
     def committed_step(generation: Generation | ChoiceSet) -> int | None:
         """The step an answer committed, for its idempotency record; with several choices, the first choice's once

@@ -21,7 +21,11 @@ T = TypeVar("T")
 
 async def read_json_body(convert: Callable[[Any], T]) -> T:
     """``convert(parse_json_body(body))`` of the current request's body (read whole first)."""
-    data = await request.get_data()
+    return await convert_json_body(await request.get_data(), convert)
+
+
+async def convert_json_body(data: bytes, convert: Callable[[Any], T]) -> T:
+    """``convert(parse_json_body(data))`` of a body already read (a lean route's, ``proxy/lean_http.py``)."""
     return await run_sized(len(data), INLINE_BODY_BYTES, _parse_and_convert, data, convert)
 
 
@@ -29,4 +33,4 @@ def _parse_and_convert(data: bytes, convert: Callable[[Any], T]) -> T:
     return convert(parse_json_body(data))
 
 
-__all__ = ["read_json_body"]
+__all__ = ["convert_json_body", "read_json_body"]

@@ -19,6 +19,7 @@ kwargs). It needs no session id (none is recorded), and generates nothing.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from functools import partial
 from typing import Any
 
@@ -34,9 +35,10 @@ from proxy.frontends.chat_bridge import ChatRun
 from proxy.frontends.messages_output import message_id, message_json
 from proxy.frontends.messages_request import chat_body, shows_thinking
 from proxy.frontends.messages_stream import MessageStreamWriter, sse_body
+from proxy.lean_http import Answer, lean_route
 from proxy.request_id import current_request_id, new_request_id
 from proxy.routes.chat import SSE_HEADERS
-from proxy.routes.json_body import read_json_body
+from proxy.routes.json_body import convert_json_body, read_json_body
 from proxy.services import ProxyServices
 from proxy.session_context import set_current_session_id
 from proxy.trajectory.message_keys import effective_template_kwargs
@@ -72,25 +74,24 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
         )
         return chat, translated["model"], shows_thinking(body)
 
-    @app.post("/v1/messages")
-    async def messages() -> Response:
-        chat, model, show_thinking = await read_json_body(partial(read, request.headers))
+    async def messages(headers: Any, data: bytes, scope: MutableMapping[str, Any]) -> Answer:
+        chat, model, show_thinking = await convert_json_body(data, partial(read, headers))
         set_current_session_id(chat.session_id)
-        run = await ChatRun.start(controller(), chat, app.nursery, request.scope)
+        run = await ChatRun.start(controller(), chat, app.nursery, scope)
         stop_sequences = chat.stop
         if not chat.stream:
             completion = await run.completion()
             answer = message_json(
                 completion, model, _matched_stop(run), stop_sequences, _message_id(), show_thinking=show_thinking,
             )
-            return Response(dumps(answer), status=200, content_type=JSON)
+            return Answer(200, JSON, dumps(answer))
         first = await run.first_chunk()
         writer = MessageStreamWriter(_message_id(), model, _prompt_tokens(run), stop_sequences, show_thinking)
         body = sse_body(writer, run.chunks(first), partial(_matched_stop, run))
-        response = Response(body, status=200, content_type="text/event-stream")
-        response.headers.update(SSE_HEADERS)
-        response.timeout = None  # never cut a stream (stack-notes pitfall 2)
-        return response
+        return Answer(200, "text/event-stream", body, SSE_HEADERS)  # a stream is never cut (stack-notes pitfall 2)
+
+    # An agent's every turn: served on the lean path (proxy/lean_http.py), quart otherwise.
+    lean_route(app, "POST", "/v1/messages", messages)
 
     @app.post("/v1/messages/count_tokens")
     async def count_tokens() -> Response:

@@ -22,11 +22,10 @@ The answer's ``X-Session-Id`` header names the session used. ``store`` (default 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import aclosing
 from typing import Any
 
-from quart import Response, request
 from quart_trio import QuartTrio
 
 from proxy.api import ChatCompletionRequest, dumps, parse_json_body
@@ -40,6 +39,7 @@ from proxy.frontends.responses_request import ResponsesBody, read_responses_body
 from proxy.frontends.responses_store import ResponseChains, StoredResponse
 from proxy.frontends.responses_stream import ResponseEvents, new_id
 from proxy.frontends.template_probe import system_role_inside
+from proxy.lean_http import Answer, lean_route
 from proxy.routes.chat import SSE_HEADERS
 from proxy.services import ProxyServices
 from proxy.session_context import set_current_session_id
@@ -63,37 +63,33 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
     chains = ResponseChains(session_alive)
     app.extensions["dressage_response_chains"] = chains
 
-    @app.post("/v1/responses")
-    async def responses() -> Response:
-        data = await request.get_data()
+    async def responses(request_headers: Any, data: bytes, scope: MutableMapping[str, Any]) -> Answer:
         body, raw = await run_sized(len(data), INLINE_BODY_BYTES, _read, data)
         response_id = new_id("resp")
         previous = _previous(body)
-        session_id = _session_id(raw, previous, response_id)
+        session_id = _session_id(raw, previous, response_id, request_headers)
         set_current_session_id(session_id)
         history = previous.conversation() if previous is not None else []
         chat_body = {**body.chat, "messages": body.conversation(history, inner_system_role)}
-        headers = {**header_map(request.headers), session_ids.headers[0].lower(): session_id}
+        headers = {**header_map(request_headers), session_ids.headers[0].lower(): session_id}
         chat = await run_sized(len(data), INLINE_BODY_BYTES, _chat_request, chat_body, headers)
-        run = await ChatRun.start(controller, chat, app.nursery, request.scope)
+        run = await ChatRun.start(controller, chat, app.nursery, scope)
         first = await run.first_chunk()
         events = _events(body, run, first, response_id, session_id, previous)
-        if body.stream:
-            response = Response(_sse(events), status=200, content_type=SSE)
-            response.headers.update(SSE_HEADERS)
-            response.timeout = None  # never cut a stream (as the chat route)
-        else:
-            final: dict[str, Any] = {}
-            async with aclosing(events) as iterator:
-                async for event in iterator:
-                    if event["type"] == "error":  # the chat stream ended in an error: answer it
-                        raise _error_of(event)
-                    final = event
-            if "response" not in final:  # a chat stream with no chunk at all (never seen; not a 500 either)
-                raise ApiError.upstream_error("the upstream answer ended before it began")
-            response = Response(dumps(final["response"]), status=200, content_type=JSON)
-        response.headers["X-Session-Id"] = session_id
-        return response
+        if body.stream:  # a stream is never cut (as the chat route)
+            return Answer(200, SSE, _sse(events), {**SSE_HEADERS, "X-Session-Id": session_id})
+        final: dict[str, Any] = {}
+        async with aclosing(events) as iterator:
+            async for event in iterator:
+                if event["type"] == "error":  # the chat stream ended in an error: answer it
+                    raise _error_of(event)
+                final = event
+        if "response" not in final:  # a chat stream with no chunk at all (never seen; not a 500 either)
+            raise ApiError.upstream_error("the upstream answer ended before it began")
+        return Answer(200, JSON, dumps(final["response"]), {"X-Session-Id": session_id})
+
+    # An agent's every turn: served on the lean path (proxy/lean_http.py), quart otherwise.
+    lean_route(app, "POST", "/v1/responses", responses)
 
     def _read(data: bytes) -> tuple[ResponsesBody, dict[str, Any]]:
         raw = parse_json_body(data)
@@ -110,9 +106,9 @@ def register(app: QuartTrio, services: ProxyServices) -> None:
             )
         return record
 
-    def _session_id(raw: dict[str, Any], previous: StoredResponse | None, response_id: str) -> str:
+    def _session_id(raw: dict[str, Any], previous: StoredResponse | None, response_id: str, headers: Any) -> str:
         try:
-            session_id, _ = read_session_id(raw, header_map(request.headers), session_ids)
+            session_id, _ = read_session_id(raw, header_map(headers), session_ids)
         except ApiError as error:
             if error.code != ErrorCode.MISSING_SESSION_ID:
                 raise

@@ -44,6 +44,7 @@ import tokenizers
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from proxy.tokenization.messages import MessageError, normalize_message, normalize_messages
+from proxy.tokenization.render_cache import ShapeRenderCache
 from proxy.tokenization.results import IncrementalResult, TitoError, TitoFailure, TitoFailureReason, TitoFragment
 
 #: template variables the proxy controls itself; a client's chat_template_kwargs cannot override them
@@ -129,6 +130,7 @@ class TitoTokenizer(abc.ABC):
         self._gen_prompt_ids: dict[str, tuple[int, ...]] = {}
         self._token_bytes: dict[int, bytes] = {}
         self._query_prompts: dict[str, str] = {}
+        self._fragment_renders = ShapeRenderCache(chat_template)
         self._check_template()
 
     @abc.abstractmethod
@@ -427,10 +429,22 @@ class TitoTokenizer(abc.ABC):
         synthetic = [{"role": "user", "content": ANCHOR_QUERY}] if history_has_query else []
         synthetic.append({"role": "assistant", "content": anchor})
         try:
-            text = self._render(synthetic + new_messages, tools, chat_template_kwargs, add_generation_prompt=True)
+            text = self._render_fragment(synthetic, new_messages, tools, chat_template_kwargs)
         except TitoError as exc:
             return exc.failure
         return self._cut_fragment(text, anchor, checkpoint_end, chat_template_kwargs)
+
+    def _render_fragment(
+        self, synthetic: list[dict[str, Any]], new_messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None, chat_template_kwargs: Mapping[str, Any] | None,
+    ) -> str:
+        """The synthetic render (generation prompt on) of a fragment, from the shape cache when the same roles,
+        fields, tools and kwargs were rendered before (``proxy/tokenization/render_cache.py``)."""
+        messages = synthetic + new_messages
+        return self._fragment_renders.render(
+            messages, tools, self._template_kwargs(chat_template_kwargs), True, len(synthetic),
+            lambda: self._render(messages, tools, chat_template_kwargs, add_generation_prompt=True),
+        )
 
     @abc.abstractmethod
     def _cut_fragment(
