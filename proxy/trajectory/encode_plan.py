@@ -47,19 +47,26 @@ class EncodePlan:
     boundary_detail: str | None = None
 
 
-def request_keys(messages: Sequence[Any], *, ignore_cch: bool = False) -> tuple[list[MessageKey], list[str | None]]:
+def request_keys(
+    messages: Sequence[Any], *, ignore_cch: bool = False, known: Sequence[Any] = ()
+) -> tuple[list[MessageKey], list[str | None]]:
     """The trie keys and reasoning variants of a request's messages: pure and O(request text), so the registry
-    computes them before taking the session's lock. Raises InvalidMessagesError."""
+    computes them before taking the session's lock. Raises InvalidMessagesError.
+
+    ``known``: trie nodes (``PrefixTrie.echoed_prefix``) storing messages the same as the request's first ones;
+    their keys and variants are reused, so a turn keys only the messages its session does not hold yet."""
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence) or not messages:
         raise InvalidMessagesError("messages must be a non-empty list")
+    held = len(known)
     try:
-        keys = [message_key(message, ignore_cch=ignore_cch) for message in messages]
+        keys = [node.key for node in known]
+        keys += [message_key(message, ignore_cch=ignore_cch) for message in messages[held:]]
     except MessageKeyError as exc:
         raise InvalidMessagesError(str(exc)) from None
-    for key in keys:
+    for key in keys[held:]:
         # Keys cache their hash: computing it here keeps the O(text) hashing out of the critical section.
         hash(key)
-    return keys, [reasoning_variant(message) for message in messages]
+    return keys, [node.variant for node in known] + [reasoning_variant(message) for message in messages[held:]]
 
 
 def tokenize_plan(tokenizer: TitoTokenizer, plan: EncodePlan) -> array[int] | TitoFailure:

@@ -47,9 +47,12 @@ from typing import Any
 
 import attrs
 
-from proxy.trajectory.message_keys import ContextKey, MessageKey
+from proxy.trajectory.message_keys import ContextKey, MessageKey, same_message
 from proxy.trajectory.tokens import Step
 
+
+#: children of one node compared with an incoming message by echoed_prefix before giving up (the key is computed)
+_ECHO_PROBES = 16
 
 # The children of every leaf: shared, never written (see TrieNode.children).
 _NO_CHILDREN: Mapping[Any, Any] = types.MappingProxyType({})
@@ -162,6 +165,19 @@ def _pick(variants: tuple[TrieNode, ...], variant: str | None) -> TrieNode:
     return max(variants, key=lambda node: node.serial)
 
 
+def _echoed_child(node: TrieNode, message: Any) -> TrieNode | None:
+    """The child of ``node`` storing a message :func:`same_message` as ``message`` (the first few children only)."""
+    probes = 0
+    for variants in node.children.values():
+        for child in variants:
+            if child.message is message or same_message(child.message, message):
+                return child
+            probes += 1
+            if probes == _ECHO_PROBES:
+                return None
+    return None
+
+
 @attrs.define(eq=False)
 class PrefixTrie:
     """One session's trie (see the module docstring)."""
@@ -213,6 +229,29 @@ class PrefixTrie:
                 return node, index
             node = _pick(children, variants[index])
         return node, len(keys)
+
+    def echoed_prefix(self, messages: Sequence[Any], *, ignore_cch: bool = False) -> list[TrieNode]:
+        """The nodes of the longest leading run of ``messages`` that are each :func:`same_message` as the message
+        stored on one path below a context (the history a client echoes back), so their keys and variants are the
+        nodes' (``message_keys.py``: incremental keys). O(the run's text), compared in C; nothing is hashed.
+
+        Read only, and exact whatever the trie does meanwhile: a node's key and variant were computed from its
+        message, so they are those of an equal message even if the node is no longer on any path. Not trusted: an
+        answer stored by a commit under ``ignore_cch`` (its key was computed without the normalization), so such
+        a session computes its assistant messages' keys."""
+        best: list[TrieNode] = []
+        for variants in self.root.children.values():
+            node, found = variants[0], []
+            for message in messages:
+                if ignore_cch and type(message) is dict and message.get("role") == "assistant":
+                    break
+                node = _echoed_child(node, message)
+                if node is None:
+                    break
+                found.append(node)
+            if len(found) > len(best):
+                best = found
+        return best
 
     def attach(
         self,
