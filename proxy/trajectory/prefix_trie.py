@@ -230,25 +230,25 @@ class PrefixTrie:
             node = _pick(children, variants[index])
         return node, len(keys)
 
-    def echoed_prefix(self, messages: Sequence[Any], *, ignore_cch: bool = False) -> list[TrieNode]:
-        """The nodes of the longest leading run of ``messages`` that are each :func:`same_message` as the message
-        stored on one path below a context (the history a client echoes back), so their keys and variants are the
-        nodes' (``message_keys.py``: incremental keys). O(the run's text), compared in C; nothing is hashed.
+    def echoed_prefix(self, messages: Sequence[Any], *, ignore_cch: bool = False) -> list[TrieNode | None]:
+        """For the longest leading run of ``messages`` that are each :func:`same_message` as the message stored on
+        one path below a context (the history a client echoes back), the node whose key and variant are the
+        message's (``message_keys.py``: incremental keys), or None where the key must be computed all the same.
+        O(the run's text), compared in C; nothing is hashed.
 
         Read only, and exact whatever the trie does meanwhile: a node's key and variant were computed from its
-        message, so they are those of an equal message even if the node is no longer on any path. Not trusted: an
-        answer stored by a commit under ``ignore_cch`` (its key was computed without the normalization), so such
-        a session computes its assistant messages' keys."""
-        best: list[TrieNode] = []
+        message, so they are those of an equal message even if the node is no longer on any path. The one
+        exception is an answer stored by a commit under ``ignore_cch`` (its key was computed without the
+        normalization): such a session gets None for its assistant messages."""
+        best: list[TrieNode | None] = []
         for variants in self.root.children.values():
-            node, found = variants[0], []
+            node: TrieNode | None = variants[0]
+            found: list[TrieNode | None] = []
             for message in messages:
-                if ignore_cch and type(message) is dict and message.get("role") == "assistant":
-                    break
                 node = _echoed_child(node, message)
                 if node is None:
                     break
-                found.append(node)
+                found.append(None if ignore_cch and node.key.role == "assistant" else node)
             if len(found) > len(best):
                 best = found
         return best

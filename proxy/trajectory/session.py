@@ -176,11 +176,11 @@ class Session:
         return request_keys(messages, ignore_cch=self.config.ignore_cch_for_prefix_hash,
                             known=self.echoed_prefix(messages))
 
-    def echoed_prefix(self, messages: Any) -> list[TrieNode]:
+    def echoed_prefix(self, messages: Any) -> list[TrieNode | None]:
         """The trie nodes of the request's leading messages the session already holds (``request_keys(known=)``);
-        empty for anything but a list, or once the session freed its trie. Read only: call it on the event loop
+        empty for anything but a list or tuple, or once the session freed its trie. Read only: call it on the event loop
         (never in a worker thread while the loop may change the trie); its answer stays exact afterwards."""
-        if self.trie is None or type(messages) is not list:
+        if self.trie is None or type(messages) not in (list, tuple):
             return []
         return self.trie.echoed_prefix(messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
 
