@@ -58,6 +58,32 @@ _ECHO_PROBES = 16
 _NO_CHILDREN: Mapping[Any, Any] = types.MappingProxyType({})
 
 
+class _OneKey(Mapping[Any, Any]):
+    """A read-only mapping of one key, 48 bytes where a dict of one entry takes 232 (issue 21 item 5): the children
+    of a node whose children all share one key (nearly every node of a conversation: one next message), and a
+    node's encodings under one signature. ``variants`` is the value. Never mutated: the trie replaces it (by a dict
+    once a second key comes)."""
+
+    __slots__ = ("key", "variants")
+
+    def __init__(self, key: Any, variants: tuple[Any, ...]) -> None:
+        self.key, self.variants = key, variants
+
+    def __getitem__(self, key: Any) -> Any:
+        if key == self.key:
+            return self.variants
+        raise KeyError(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self.variants if key == self.key else default
+
+    def __iter__(self) -> Iterator[Any]:
+        yield self.key
+
+    def __len__(self) -> int:
+        return 1
+
+
 class NodeKind(enum.Enum):
     """What a trie node stands for."""
 
@@ -90,7 +116,8 @@ class TrieNode:
     # Creation order within the trie (ties between variants go to the newest).
     serial: int
     # key -> the children with that key, one per variant (almost always one: a tuple is the smallest container).
-    # Leaves (most answers) share one empty read-only mapping until their first child.
+    # Leaves (most answers) share one empty read-only mapping until their first child; a node whose children share
+    # one key (nearly every node) holds a _OneKey, a dict only from the second key on.
     children: Mapping[Any, tuple[TrieNode, ...]] = _NO_CHILDREN
     # The newest step committed on this node (assistant answers only).
     checkpoint: Step | None = None
@@ -99,20 +126,19 @@ class TrieNode:
     # A step was committed on this node or below it: the node is no longer pending.
     committed_below: bool = False
     # The context ids generations attached here encoded, by what they extend: siblings that encode the same
-    # context share one array (best-of-N over a prompt). Each entry is ``[ids, holders]``: the generations and steps
-    # using it (a failed generation gives its use back; the last one out removes the entry). Created on first use.
-    encodings: dict[Any, list[Any]] | None = None
+    # context share one array (best-of-N over a prompt). Each entry is ``(ids, holders)``: the generations and steps
+    # using it (a failed generation gives its use back; the last one out removes the entry). Created on first use;
+    # one signature (the usual) is a _OneKey, not a dict (issue 21 item 5: about 200 bytes a step).
+    encodings: Mapping[Any, tuple[Any, int]] | None = None
 
     def shared_encoding(self, signature: Any, ids: Any) -> Any:
         """``ids``, or an equal array already encoded here for the same ``signature`` (then stored only once).
         The caller holds the entry until :meth:`release_encoding` (a committed step keeps it for good)."""
-        if self.encodings is None:
-            self.encodings = {}
-        known = self.encodings.get(signature)
+        known = self.encodings.get(signature) if self.encodings is not None else None
         if known is not None and known[0] == ids:
-            known[1] += 1
+            self._set_encoding(signature, (known[0], known[1] + 1))
             return known[0]
-        self.encodings[signature] = [ids, 1]
+        self._set_encoding(signature, (ids, 1))
         return ids
 
     def release_encoding(self, signature: Any, ids: Any) -> None:
@@ -120,11 +146,23 @@ class TrieNode:
         known = self.encodings.get(signature) if self.encodings is not None else None
         if known is None or known[0] is not ids:
             return  # replaced meanwhile by another encoding for the signature: nothing of this one is stored
-        known[1] -= 1
-        if not known[1]:
+        if known[1] > 1:
+            self._set_encoding(signature, (known[0], known[1] - 1))
+        elif type(self.encodings) is _OneKey:
+            self.encodings = None
+        else:
             del self.encodings[signature]
             if not self.encodings:
                 self.encodings = None
+
+    def _set_encoding(self, signature: Any, entry: tuple[Any, int]) -> None:
+        encodings = self.encodings
+        if encodings is None or (type(encodings) is _OneKey and encodings.key == signature):
+            self.encodings = _OneKey(signature, entry)
+        elif type(encodings) is _OneKey:
+            self.encodings = {encodings.key: encodings.variants, signature: entry}
+        else:
+            encodings[signature] = entry
 
     def child_variants(self) -> Iterator[TrieNode]:
         """Every child, all variants."""
@@ -196,9 +234,14 @@ class PrefixTrie:
         self._serial += 1
         depth = parent.depth + 1 if kind is NodeKind.MESSAGE else 0
         node = TrieNode(kind, key, variant, message, parent, depth, self._serial)
-        if parent.children is _NO_CHILDREN:
-            parent.children = {}
-        parent.children[key] = parent.children.get(key, ()) + (node,)
+        children = parent.children
+        if children is _NO_CHILDREN:
+            parent.children = _OneKey(key, (node,))
+        elif type(children) is _OneKey:
+            parent.children = (_OneKey(key, children.variants + (node,)) if children.key == key
+                               else {children.key: children.variants, key: (node,)})
+        else:
+            children[key] = children.get(key, ()) + (node,)
         self.size += 1
         return node
 
@@ -294,6 +337,11 @@ class PrefixTrie:
         """Remove a childless node from its parent."""
         parent = node.parent
         children = parent.children
+        if type(children) is _OneKey:
+            remaining = tuple(other for other in children.variants if other is not node)
+            parent.children = _OneKey(node.key, remaining) if remaining else _NO_CHILDREN
+            self.size -= 1
+            return
         variants = children.pop(node.key)
         if len(variants) > 1:
             children[node.key] = tuple(other for other in variants if other is not node)
