@@ -70,12 +70,13 @@ class _OneKey(Mapping[Any, Any]):
         self.key, self.variants = key, variants
 
     def __getitem__(self, key: Any) -> Any:
-        if key == self.key:
+        if key is self.key or key == self.key:
             return self.variants
         raise KeyError(key)
 
     def get(self, key: Any, default: Any = None) -> Any:
-        return self.variants if key == self.key else default
+        # Identity first, as a dict lookup does: an echoed message's key is the stored node's own.
+        return self.variants if key is self.key or key == self.key else default
 
     def __iter__(self) -> Iterator[Any]:
         yield self.key
@@ -206,7 +207,8 @@ def _pick(variants: tuple[TrieNode, ...], variant: str | None) -> TrieNode:
 def _echoed_child(node: TrieNode, message: Any) -> TrieNode | None:
     """The child of ``node`` storing a message :func:`same_message` as ``message`` (the first few children only)."""
     probes = 0
-    for variants in node.children.values():
+    children = node.children
+    for variants in (children.variants,) if type(children) is _OneKey else children.values():
         for child in variants:
             if child.message is message or same_message(child.message, message):
                 return child
