@@ -62,6 +62,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -202,6 +203,12 @@ class Usage:
         return usage
 
 
+def _id_list(ids: Sequence[int]) -> Sequence[int]:
+    """Ids as JSON can write them: the session's prompt ids are an ``array('i')`` (kept so on the request path;
+    a list only when shown)."""
+    return ids.tolist() if isinstance(ids, array) else ids
+
+
 @attrs.frozen
 class TokenExtras:
     """The token-level extension fields (spec 3.1); ``None`` fields are left out. Sequences are not copied."""
@@ -214,7 +221,7 @@ class TokenExtras:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.prompt_token_ids is not None:
-            out["prompt_token_ids"] = self.prompt_token_ids
+            out["prompt_token_ids"] = _id_list(self.prompt_token_ids)
         if self.token_ids is not None:
             out["token_ids"] = self.token_ids
         if self.token_logprobs is not None:
@@ -398,7 +405,7 @@ class ChunkFormat:
         role = {"role": "assistant", "content": ""}
         chunk = self._chunk([{"index": self.index, "delta": role, "logprobs": None, "finish_reason": None}])
         if self.token_extras and prompt_token_ids is not None:
-            chunk["prompt_token_ids"] = prompt_token_ids
+            chunk["prompt_token_ids"] = _id_list(prompt_token_ids)
         return chunk
 
     def delta(self, delta: Delta) -> dict[str, Any]:

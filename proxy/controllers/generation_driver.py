@@ -42,6 +42,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+from array import array
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
@@ -284,7 +285,7 @@ class Generation:
         config = host.config
         # Routing replay: rows already held along the path (the base checkpoint's steps) are not asked for again.
         rows = routed_rows_end(prepared.tokens.base) if config.use_rollout_routing_replay else 0
-        self.output.prepared(prepared.input_ids(), rows)
+        self.output.prepared(prepared.input_array(), rows)
         prompt = len(self.output.prompt_ids)
         try:
             self.budget = plan_step_budget(prompt, request.max_tokens, context_window=window,
@@ -493,7 +494,7 @@ class Generation:
                 self._feed(gen.UpstreamFailed(400, exc.code, str(exc)))
                 return
         kept = start.kept_tokens
-        input_ids = output.prompt_ids + output.ids[:kept] if kept else output.prompt_ids
+        input_ids = output.prompt_ids + array("i", output.ids[:kept]) if kept else output.prompt_ids
         # Routing replay: ask only for rows not held yet. That is the machine's len(input_ids) - 1 for a
         # continuation whose interrupted request delivered its rows (its abort finish was read), else the first
         # position without a row (a stream cut at once delivers none: its rows are asked for again here).

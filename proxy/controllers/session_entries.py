@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -47,6 +48,10 @@ class PreparedStep:
     def input_ids(self) -> list[int]:
         """The ``input_ids`` for SGLang: O(prompt length), built on demand outside any lock."""
         return self.tokens.input_ids()
+
+    def input_array(self) -> array:
+        """:meth:`input_ids` as the ``array('i')`` the request path sends (no Python int per token)."""
+        return self.tokens.input_array()
 
 
 @attrs.frozen

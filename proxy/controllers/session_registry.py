@@ -177,9 +177,12 @@ class SessionRegistry(SessionUpkeep):
         ``proxy.tokenization.TitoError`` (the full encode failed: bad message, template error).
         """
         # The keys are pure and O(request text): computed before taking the lock (and before a malformed request
-        # could create a session).
+        # could create a session). Only for the messages the session does not hold yet: the echoed history's keys
+        # are its trie's (found here, on the loop: the trie is not read from a worker thread).
+        known = self._echoed_prefix(session_id, messages)
         keys = await self._cpu(
-            messages, partial(request_keys, messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
+            messages[len(known):] if known else messages,
+            partial(request_keys, messages, ignore_cch=self.config.ignore_cch_for_prefix_hash, known=known),
         )
         locked = await self._use(session_id)
         # Before waiting for the lock: an idle finalize that takes it first sees this request and keeps the session.
@@ -218,6 +221,12 @@ class SessionRegistry(SessionUpkeep):
             plan.boundary_reason.value if plan.boundary_reason is not None else None,
             plan.boundary_detail, plan.boundary_reason is BoundaryReason.TITO_FAILED,
         )
+
+    def _echoed_prefix(self, session_id: str, messages: Any) -> list[Any]:
+        """The trie nodes of the leading messages a session in memory already holds (none for a session not loaded:
+        its keys are all computed, as before)."""
+        locked = self._sessions.get(session_id)
+        return locked.session.echoed_prefix(messages) if locked is not None else []
 
     async def _encode(
         self, locked: LockedSession, handle: BranchHandle, plan: EncodePlan, messages: Sequence[Any]

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import codecs
 import logging
+from array import array
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -85,8 +86,9 @@ class StepOutput:
     name: str
     channel: ResponseChannel = attrs.field(factory=ResponseChannel)
     # The prepared context, and what the answer shows of it (token extension; None: another choice shows it).
-    prompt_ids: list[int] = attrs.field(factory=list)
-    shown_prompt_ids: list[int] | None = None
+    # An array('i'): sent upstream as it is (no Python int per token; turned into a list only where it is shown).
+    prompt_ids: array = attrs.field(factory=lambda: array("i"))
+    shown_prompt_ids: array | None = None
     # The step's generated tokens (kept across continuations; cleared by a restart). Same lengths.
     ids: list[int] = attrs.field(factory=list)
     logprobs: list[float | None] = attrs.field(factory=list)
@@ -119,7 +121,7 @@ class StepOutput:
         Anthropic front end's ``stop_sequence`` (``proxy/frontends/messages_output.py``)."""
         return self._matched_stop
 
-    def prepared(self, prompt_ids: list[int], rows_start: int) -> None:
+    def prepared(self, prompt_ids: array, rows_start: int) -> None:
         """The step's context is known (``rows_start``: the routed-expert rows its path already holds)."""
         self.prompt_ids = prompt_ids
         self.shown_prompt_ids = self._prompt_ids_to_show()
@@ -266,12 +268,13 @@ class StepOutput:
         """The choice this generation answers (0 but for the other choices of an ``n > 1`` request)."""
         return 0 if self.choice is None else self.choice.index
 
-    def _prompt_ids_to_show(self) -> list[int] | None:
+    def _prompt_ids_to_show(self) -> array | None:
         """The prompt ids the answer shows (token extension): every choice's prompt is the first choice's (the same
         messages), shown once; another choice shows its own only if they differ (a checkpoint appeared on the
         prompt's path between the preparations, so the context was built differently)."""
         choice = self.choice
-        if choice is None or choice.first_prompt_ids is None or list(choice.first_prompt_ids) != self.prompt_ids:
+        first = choice.first_prompt_ids if choice is not None else None
+        if first is None or (first if isinstance(first, array) else array("i", first)) != self.prompt_ids:
             return self.prompt_ids
         return None
 

@@ -47,19 +47,35 @@ class EncodePlan:
     boundary_detail: str | None = None
 
 
-def request_keys(messages: Sequence[Any], *, ignore_cch: bool = False) -> tuple[list[MessageKey], list[str | None]]:
+def request_keys(
+    messages: Sequence[Any], *, ignore_cch: bool = False, known: Sequence[Any] = ()
+) -> tuple[list[MessageKey], list[str | None]]:
     """The trie keys and reasoning variants of a request's messages: pure and O(request text), so the registry
-    computes them before taking the session's lock. Raises InvalidMessagesError."""
+    computes them before taking the session's lock. Raises InvalidMessagesError.
+
+    ``known`` (``PrefixTrie.echoed_prefix``): for the request's first messages, the trie node storing the same
+    message, whose key and variant are reused (None: compute them), so a turn keys only the messages its session
+    does not hold yet."""
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence) or not messages:
         raise InvalidMessagesError("messages must be a non-empty list")
+    held = len(known)
+    keys: list[MessageKey] = []
+    variants: list[str | None] = []
     try:
-        keys = [message_key(message, ignore_cch=ignore_cch) for message in messages]
+        for index, message in enumerate(messages):
+            node = known[index] if index < held else None
+            if node is not None:
+                keys.append(node.key)
+                variants.append(node.variant)
+                continue
+            key = message_key(message, ignore_cch=ignore_cch)
+            # Keys cache their hash: computing it here keeps the O(text) hashing out of the critical section.
+            hash(key)
+            keys.append(key)
+            variants.append(reasoning_variant(message))
     except MessageKeyError as exc:
         raise InvalidMessagesError(str(exc)) from None
-    for key in keys:
-        # Keys cache their hash: computing it here keeps the O(text) hashing out of the critical section.
-        hash(key)
-    return keys, [reasoning_variant(message) for message in messages]
+    return keys, variants
 
 
 def tokenize_plan(tokenizer: TitoTokenizer, plan: EncodePlan) -> array[int] | TitoFailure:

@@ -22,6 +22,12 @@ Matching rules (spec 5.1, documented in docs/sessions.md):
 
 Keys are plain frozen values: cheap to build (a string content is used as is; JSON work only for tool calls, cached
 by argument string, and non-string content), hashable, and never hold the original message.
+
+Incremental keys (issue 21 item 4): every request re-sends the whole history, so the session reuses the key of every
+leading message that is :func:`same_message` as the one its trie stored on that path (``PrefixTrie.echoed_prefix``)
+and computes keys only for the rest. ``same_message`` is strict (the same JSON types all the way down, floats by
+their text), so a message it calls the same has the same key and variant: an earlier message that changed in any
+way a key can see is keyed again and matched exactly as before.
 """
 
 from __future__ import annotations
@@ -171,6 +177,38 @@ def message_key(message: Any, *, ignore_cch: bool = False) -> MessageKey:
     )
 
 
+_MISSING = object()
+
+
+def same_message(stored: Any, incoming: Any) -> bool:
+    """``stored == incoming`` with the same types all the way down (dicts, lists, strings, ints, bools, None; floats
+    by their repr, which is the text canonical JSON writes): then :func:`message_key` (under either ``ignore_cch``)
+    and :func:`reasoning_variant` read the same from both. Plain ``==`` is not enough: ``1 == 1.0 == True`` and
+    ``0.0 == -0.0`` have different canonical JSON, so a key can tell them apart. Anything else (a tuple, a custom
+    mapping) is never the same: its key is computed. O(size of the message), C-level for strings."""
+    kind = type(stored)
+    if kind is not type(incoming):
+        return False
+    if kind is str or kind is int or kind is bool or stored is None:
+        return stored == incoming
+    if kind is dict:
+        if len(stored) != len(incoming):
+            return False
+        for name, value in stored.items():
+            other = incoming.get(name, _MISSING)
+            if type(value) is str:  # the usual value (role, content), inline: no call per value
+                if type(other) is not str or value != other:
+                    return False
+            elif other is _MISSING or not same_message(value, other):
+                return False
+        return True
+    if kind is list:
+        return len(stored) == len(incoming) and all(map(same_message, stored, incoming))
+    if kind is float:
+        return repr(stored) == repr(incoming)
+    return False
+
+
 def reasoning_variant(message: Any) -> str | None:
     """An assistant message's reasoning, which tells sibling answers with the same key apart: the first of
     ``reasoning_content``, ``reasoning``, ``thinking`` that is a non-empty string; None when there is none.
@@ -207,5 +245,5 @@ def context_key(
 
 __all__ = [
     "CCH_PATTERN", "ContextKey", "MessageKey", "MessageKeyError", "ToolCallKey", "canonical_json", "context_key",
-    "effective_template_kwargs", "message_key", "reasoning_variant",
+    "effective_template_kwargs", "message_key", "reasoning_variant", "same_message",
 ]

@@ -47,12 +47,42 @@ from typing import Any
 
 import attrs
 
-from proxy.trajectory.message_keys import ContextKey, MessageKey
+from proxy.trajectory.message_keys import ContextKey, MessageKey, same_message
 from proxy.trajectory.tokens import Step
 
 
+#: children of one node compared with an incoming message by echoed_prefix before giving up (the key is computed)
+_ECHO_PROBES = 16
+
 # The children of every leaf: shared, never written (see TrieNode.children).
 _NO_CHILDREN: Mapping[Any, Any] = types.MappingProxyType({})
+
+
+class _OneKey(Mapping[Any, Any]):
+    """A read-only mapping of one key, 48 bytes where a dict of one entry takes 232 (issue 21 item 5): the children
+    of a node whose children all share one key (nearly every node of a conversation: one next message), and a
+    node's encodings under one signature. ``variants`` is the value. Never mutated: the trie replaces it (by a dict
+    once a second key comes)."""
+
+    __slots__ = ("key", "variants")
+
+    def __init__(self, key: Any, variants: tuple[Any, ...]) -> None:
+        self.key, self.variants = key, variants
+
+    def __getitem__(self, key: Any) -> Any:
+        if key is self.key or key == self.key:
+            return self.variants
+        raise KeyError(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        # Identity first, as a dict lookup does: an echoed message's key is the stored node's own.
+        return self.variants if key is self.key or key == self.key else default
+
+    def __iter__(self) -> Iterator[Any]:
+        yield self.key
+
+    def __len__(self) -> int:
+        return 1
 
 
 class NodeKind(enum.Enum):
@@ -87,7 +117,8 @@ class TrieNode:
     # Creation order within the trie (ties between variants go to the newest).
     serial: int
     # key -> the children with that key, one per variant (almost always one: a tuple is the smallest container).
-    # Leaves (most answers) share one empty read-only mapping until their first child.
+    # Leaves (most answers) share one empty read-only mapping until their first child; a node whose children share
+    # one key (nearly every node) holds a _OneKey, a dict only from the second key on.
     children: Mapping[Any, tuple[TrieNode, ...]] = _NO_CHILDREN
     # The newest step committed on this node (assistant answers only).
     checkpoint: Step | None = None
@@ -96,20 +127,19 @@ class TrieNode:
     # A step was committed on this node or below it: the node is no longer pending.
     committed_below: bool = False
     # The context ids generations attached here encoded, by what they extend: siblings that encode the same
-    # context share one array (best-of-N over a prompt). Each entry is ``[ids, holders]``: the generations and steps
-    # using it (a failed generation gives its use back; the last one out removes the entry). Created on first use.
-    encodings: dict[Any, list[Any]] | None = None
+    # context share one array (best-of-N over a prompt). Each entry is ``(ids, holders)``: the generations and steps
+    # using it (a failed generation gives its use back; the last one out removes the entry). Created on first use;
+    # one signature (the usual) is a _OneKey, not a dict (issue 21 item 5: about 200 bytes a step).
+    encodings: Mapping[Any, tuple[Any, int]] | None = None
 
     def shared_encoding(self, signature: Any, ids: Any) -> Any:
         """``ids``, or an equal array already encoded here for the same ``signature`` (then stored only once).
         The caller holds the entry until :meth:`release_encoding` (a committed step keeps it for good)."""
-        if self.encodings is None:
-            self.encodings = {}
-        known = self.encodings.get(signature)
+        known = self.encodings.get(signature) if self.encodings is not None else None
         if known is not None and known[0] == ids:
-            known[1] += 1
+            self._set_encoding(signature, (known[0], known[1] + 1))
             return known[0]
-        self.encodings[signature] = [ids, 1]
+        self._set_encoding(signature, (ids, 1))
         return ids
 
     def release_encoding(self, signature: Any, ids: Any) -> None:
@@ -117,11 +147,23 @@ class TrieNode:
         known = self.encodings.get(signature) if self.encodings is not None else None
         if known is None or known[0] is not ids:
             return  # replaced meanwhile by another encoding for the signature: nothing of this one is stored
-        known[1] -= 1
-        if not known[1]:
+        if known[1] > 1:
+            self._set_encoding(signature, (known[0], known[1] - 1))
+        elif type(self.encodings) is _OneKey:
+            self.encodings = None
+        else:
             del self.encodings[signature]
             if not self.encodings:
                 self.encodings = None
+
+    def _set_encoding(self, signature: Any, entry: tuple[Any, int]) -> None:
+        encodings = self.encodings
+        if encodings is None or (type(encodings) is _OneKey and encodings.key == signature):
+            self.encodings = _OneKey(signature, entry)
+        elif type(encodings) is _OneKey:
+            self.encodings = {encodings.key: encodings.variants, signature: entry}
+        else:
+            encodings[signature] = entry
 
     def child_variants(self) -> Iterator[TrieNode]:
         """Every child, all variants."""
@@ -162,6 +204,20 @@ def _pick(variants: tuple[TrieNode, ...], variant: str | None) -> TrieNode:
     return max(variants, key=lambda node: node.serial)
 
 
+def _echoed_child(node: TrieNode, message: Any) -> TrieNode | None:
+    """The child of ``node`` storing a message :func:`same_message` as ``message`` (the first few children only)."""
+    probes = 0
+    children = node.children
+    for variants in (children.variants,) if type(children) is _OneKey else children.values():
+        for child in variants:
+            if child.message is message or same_message(child.message, message):
+                return child
+            probes += 1
+            if probes == _ECHO_PROBES:
+                return None
+    return None
+
+
 @attrs.define(eq=False)
 class PrefixTrie:
     """One session's trie (see the module docstring)."""
@@ -180,9 +236,14 @@ class PrefixTrie:
         self._serial += 1
         depth = parent.depth + 1 if kind is NodeKind.MESSAGE else 0
         node = TrieNode(kind, key, variant, message, parent, depth, self._serial)
-        if parent.children is _NO_CHILDREN:
-            parent.children = {}
-        parent.children[key] = parent.children.get(key, ()) + (node,)
+        children = parent.children
+        if children is _NO_CHILDREN:
+            parent.children = _OneKey(key, (node,))
+        elif type(children) is _OneKey:
+            parent.children = (_OneKey(key, children.variants + (node,)) if children.key == key
+                               else {children.key: children.variants, key: (node,)})
+        else:
+            children[key] = children.get(key, ()) + (node,)
         self.size += 1
         return node
 
@@ -213,6 +274,29 @@ class PrefixTrie:
                 return node, index
             node = _pick(children, variants[index])
         return node, len(keys)
+
+    def echoed_prefix(self, messages: Sequence[Any], *, ignore_cch: bool = False) -> list[TrieNode | None]:
+        """For the longest leading run of ``messages`` that are each :func:`same_message` as the message stored on
+        one path below a context (the history a client echoes back), the node whose key and variant are the
+        message's (``message_keys.py``: incremental keys), or None where the key must be computed all the same.
+        O(the run's text), compared in C; nothing is hashed.
+
+        Read only, and exact whatever the trie does meanwhile: a node's key and variant were computed from its
+        message, so they are those of an equal message even if the node is no longer on any path. The one
+        exception is an answer stored by a commit under ``ignore_cch`` (its key was computed without the
+        normalization): such a session gets None for its assistant messages."""
+        best: list[TrieNode | None] = []
+        for variants in self.root.children.values():
+            node: TrieNode | None = variants[0]
+            found: list[TrieNode | None] = []
+            for message in messages:
+                node = _echoed_child(node, message)
+                if node is None:
+                    break
+                found.append(None if ignore_cch and node.key.role == "assistant" else node)
+            if len(found) > len(best):
+                best = found
+        return best
 
     def attach(
         self,
@@ -255,6 +339,11 @@ class PrefixTrie:
         """Remove a childless node from its parent."""
         parent = node.parent
         children = parent.children
+        if type(children) is _OneKey:
+            remaining = tuple(other for other in children.variants if other is not node)
+            parent.children = _OneKey(node.key, remaining) if remaining else _NO_CHILDREN
+            self.size -= 1
+            return
         variants = children.pop(node.key)
         if len(variants) > 1:
             children[node.key] = tuple(other for other in variants if other is not node)

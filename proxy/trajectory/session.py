@@ -173,7 +173,16 @@ class Session:
 
     def request_keys(self, messages: Sequence[Any]) -> tuple[list[MessageKey], list[str | None]]:
         """The trie keys and reasoning variants of a request's messages (pure; raises InvalidMessagesError)."""
-        return request_keys(messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
+        return request_keys(messages, ignore_cch=self.config.ignore_cch_for_prefix_hash,
+                            known=self.echoed_prefix(messages))
+
+    def echoed_prefix(self, messages: Any) -> list[TrieNode | None]:
+        """The trie nodes of the request's leading messages the session already holds (``request_keys(known=)``);
+        empty for anything but a list or tuple, or once the session freed its trie. Read only: call it on the event loop
+        (never in a worker thread while the loop may change the trie); its answer stays exact afterwards."""
+        if self.trie is None or type(messages) not in (list, tuple):
+            return []
+        return self.trie.echoed_prefix(messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
 
     def _no_checkpoint_reason(
         self, context: TrieNode, keys: Sequence[MessageKey], variants: Sequence[str | None], matched: int

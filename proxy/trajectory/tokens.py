@@ -253,11 +253,17 @@ class WorkingTokens:
         """Tokens sent upstream: the base's tokens plus this step's context."""
         return (self.base.length if self.base is not None else 0) + self.context.context_count
 
-    def input_ids(self) -> list[int]:
-        """The ids to send upstream (``input_ids``): O(prompt length), call it outside any session lock."""
+    def input_array(self) -> array:
+        """The ids to send upstream (``input_ids``), as one ``array('i')``: a C-level copy per span, no Python
+        object per token (``proxy/upstream/wire_json.py:dumps_body`` writes it to JSON the same way). O(prompt
+        length) memcpy; call it outside any session lock."""
         ids = path_ids(self.base)
         ids.extend(self.context.context_ids)
-        return ids.tolist()
+        return ids
+
+    def input_ids(self) -> list[int]:
+        """:meth:`input_array` as a list (a Python int per token: for what shows them, not for the request path)."""
+        return self.input_array().tolist()
 
 
 __all__ = [

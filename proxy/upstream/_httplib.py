@@ -29,7 +29,6 @@ the connection's life cycle (checked out, drained, returned or closed), which on
 
 from __future__ import annotations
 
-import json
 import math
 import ssl
 from collections import deque
@@ -53,6 +52,7 @@ from proxy.upstream._http_connection import (
 )
 from proxy.upstream.errors import UpstreamError
 from proxy.upstream.events import Partial
+from proxy.upstream.wire_json import dumps_body
 
 __all__ = ["HTTPClient", "PoolStatistics", "Response", "SSLContext", "StreamResponse"]
 
@@ -268,7 +268,7 @@ class HTTPClient:
         fields = [(b"host", target.host_header)]
         payload = None
         if body is not None:
-            payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+            payload = dumps_body(body)
             fields.append((b"content-type", b"application/json"))
             fields.append((b"content-length", b"%d" % len(payload)))
         elif method != "GET":

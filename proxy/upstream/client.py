@@ -25,6 +25,7 @@ Streams. ``generate_stream`` returns a :class:`~proxy.upstream.generate_stream.G
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -497,7 +498,8 @@ def _generate_body(
     extra_body: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "input_ids": list(input_ids),
+        # An array('i') (the session's) is kept as it is: wire_json.dumps_body writes it without a Python int per id.
+        "input_ids": input_ids if type(input_ids) is array else list(input_ids),
         "sampling_params": dict(sampling_params or {}),
         "rid": rid,
         "stream": stream,
