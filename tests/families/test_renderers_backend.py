@@ -9,13 +9,12 @@ same ids equal the official template's is the GLM battery's job (tests/tokenizat
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
 
 from proxy.families import get_family, load_tito_tokenizer
-from tests.families.test_families_command import run
+from proxy.tokenization.renderers_backend import RenderersGlmMixin, TokenizerProtocol
 from tests.tokenization.battery import ExtraScript
 from tests.tokenization.glm_files import glm_path
 from tests.tokenization.random_scripts import random_script
@@ -27,21 +26,18 @@ renderers = pytest.importorskip("renderers", reason="renderers (a pinned depende
 EPISODES = 25
 
 
-def test_glm4_7_and_glm5_records_name_renderers_and_the_families_command_shows_it():
+def test_glm4_7_and_glm5_records_name_renderers_and_load_its_tokenizer():
+    """(``dressage-proxy families`` shows the field: tests/families/test_families_command.py.)"""
     backends = {name: get_family(name).tito_backend for name in ("glm4_7", "glm5", "glm5_1", "glm5_2", "qwen3_5")}
     assert backends == {"glm4_7": "renderers", "glm5": "renderers", "glm5_1": "own", "glm5_2": "own",
                         "qwen3_5": "own"}
-    rows = {row["name"]: row for row in json.loads(run("--json"))}
-    assert rows["glm4_7"]["tito_backend"] == "renderers" and rows["glm5_1"]["tito_backend"] == "own"
-    table = run().splitlines()
-    assert "backend" in table[0].split()
-    assert "renderers" in next(line for line in table if line.startswith("glm5 ")).split()
+    for family in ("glm4_7", "glm5"):
+        assert isinstance(load_tito_tokenizer(family, glm_path(family)), RenderersGlmMixin)
+    assert not isinstance(load_tito_tokenizer("glm5_1", glm_path("glm5_1")), RenderersGlmMixin)
 
 
 def _package_renderer(tito, kwargs):
     """renderers' own GLM-5 renderer for these template switches, built from the package directly."""
-    from proxy.tokenization.renderers_backend import TokenizerProtocol
-
     fields = {"enable_thinking": kwargs.get("enable_thinking", True) is not False}
     fields.update({"clear_thinking": False} if kwargs.get("clear_thinking") is False else {"thinking_retention": "all"})
     return renderers.create_renderer(TokenizerProtocol(tito), renderers.GLM5RendererConfig(**fields))
