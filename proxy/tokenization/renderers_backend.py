@@ -16,6 +16,7 @@ step uses our fragment. Its tokenizer protocol is served from the family's ``tok
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -60,7 +61,22 @@ class RenderersGlmMixin:
 
     #: renderers' config class for the family
     RENDERER_CONFIG: ClassVar[str] = "GLM5RendererConfig"
+    #: the official templates renderers was verified against (GLM-4.7's and GLM-5's render the same text)
+    VERIFIED_TEMPLATES: ClassVar[frozenset[str]] = frozenset(
+        {Glm47TitoTokenizer.TEMPLATE_SHA256, Glm5TitoTokenizer.TEMPLATE_SHA256}
+    )
     backend: ClassVar[str] = BACKEND_NAME
+
+    @property
+    def uses_renderers(self) -> bool:
+        """Whether renderers renders this folder: only for a verified official template. An edited template taken
+        structurally as GLM-4.7, or another GLM version forced with --model-family, renders through its own
+        template (renderers hand-writes the official one and would not follow the edit)."""
+        cached = self.__dict__.get("_uses_renderers")
+        if cached is None:
+            digest = hashlib.sha256(self._template.encode("utf-8")).hexdigest()  # type: ignore[attr-defined]
+            cached = self.__dict__["_uses_renderers"] = digest in self.VERIFIED_TEMPLATES
+        return cached
 
     def _renderer(self, chat_template_kwargs: Mapping[str, Any] | None) -> Any:
         key = renderer_key(self, chat_template_kwargs)  # type: ignore[arg-type]
@@ -77,6 +93,8 @@ class RenderersGlmMixin:
         tools: Sequence[Mapping[str, Any]] | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> list[int]:
+        if not self.uses_renderers:
+            return super().encode_full(messages, tools, chat_template_kwargs)  # type: ignore[misc]
         try:
             normalized = normalize_messages(messages)
         except MessageError as exc:
@@ -102,7 +120,7 @@ class RenderersGlmMixin:
             checkpoint_ids, new_messages, prior_messages=prior_messages, tools=tools,
             chat_template_kwargs=chat_template_kwargs,
         )
-        if isinstance(ours, TitoFailure):
+        if isinstance(ours, TitoFailure) or not self.uses_renderers:
             return ours
         bridged = self._bridge(list(checkpoint_ids), normalize_messages(new_messages), tools, chat_template_kwargs)
         if bridged is None:

@@ -66,3 +66,21 @@ def test_recorded_ids_are_renderers_own_full_encodes_and_bridges(family):
             if any(m["role"] == "user" for m in new) and script.kwargs.get("enable_thinking") is not False:
                 after_user_thinking += 1
     assert bridged > 2 * EPISODES and after_user_thinking > 0, (bridged, after_user_thinking)
+
+
+def test_an_edited_template_renders_through_itself_not_renderers():
+    """renderers hand-writes the official template: a folder whose template is edited (taken structurally as
+    GLM-4.7) or another GLM version forced onto the record must render through its own template."""
+    from proxy.tokenization.renderers_backend import RenderersGlm47TitoTokenizer
+    from proxy.tokenization.tito import read_chat_template
+
+    path = glm_path("glm4_7")
+    official = load_tito_tokenizer("glm4_7", path)
+    edited = RenderersGlm47TitoTokenizer(official._tokenizer, "{{ 'Edited.' }}" + read_chat_template(path),
+                                         source="edited")
+    messages = [{"role": "user", "content": "hi"}]
+    assert official.uses_renderers and not edited.uses_renderers
+    assert edited.encode_full(messages) == edited.encode_text(edited.render_full(messages))
+    assert edited.decode(edited.encode_full(messages)).startswith("Edited.")
+    forced = RenderersGlm47TitoTokenizer.from_path(glm_path("glm5_1"))
+    assert not forced.uses_renderers
