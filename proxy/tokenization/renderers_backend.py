@@ -87,12 +87,9 @@ class RenderersGlmMixin:
                     built[key] = _create_renderer(self, self.RENDERER_CONFIG, *key)  # type: ignore[arg-type]
         return built[key]
 
-    def encode_full(
-        self,
-        messages: Sequence[Any],
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-    ) -> list[int]:
+    def encode_full(self, messages: Sequence[Any], tools: Sequence[Mapping[str, Any]] | None = None,
+                    chat_template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
+        """``TitoTokenizer.encode_full``: renderers' ``render_ids`` for a verified template."""
         if not self.uses_renderers:
             return super().encode_full(messages, tools, chat_template_kwargs)  # type: ignore[misc]
         try:
@@ -107,22 +104,15 @@ class RenderersGlmMixin:
             return super().encode_full(messages, tools, chat_template_kwargs)  # type: ignore[misc]
 
     def encode_incremental(
-        self,
-        checkpoint_ids: Sequence[int],
-        new_messages: Sequence[Any],
-        *,
-        prior_messages: Sequence[Any] | None = None,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
+        self, checkpoint_ids: Sequence[int], new_messages: Sequence[Any], **options: Any
     ) -> IncrementalResult:
+        """``TitoTokenizer.encode_incremental`` (same keyword options), its ids from renderers' bridge."""
         # our junction rules first: they decide whether the checkpoint can be extended at all
-        ours = super().encode_incremental(  # type: ignore[misc]
-            checkpoint_ids, new_messages, prior_messages=prior_messages, tools=tools,
-            chat_template_kwargs=chat_template_kwargs,
-        )
+        ours = super().encode_incremental(checkpoint_ids, new_messages, **options)  # type: ignore[misc]
         if isinstance(ours, TitoFailure) or not self.uses_renderers:
             return ours
-        bridged = self._bridge(list(checkpoint_ids), normalize_messages(new_messages), tools, chat_template_kwargs)
+        tools, kwargs = options.get("tools"), options.get("chat_template_kwargs")
+        bridged = self._bridge(list(checkpoint_ids), normalize_messages(new_messages), tools, kwargs)
         if bridged is None:
             return ours  # renderers leaves this extension to a re-render; the template's fragment is exact
         if bridged != ours.ids:
