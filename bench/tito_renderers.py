@@ -10,8 +10,8 @@ produces the next context:
   tokenized), what a proxy without TITO pays every turn;
 - ``renderers full``: renderers' ``render_ids`` of the whole request.
 
-Median of ``--repeat`` calls each, microseconds. Needs ``pip install renderers==0.1.12`` (not a project
-dependency: docs/families.md says why).
+Median of ``--repeat`` calls each, microseconds. renderers 0.1.12 is a project dependency since it became
+GLM-4.7/GLM-5's back end (docs/families.md).
 
     .venv/bin/python bench/tito_renderers.py [--turns 10,100] [--repeat 30]
 """
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from proxy.families import load_tito_tokenizer  # noqa: E402
 from serving.tokenizer_files import ensure_tokenizers, model_tokenizer_path  # noqa: E402
-from tests.families.renderers_adapter import TokenizerProtocol  # noqa: E402
+from proxy.tokenization.renderers_backend import TokenizerProtocol  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {
     "name": "read_file", "description": "Read a file",

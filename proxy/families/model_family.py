@@ -56,6 +56,9 @@ class ModelFamily:
     #: the family's folder in the ``dressage-tokenizers`` root (``serving/tokenizer_files.py``), if it is fetched
     tokenizer_folder: str | None = None
     description: str = ""
+    #: what renders the family's ids: "own" (our template-driven TITO) or "renderers" (the PyPI package, where it
+    #: passed the checks: proxy/tokenization/renderers_backend.py, docs/families.md "renderers")
+    tito_backend: str = "own"
 
     @property
     def names(self) -> tuple[str, ...]:

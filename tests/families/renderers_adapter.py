@@ -18,6 +18,7 @@ from typing import Any
 
 from proxy.tokenization import TitoFailure, TitoFailureReason, TitoFragment, TitoTokenizer
 from proxy.tokenization.messages import normalize_messages
+from proxy.tokenization.renderers_backend import TokenizerProtocol
 
 #: our family -> renderers' config class name
 RENDERER_CONFIGS = {"qwen3": "Qwen3RendererConfig", "qwen3_5": "Qwen35RendererConfig",
@@ -27,26 +28,6 @@ RENDERER_CONFIGS = {"qwen3": "Qwen3RendererConfig", "qwen3_5": "Qwen35RendererCo
 RENDERER_FIELDS: dict[str, dict[str, Any]] = {
     "minimax_m2": {"model_identity": "You are a helpful assistant. Your name is MiniMax-M2.7 and is built by MiniMax."},
 }
-
-
-class TokenizerProtocol:
-    """renderers' ``Tokenizer`` protocol over a TITO tokenizer's ``tokenizer.json``."""
-
-    def __init__(self, tito: TitoTokenizer):
-        self._tito = tito
-        self.name_or_path = tito.source
-        self.unk_token_id = None
-        self.eos_token_id = tito.end_of_turn_id
-
-    def encode(self, text: str, *args: Any, **kwargs: Any) -> list[int]:
-        return self._tito.encode_text(text)
-
-    def decode(self, token_ids: Any, *args: Any, **kwargs: Any) -> str:
-        return self._tito.decode(list(token_ids))
-
-    def convert_tokens_to_ids(self, tokens: Any) -> Any:
-        lookup = self._tito._tokenizer.token_to_id
-        return lookup(tokens) if isinstance(tokens, str) else [lookup(t) for t in tokens]
 
 
 def renderers_adapter(tito: TitoTokenizer, **config: Any) -> TitoTokenizer:

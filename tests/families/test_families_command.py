@@ -28,6 +28,9 @@ def test_families_json_lists_every_family_with_aliases_parsers_mode_and_verifica
     assert rows["qwen3_6"]["template_sha256"] == rows["qwen3_5"]["template_sha256"]
     assert rows["generic"]["mode"] == "last_step" and rows["generic"]["tool_call_parser"] is None
     assert all(row["verified"] for row in rows.values())
+    # the rendering back end: renderers for GLM-4.7 and GLM-5 (tests/families/test_renderers_backend.py), ours else
+    assert rows["glm4_7"]["tito_backend"] == rows["glm5"]["tito_backend"] == "renderers"
+    assert rows["glm5_1"]["tito_backend"] == rows["qwen3_6"]["tito_backend"] == "own"
 
 
 def test_families_table_has_one_line_per_family_under_a_header():
@@ -38,3 +41,5 @@ def test_families_table_has_one_line_per_family_under_a_header():
     qwen36 = next(line for line in lines if line.startswith("qwen3_6 "))
     for cell in ("qwen3.6, qwen36", "qwen3_coder", "incremental", "qwen3.6"):
         assert cell in qwen36
+    assert "backend" in lines[0].split()
+    assert "renderers" in next(line for line in lines if line.startswith("glm5 ")).split()
