@@ -1,6 +1,6 @@
 """The demo: a scripted tool-using agent through the proxy, and the trajectory it recorded.
 
-``python -m proxy.demo [--model qwen3|qwen3_5] [--stream]`` (the README's ``./dev demo``):
+``python -m proxy.demo [--model FAMILY] [--stream]`` (every family of ``dressage-proxy families`` but ``generic``) (the README's ``./dev demo``):
 
 1. starts the proxy in-process on an ephemeral loopback port, on its embedded engine, with an engine script that
    makes the "model" run the calculator flow of the request-flow example (``shared/seeds/004``): the user asks to
@@ -36,6 +36,7 @@ import trio
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from engine import EngineConfig  # noqa: E402 (after the environment variable above)
+from engine.deepseek_markup import render_dsml_call, render_v31_call  # noqa: E402
 from proxy.cli import ProxyHandle, run_proxy  # noqa: E402
 from proxy.client import FinalizeResult, ProxyClient, TrajectoryStats  # noqa: E402
 from proxy.config import ProxyConfig  # noqa: E402
@@ -99,6 +100,46 @@ SCRIPTS: Mapping[str, tuple[str, ...]] = {
         "]<]minimax[>[</tool_call>",
         "<mm:think>8 times 2 is 16. I can answer now.</mm:think>5 plus 3 equals 8. Multiplying 8 by 2 gives 16.",
     ),
+}
+
+
+def _glm_call(name: str, a: int, b: int) -> str:
+    return (f"<tool_call>{name}<arg_key>a</arg_key><arg_value>{a}</arg_value><arg_key>b</arg_key>"
+            f"<arg_value>{b}</arg_value></tool_call>")
+
+
+def _minimax_call(name: str, a: int, b: int) -> str:
+    return (f'\n<minimax:tool_call>\n<invoke name="{name}">\n<parameter name="a">{a}</parameter>\n'
+            f'<parameter name="b">{b}</parameter>\n</invoke>\n</minimax:tool_call>')
+
+
+_ANSWER = "5 plus 3 equals 8. Multiplying 8 by 2 gives 16."
+# GLM (after the prompt's "<|assistant|><think>"; the engine adds <|observation|> after a call, <|user|> after the
+# answer), MiniMax-M2 (after "]~b]ai\n<think>\n"; the engine adds [e~[), DeepSeek with thinking off (after
+# "</think>"; V3.1 answers straight after its tool output; the engine adds <｜end▁of▁sentence｜>).
+_GLM = (
+    "First I add 5 and 3 with the add tool.</think>I'll calculate that for you." + _glm_call("add", 5, 3),
+    "Now I multiply 8 by 2.</think>Continuing the calculation." + _glm_call("multiply", 8, 2),
+    "I can answer now.</think>" + _ANSWER,
+)
+SCRIPTS = {
+    **SCRIPTS,
+    "qwen3_6": SCRIPTS["qwen3_5"],
+    **{family: _GLM for family in ("glm4_7", "glm5", "glm5_1", "glm5_2")},
+    "minimax_m2": (
+        "First I add 5 and 3 with the add tool.\n</think>\n\nI'll calculate that for you." + _minimax_call("add", 5, 3),
+        "Now I multiply 8 by 2.\n</think>\n\nContinuing the calculation." + _minimax_call("multiply", 8, 2),
+        "I can answer now.\n</think>\n\n" + _ANSWER,
+    ),
+    "deepseek_v3_1": (
+        "I'll calculate that for you." + render_v31_call("add", {"a": 5, "b": 3}),
+        "Continuing the calculation." + render_v31_call("multiply", {"a": 8, "b": 2}),
+        _ANSWER,
+    ),
+    **{family: ("I'll calculate that for you." + render_dsml_call("add", {"a": 5, "b": 3}, block),
+                "Continuing the calculation." + render_dsml_call("multiply", {"a": 8, "b": 2}, block),
+                _ANSWER)
+       for family, block in (("deepseek_v3_2", "function_calls"), ("deepseek_v4", "tool_calls"))},
 }
 
 
