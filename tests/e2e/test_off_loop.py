@@ -24,6 +24,7 @@ import threading
 from typing import Any
 
 import httpx
+import orjson
 import trio
 
 from proxy.api import ChatCompletionRequest
@@ -84,14 +85,17 @@ def watch_tokenizer(proxy: Proxy, monkeypatch: Any, threshold: int) -> Recording
 async def test_a_large_body_is_parsed_validated_rendered_and_encoded_off_the_event_loop(start_proxy, monkeypatch):
     proxy = await start_proxy()
     loop_thread = threading.current_thread()
-    seen: dict[str, list[threading.Thread]] = {"json.loads": [], "from_http": [], "render": []}
+    seen: dict[str, list[threading.Thread]] = {"json parse": [], "from_http": [], "render": []}
 
-    real_loads = json.loads
+    def watched_parse(real: Any) -> Any:
+        """The body parse (orjson first, the stdlib's json.loads for what orjson reads differently)."""
 
-    def loads(text: Any, *args: Any, **kwargs: Any) -> Any:
-        if len(text) >= LARGE_TEXT_CHARS:
-            seen["json.loads"].append(threading.current_thread())
-        return real_loads(text, *args, **kwargs)
+        def loads(text: Any, *args: Any, **kwargs: Any) -> Any:
+            if len(text) >= LARGE_TEXT_CHARS:
+                seen["json parse"].append(threading.current_thread())
+            return real(text, *args, **kwargs)
+
+        return loads
 
     real_from_http = ChatCompletionRequest.from_http
 
@@ -107,7 +111,8 @@ async def test_a_large_body_is_parsed_validated_rendered_and_encoded_off_the_eve
             seen["render"].append(threading.current_thread())
         return real_render(messages, *args, **kwargs)
 
-    monkeypatch.setattr(json, "loads", loads)
+    monkeypatch.setattr(json, "loads", watched_parse(json.loads))
+    monkeypatch.setattr(orjson, "loads", watched_parse(orjson.loads))
     monkeypatch.setattr(ChatCompletionRequest, "from_http", classmethod(from_http))
     monkeypatch.setattr(tito, "_render", render)
     encodes = watch_tokenizer(proxy, monkeypatch, LARGE_TEXT_CHARS)
