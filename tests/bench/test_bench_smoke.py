@@ -45,8 +45,8 @@ def test_every_phase_runs_through_the_floor_and_the_proxy(figures: dict[str, Any
 
 def test_the_reference_gateway_runs_the_same_load(figures: dict[str, Any]):
     if not HAVE_GATEWAY:
-        pytest.skip("reference gateway not run: fastapi/uvicorn/httpx are not installed (the `bench` extra; "
-                    "./dev bench installs it)")
+        pytest.skip("reference gateway not run: fastapi/uvicorn/httpx are not installed (the `bench` extra, "
+                    "which ./dev setup installs with the test one)")
     for key, shape in figures["grid"].items():
         assert shape["per_round"]["gateway"], key
     assert figures["growth"]["gateway"]["failures"] == 0
