@@ -37,6 +37,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from engine import EngineConfig  # noqa: E402 (after the environment variable above)
 from engine.deepseek_markup import render_dsml_call, render_v31_call  # noqa: E402
+from engine.glm_markup import render_glm_call  # noqa: E402
+from engine.minimax_markup import render_minimax_call, render_minimax_m3_call  # noqa: E402
 from proxy.cli import ProxyHandle, run_proxy  # noqa: E402
 from proxy.client import FinalizeResult, ProxyClient, TrajectoryStats  # noqa: E402
 from proxy.config import ProxyConfig  # noqa: E402
@@ -62,83 +64,56 @@ def _number_tool(name: str, description: str) -> dict[str, Any]:
 
 TOOLS = [_number_tool("add", "Add two numbers."), _number_tool("multiply", "Multiply two numbers.")]
 
-# What the model emits at each step, in its raw format (the engine appends <|im_end|>). Qwen3.5's generation prompt
-# already ends with "<think>\n", so its outputs start inside the reasoning.
-SCRIPTS: Mapping[str, tuple[str, ...]] = {
-    "qwen3": (
-        "<think>\nThe user wants (5 + 3) * 2. First I add 5 and 3 with the add tool.\n</think>\n\n"
-        "I'll calculate that for you.\n"
-        '<tool_call>\n{"name": "add", "arguments": {"a": 5, "b": 3}}\n</tool_call>',
-        "<think>\n5 plus 3 is 8. Now I multiply 8 by 2 with the multiply tool.\n</think>\n\n"
-        "Continuing the calculation.\n"
-        '<tool_call>\n{"name": "multiply", "arguments": {"a": 8, "b": 2}}\n</tool_call>',
-        "<think>\n8 times 2 is 16. I can answer now.\n</think>\n\n"
-        "5 plus 3 equals 8. Multiplying 8 by 2 gives 16.",
-    ),
-    "qwen3_5": (
-        "The user wants (5 + 3) * 2. First I add 5 and 3 with the add tool.\n</think>\n\n"
-        "I'll calculate that for you.\n\n"
-        "<tool_call>\n<function=add>\n<parameter=a>\n5\n</parameter>\n<parameter=b>\n3\n</parameter>\n</function>\n"
-        "</tool_call>",
-        "5 plus 3 is 8. Now I multiply 8 by 2 with the multiply tool.\n</think>\n\n"
-        "Continuing the calculation.\n\n"
-        "<tool_call>\n<function=multiply>\n<parameter=a>\n8\n</parameter>\n<parameter=b>\n2\n</parameter>\n"
-        "</function>\n</tool_call>",
-        "8 times 2 is 16. I can answer now.\n</think>\n\n"
-        "5 plus 3 equals 8. Multiplying 8 by 2 gives 16.",
-    ),
-    # MiniMax-M3 (no thinking_mode: adaptive, the prompt ends "]~b]ai\n" and the model opens <mm:think> itself;
-    # namespaced tool calls; the engine appends [e~[)
-    "minimax_m3": (
-        "<mm:think>The user wants (5 + 3) * 2. First I add 5 and 3 with the add tool.</mm:think>"
-        "I'll calculate that for you.]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"add\">"
-        "]<]minimax[>[<a>5]<]minimax[>[</a>]<]minimax[>[<b>3]<]minimax[>[</b>]<]minimax[>[</invoke>\n"
-        "]<]minimax[>[</tool_call>",
-        "<mm:think>5 plus 3 is 8. Now I multiply 8 by 2 with the multiply tool.</mm:think>"
-        "Continuing the calculation.]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"multiply\">"
-        "]<]minimax[>[<a>8]<]minimax[>[</a>]<]minimax[>[<b>2]<]minimax[>[</b>]<]minimax[>[</invoke>\n"
-        "]<]minimax[>[</tool_call>",
-        "<mm:think>8 times 2 is 16. I can answer now.</mm:think>5 plus 3 equals 8. Multiplying 8 by 2 gives 16.",
-    ),
-}
-
-
-def _glm_call(name: str, a: int, b: int) -> str:
-    return (f"<tool_call>{name}<arg_key>a</arg_key><arg_value>{a}</arg_value><arg_key>b</arg_key>"
-            f"<arg_value>{b}</arg_value></tool_call>")
-
-
-def _minimax_call(name: str, a: int, b: int) -> str:
-    return (f'\n<minimax:tool_call>\n<invoke name="{name}">\n<parameter name="a">{a}</parameter>\n'
-            f'<parameter name="b">{b}</parameter>\n</invoke>\n</minimax:tool_call>')
-
-
 _ANSWER = "5 plus 3 equals 8. Multiplying 8 by 2 gives 16."
-# GLM (after the prompt's "<|assistant|><think>"; the engine adds <|observation|> after a call, <|user|> after the
-# answer), MiniMax-M2 (after "]~b]ai\n<think>\n"; the engine adds [e~[), DeepSeek with thinking off (after
-# "</think>"; V3.1 answers straight after its tool output; the engine adds <｜end▁of▁sentence｜>).
-_GLM = (
-    "First I add 5 and 3 with the add tool.</think>I'll calculate that for you." + _glm_call("add", 5, 3),
-    "Now I multiply 8 by 2.</think>Continuing the calculation." + _glm_call("multiply", 8, 2),
-    "I can answer now.</think>" + _ANSWER,
+_ADD, _MULTIPLY = ("add", {"a": 5, "b": 3}), ("multiply", {"a": 8, "b": 2})
+
+
+def _three_steps(call: Any, think: tuple[str, str] = ("", "")) -> tuple[str, ...]:
+    """add, multiply, then the answer: each step's reasoning (wrapped in ``think``; none without markers) and text,
+    then the call written by the engine's own renderer for the family (``call``)."""
+    texts = ("I'll calculate that for you.", "Continuing the calculation.")
+    open_, close = think
+    reasoning = ("The user wants (5 + 3) * 2. First I add 5 and 3 with the add tool.",
+                 "5 plus 3 is 8. Now I multiply 8 by 2 with the multiply tool.", "8 times 2 is 16. I can answer now.")
+    thought = [f"{open_}{r}{close}" if close else "" for r in reasoning]  # no markers: the step does not reason
+    return (f"{thought[0]}{texts[0]}" + call(*_ADD), f"{thought[1]}{texts[1]}" + call(*_MULTIPLY),
+            f"{thought[2]}{_ANSWER}")
+
+
+# What the model emits at each step, in its raw format, after the family's generation prompt; the engine appends the
+# turn's stop token. Qwen3 opens its reasoning itself; Qwen3.5/3.6 and MiniMax-M2 prompts end inside "<think>\n";
+# GLM's ends "<|assistant|><think>"; MiniMax-M3 without thinking_mode opens <mm:think> itself; DeepSeek with thinking
+# off answers after the prompt's "</think>" (V3.1 straight after its tool output), without reasoning.
+_QWEN3 = (
+    "<think>\nThe user wants (5 + 3) * 2. First I add 5 and 3 with the add tool.\n</think>\n\n"
+    "I'll calculate that for you.\n"
+    '<tool_call>\n{"name": "add", "arguments": {"a": 5, "b": 3}}\n</tool_call>',
+    "<think>\n5 plus 3 is 8. Now I multiply 8 by 2 with the multiply tool.\n</think>\n\n"
+    "Continuing the calculation.\n"
+    '<tool_call>\n{"name": "multiply", "arguments": {"a": 8, "b": 2}}\n</tool_call>',
+    "<think>\n8 times 2 is 16. I can answer now.\n</think>\n\n" + _ANSWER,
 )
-SCRIPTS = {
-    **SCRIPTS,
-    "qwen3_6": SCRIPTS["qwen3_5"],
+_QWEN3_5 = (
+    "The user wants (5 + 3) * 2. First I add 5 and 3 with the add tool.\n</think>\n\n"
+    "I'll calculate that for you.\n\n"
+    "<tool_call>\n<function=add>\n<parameter=a>\n5\n</parameter>\n<parameter=b>\n3\n</parameter>\n</function>\n"
+    "</tool_call>",
+    "5 plus 3 is 8. Now I multiply 8 by 2 with the multiply tool.\n</think>\n\n"
+    "Continuing the calculation.\n\n"
+    "<tool_call>\n<function=multiply>\n<parameter=a>\n8\n</parameter>\n<parameter=b>\n2\n</parameter>\n"
+    "</function>\n</tool_call>",
+    "8 times 2 is 16. I can answer now.\n</think>\n\n" + _ANSWER,
+)
+_GLM = _three_steps(render_glm_call, ("", "</think>"))
+SCRIPTS: Mapping[str, tuple[str, ...]] = {
+    "qwen3": _QWEN3,
+    "qwen3_5": _QWEN3_5,
+    "qwen3_6": _QWEN3_5,
     **{family: _GLM for family in ("glm4_7", "glm5", "glm5_1", "glm5_2")},
-    "minimax_m2": (
-        "First I add 5 and 3 with the add tool.\n</think>\n\nI'll calculate that for you." + _minimax_call("add", 5, 3),
-        "Now I multiply 8 by 2.\n</think>\n\nContinuing the calculation." + _minimax_call("multiply", 8, 2),
-        "I can answer now.\n</think>\n\n" + _ANSWER,
-    ),
-    "deepseek_v3_1": (
-        "I'll calculate that for you." + render_v31_call("add", {"a": 5, "b": 3}),
-        "Continuing the calculation." + render_v31_call("multiply", {"a": 8, "b": 2}),
-        _ANSWER,
-    ),
-    **{family: ("I'll calculate that for you." + render_dsml_call("add", {"a": 5, "b": 3}, block),
-                "Continuing the calculation." + render_dsml_call("multiply", {"a": 8, "b": 2}, block),
-                _ANSWER)
+    "minimax_m2": _three_steps(render_minimax_call, ("", "\n</think>\n\n")),
+    "minimax_m3": _three_steps(render_minimax_m3_call, ("<mm:think>", "</mm:think>")),
+    "deepseek_v3_1": _three_steps(render_v31_call),
+    **{family: _three_steps(lambda name, arguments, block=block: render_dsml_call(name, arguments, block))
        for family, block in (("deepseek_v3_2", "function_calls"), ("deepseek_v4", "tool_calls"))},
 }
 
