@@ -142,7 +142,8 @@ class GlmTitoTokenizer(TitoTokenizer):
         data = b"".join(self.token_bytes(t) for t in ids)
         role_ids = set(self.role_ids.values())
         # role tokens of the skeleton (+1: the closing one the model generated)
-        expected = sum(self._render_skeleton(messages, has_tools, kwargs).count(role) for role in ROLE_TOKENS) + 1
+        skeleton = self._render_skeleton(messages, has_tools, kwargs)  # once: a render of the whole conversation
+        expected = sum(skeleton.count(role) for role in ROLE_TOKENS) + 1
         found = sum(1 for token_id in ids if token_id in role_ids)
         if found != expected:
             raise LastStepError(
