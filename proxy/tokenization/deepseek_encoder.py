@@ -146,8 +146,9 @@ class EncoderTitoTokenizer(TitoTokenizer):
     def _render(self, messages, tools, chat_template_kwargs, add_generation_prompt) -> str:
         text = self._encode(self._encoder_messages(messages, tools), chat_template_kwargs)
         if not add_generation_prompt and messages and messages[-1]["role"] != "assistant":
-            for ending in self.prompt_endings(chat_template_kwargs):
-                text = text.removesuffix(ending)
+            # the one prompt the encoder ended with (stripping every ending in turn could cut the user's own text)
+            ending = next((e for e in self.prompt_endings(chat_template_kwargs) if text.endswith(e)), "")
+            text = text[: len(text) - len(ending)]
         return text
 
     def _check_template(self) -> None:
@@ -198,7 +199,7 @@ class EncoderTitoTokenizer(TitoTokenizer):
         except TitoError as exc:
             return exc.failure
         endings = self.prompt_endings(chat_template_kwargs)
-        if not text.endswith(endings) or text in endings and not new_messages:
+        if not text.endswith(endings):
             return TitoFailure(
                 TitoFailureReason.JUNCTION_MISMATCH,
                 f"the new messages leave the model no turn to take: the fragment ends with {text[-60:]!r}, not a "
