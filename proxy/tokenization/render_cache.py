@@ -4,7 +4,7 @@ Every turn TITO renders a small synthetic conversation (``tito.py:TitoTokenizer.
 and the turn's new messages (a user query, tool results). The jinja2 render, in transformers' sandbox, is most of a
 fragment's cost (~0.8 ms for Qwen3 on the bench machine), and from one turn to the next only the messages' texts
 change: the roles, fields, tools and template kwargs (the *shape*) repeat. :class:`ShapeRenderCache` renders a shape
-once with a *probe* in place of each message's ``content`` and keeps the output as literal text with holes; later
+once with a *probe* in place of each text field of a message (its ``content``, a tool result's id...) and keeps the output as literal text with holes; later
 renders of the shape fill the holes with the real texts.
 
 That is only right when the template treats the texts as opaque, so the probe records everything the template
@@ -235,14 +235,7 @@ class ShapeRenderCache:
         if not self.enabled:
             return real_render()
         texts: list[str] = []
-        shaped: list[Any] = []
-        for index, message in enumerate(messages):
-            content = message.get("content")
-            if index >= first_slot and type(content) is str:
-                shaped.append({**message, "content": ["\x00slot", len(texts)]})
-                texts.append(content)
-            else:
-                shaped.append(message)
+        shaped = _slotted(messages, first_slot, texts, lambda slot: ["\x00slot", slot])
         try:
             key = json.dumps([shaped, tools, kwargs, add_generation_prompt], sort_keys=True)
         except (TypeError, ValueError):
@@ -277,14 +270,7 @@ class ShapeRenderCache:
         add_generation_prompt: bool, first_slot: int, texts: list[str],
     ) -> _Shape | None:
         transcript = _Transcript(texts)
-        probed = []
-        slot = 0
-        for index, message in enumerate(messages):
-            if index >= first_slot and type(message.get("content")) is str:
-                probed.append({**message, "content": _Probe.of((slot,), transcript)})
-                slot += 1
-            else:
-                probed.append(message)
+        probed = _slotted(messages, first_slot, [], lambda slot: _Probe.of((slot,), transcript))
         try:
             output = _compile_jinja_template(self._template).render(
                 messages=_alias_reasoning_fields(probed), tools=list(tools) if tools else None, documents=None,
@@ -294,6 +280,25 @@ class ShapeRenderCache:
             return None
         pieces = _pieces(str.__str__(output), len(texts))
         return None if pieces is None else _Shape(pieces, transcript.questions)
+
+
+def _slotted(messages: list[dict[str, Any]], first_slot: int, texts: list[str], hole: Callable[[int], Any]) -> list[Any]:
+    """``messages`` with every text field (any string but the role: the content, a tool result's ``tool_call_id`` and
+    ``name``, ``reasoning_content``) of ``messages[first_slot:]`` replaced by ``hole(slot)``, the texts appended to
+    ``texts`` in slot order. Ids and names change every turn just as contents do: keyed, they would make every tool
+    result a new shape, a miss that costs a render and a probe."""
+    out: list[Any] = []
+    for index, message in enumerate(messages):
+        if index < first_slot:
+            out.append(message)
+            continue
+        shaped = dict(message)
+        for field, value in message.items():
+            if field != "role" and type(value) is str:
+                shaped[field] = hole(len(texts))
+                texts.append(value)
+        out.append(shaped)
+    return out
 
 
 __all__ = ["ShapeRenderCache"]
