@@ -69,14 +69,18 @@ class _OneKey(Mapping[Any, Any]):
     def __init__(self, key: Any, variants: tuple[Any, ...]) -> None:
         self.key, self.variants = key, variants
 
+    def _has(self, key: Any) -> bool:
+        # As a dict looks up: identity first (an echoed message's key is the stored node's own), then the cached
+        # hash, which rejects a different key without comparing its fields.
+        return key is self.key or (hash(key) == hash(self.key) and key == self.key)
+
     def __getitem__(self, key: Any) -> Any:
-        if key is self.key or key == self.key:
+        if self._has(key):
             return self.variants
         raise KeyError(key)
 
     def get(self, key: Any, default: Any = None) -> Any:
-        # Identity first, as a dict lookup does: an echoed message's key is the stored node's own.
-        return self.variants if key is self.key or key == self.key else default
+        return self.variants if self._has(key) else default
 
     def __iter__(self) -> Iterator[Any]:
         yield self.key
@@ -296,6 +300,8 @@ class PrefixTrie:
                 found.append(None if ignore_cch and node.key.role == "assistant" else node)
             if len(found) > len(best):
                 best = found
+                if len(best) == len(messages):  # the whole request: no other context can give more
+                    break
         return best
 
     def attach(
