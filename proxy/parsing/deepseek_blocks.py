@@ -32,9 +32,9 @@ whose body is a JSON object and a self-closing ``<｜DSML｜invoke name="x"/>``,
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from proxy.parsing.formats import strict_json_loads
 from proxy.parsing.minimax_blocks import invoke_elements, named_element
 
 V31_CALL_START, V31_CALL_END, V31_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -50,14 +50,6 @@ class DeepSeekMalformed(ValueError):
     """The block body is not DeepSeek calls."""
 
 
-def _strict_json(text: str) -> Any:
-    return json.loads(text, parse_constant=_no_constants)
-
-
-def _no_constants(name: str) -> Any:
-    raise DeepSeekMalformed(f"{name} is not JSON")
-
-
 def v31_calls(inner: str) -> list[tuple[str, dict[str, Any]]]:
     """The calls a V3.1 block body holds, as ``[(name, arguments)]``; :class:`DeepSeekMalformed` (or another
     ``ValueError``) otherwise."""
@@ -67,7 +59,7 @@ def v31_calls(inner: str) -> list[tuple[str, dict[str, Any]]]:
         name, arguments_text, pos = call
         if V31_CALL_START in arguments_text or V31_SEP in arguments_text:
             raise DeepSeekMalformed(f"nested tags in {arguments_text[:40]!r}")
-        arguments = _strict_json(arguments_text)
+        arguments = strict_json_loads(arguments_text)
         if not isinstance(arguments, dict):
             raise DeepSeekMalformed("the arguments are not a JSON object")
         calls.append((name, arguments))
@@ -89,6 +81,6 @@ def dsml_calls(inner: str) -> list[tuple[str, dict[str, Any]]]:
             value = rest[len(kind) :]
             if DSML in value:
                 raise DeepSeekMalformed(f"nested tags in {value[:40]!r}")
-            arguments[key] = value if _KINDS[kind] else _strict_json(value)
+            arguments[key] = value if _KINDS[kind] else strict_json_loads(value)
         calls.append((name, arguments))
     return calls

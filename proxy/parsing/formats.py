@@ -20,6 +20,7 @@ and ``deepseekv4`` (DSML blocks; ``proxy/parsing/deepseek_blocks.py``); reasonin
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -132,6 +133,16 @@ REASONING_FORMATS: Mapping[str, tuple[bool, ThinkMarkers]] = {
 }
 #: ``--model-reasoning-type`` value -> whether the output always starts inside reasoning.
 REASONING_TYPES: Mapping[str, bool] = {name: forced for name, (forced, _) in REASONING_FORMATS.items()}
+
+
+def strict_json_loads(text: str | bytes) -> Any:
+    """``json.loads`` refusing ``NaN``/``Infinity`` (``ValueError``): tool-call arguments are strict JSON, whichever
+    format's block they come from."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def tool_call_format(name: str) -> ToolCallFormat:

@@ -18,11 +18,10 @@ names with their surrounding whitespace, and it drops calls to tools that were n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-from proxy.parsing.formats import ToolSpecs
+from proxy.parsing.formats import ToolSpecs, strict_json_loads
 
 ARG_KEY_START, ARG_KEY_END = "<arg_key>", "</arg_key>"
 ARG_VALUE_START, ARG_VALUE_END = "<arg_value>", "</arg_value>"
@@ -75,10 +74,6 @@ def convert_glm_value(value: str, schema: Any, schema_type: Callable[[Any], str]
     if schema and schema_type(schema) in _STRING_TYPES:
         return value
     try:
-        return json.loads(value, parse_constant=_no_constants)
+        return strict_json_loads(value)
     except (ValueError, RecursionError):
         return value
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")

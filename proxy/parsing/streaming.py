@@ -40,6 +40,7 @@ from proxy.parsing.formats import (
     TOOL_CALL_END,
     TOOL_CALL_START,
     MessageFormat,
+    ThinkMarkers,
     ToolSpecs,
 )
 from proxy.parsing.local import ReasoningEnd
@@ -133,6 +134,16 @@ class StreamingMessageParser:
     _calls: list[ToolCall] = attrs.field(init=False, factory=list)
     _flags: set[str] = attrs.field(init=False, factory=set)
     _message: ParsedMessage | None = attrs.field(init=False, default=None)
+    # the format's block tags, its reasoning markers (<think>/</think> in the comments) and what ends reasoning
+    # (also Qwen's <tool_call> where the type says so, as SGLang's detector does): fixed per output, read per token
+    _tags: tuple[str, str, ThinkMarkers, tuple[str, ...]] = attrs.field(init=False)
+
+    @_tags.default
+    def _format_tags(self) -> tuple[str, str, ThinkMarkers, tuple[str, ...]]:
+        fmt = self.fmt
+        open_tag, close_tag = (TOOL_CALL_START, TOOL_CALL_END) if fmt.tool_call is None else fmt.tool_call.markers
+        think = fmt.think
+        return open_tag, close_tag, think, (think.end, TOOL_CALL_START) if think.tool_call_ends else (think.end,)
 
     # -- public ---------------------------------------------------------------------------------------------------
 
@@ -199,10 +210,7 @@ class StreamingMessageParser:
 
     def _scan(self, text: str, *, final: bool, out: list[MessageDelta]) -> None:
         buf = self._buf + text
-        # the block tags of the format (the reasoning phase still ends at Qwen's <tool_call>, as SGLang's does)
-        open_tag, close_tag = (TOOL_CALL_START, TOOL_CALL_END) if self.fmt.tool_call is None else self.fmt.tool_call.markers
-        think = self.fmt.think  # the reasoning type's markers (<think>/</think> in the comments)
-        reasoning_ends = (think.end, TOOL_CALL_START) if think.tool_call_ends else (think.end,)
+        open_tag, close_tag, think, reasoning_ends = self._tags
         while True:
             phase = self._phase
             if phase is _Phase.START:

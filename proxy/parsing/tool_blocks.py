@@ -43,7 +43,7 @@ from typing import Any
 import attrs
 
 from proxy.parsing.deepseek_blocks import dsml_calls, v31_calls
-from proxy.parsing.formats import ToolCallFormat, ToolSpecs
+from proxy.parsing.formats import ToolCallFormat, ToolSpecs, strict_json_loads
 from proxy.parsing.glm_blocks import glm_calls
 from proxy.parsing.minimax_blocks import minimax_calls
 from proxy.parsing.minimax_m3_blocks import minimax_m3_calls
@@ -130,21 +130,17 @@ def dump_arguments(arguments: Mapping[str, Any]) -> str:
 def arguments_object(arguments_json: str) -> dict[str, Any] | None:
     """The object an ``arguments_json`` string encodes, or None if it is not strict JSON for an object."""
     try:
-        value = json.loads(arguments_json, parse_constant=_no_constants)
+        value = strict_json_loads(arguments_json)
     except (ValueError, TypeError, RecursionError, MemoryError):
         return None
     return value if isinstance(value, dict) else None
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 # -- JSON ---------------------------------------------------------------------------------------------------------
 
 
 def _json_calls(inner: str) -> list[tuple[str, dict[str, Any]]]:
-    parsed = json.loads(inner.strip(), parse_constant=_no_constants)
+    parsed = strict_json_loads(inner.strip())
     calls = []
     for item in parsed if isinstance(parsed, list) else [parsed]:
         if not isinstance(item, dict):
@@ -156,7 +152,7 @@ def _json_calls(inner: str) -> list[tuple[str, dict[str, Any]]]:
         if arguments is None:
             arguments = {}
         elif isinstance(arguments, str):
-            arguments = json.loads(arguments, parse_constant=_no_constants)
+            arguments = strict_json_loads(arguments)
         if not isinstance(arguments, dict):
             raise _Malformed
         calls.append((name, arguments))
@@ -295,7 +291,7 @@ def convert_xml_value(value: str, schema: Any) -> Any:
         return value.lower() == "true"
     if kind in ("object", "array", "arr") or kind.startswith(("dict", "list")):
         try:
-            return _strict_json(json.loads(value, parse_constant=_no_constants), value)
+            return _strict_json(strict_json_loads(value), value)
         except (ValueError, RecursionError):
             pass
     try:
