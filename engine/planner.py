@@ -101,7 +101,7 @@ class Planner:
     def _default_plan(self, input_ids: Sequence[int], session_key: str, grammar: Grammar | None = None) -> Plan:
         tk = self.tokenizer
         header_at, header_len = self._last_header(input_ids), len(self._header)
-        tool_output_at = self._last_tool_output(input_ids)
+        tool_output_at = self._last_tool_output(input_ids, after=header_at)
         if tool_output_at > header_at:  # DeepSeek V3.1/V3.2 answer after tool outputs, no header (engine/deepseek_markup.py)
             header_at, header_len = tool_output_at, len(self._tool_output_end)
         so_far = list(input_ids[header_at + header_len :]) if header_at >= 0 else []
@@ -139,14 +139,15 @@ class Planner:
             tokens = tuple(so_far) + tuple(tk.encode(rest)) + (tk.end_of_turn_id(reply),)
         return Plan(tokens, len(so_far), self._filler, None, session_key)
 
-    def _last_tool_output(self, input_ids: Sequence[int]) -> int:
-        """Where the last V3.1 ``<｜tool▁output▁end｜>`` is (-1 if none, or not a V3.1 vocabulary)."""
-        return self._last_header(input_ids, self._tool_output_end) if self._tool_output_end else -1
+    def _last_tool_output(self, input_ids: Sequence[int], *, after: int) -> int:
+        """Where the last tool-output end (``TOOL_OUTPUT_ENDS``: V3.1, V3.2) after position ``after`` is (-1 if none,
+        or not such a vocabulary): only one after the last header matters, so the scan stops there."""
+        return self._last_header(input_ids, self._tool_output_end, stop=after + 1) if self._tool_output_end else -1
 
-    def _last_header(self, input_ids: Sequence[int], header: tuple[int, ...] = ()) -> int:
+    def _last_header(self, input_ids: Sequence[int], header: tuple[int, ...] = (), stop: int = 0) -> int:
         header = header or self._header
         first = header[0]
-        for index in range(len(input_ids) - len(header), -1, -1):
+        for index in range(len(input_ids) - len(header), max(stop, 0) - 1, -1):
             if input_ids[index] == first and tuple(input_ids[index : index + len(header)]) == header:
                 return index
         return -1

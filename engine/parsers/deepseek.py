@@ -88,7 +88,7 @@ def _dsml_arguments(body: str) -> Any:
         parsed = json.loads(stripped, parse_constant=_reject_constant)
         if not isinstance(parsed, dict):
             raise ValueError("DeepSeek tool arguments must be a JSON object")
-        return json.loads(stripped)
+        return parsed
     arguments: dict[str, Any] = {}
     leftover, last = [], 0
     matches = list(_PARAMETER.finditer(body))
@@ -107,7 +107,7 @@ def _dsml_arguments(body: str) -> Any:
     rest = "".join(leftover)
     if _DSML in rest or (not matches and rest.strip()):
         raise ValueError("Malformed DeepSeek tool parameter")
-    return json.loads(json.dumps(arguments, ensure_ascii=False))
+    return arguments  # SGLang's dumps-then-loads gives these same values back (strings, or values already loaded)
 
 
 def _parse_dsml(text: str, tools: list[Any], block: str) -> tuple[str, list[ToolCallItem]]:
