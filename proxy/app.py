@@ -19,7 +19,7 @@ from proxy.access import AccessMiddleware, AccessPolicy
 from proxy.api import ApiError
 from proxy.api.error_mapping import api_error_for
 from proxy.frontends.messages_errors import AnthropicErrorShape
-from proxy.lean_http import LeanRoutes
+from proxy.lean_http import LeanRoutes, error_answer, quart_response
 from proxy.observability.exchanges import observe_exchanges
 from proxy.request_end import RequestEndHooks
 from proxy.request_id import RequestIdMiddleware
@@ -33,10 +33,8 @@ ROUTE_MODULES = [info, rollout, rollout_control, chat, metrics, ui, responses, m
 
 
 def error_response(error: ApiError) -> Response:
-    response = Response(error.to_body(), status=error.status, content_type="application/json")
-    for name, value in (error.headers or {}).items():
-        response.headers[name] = value
-    return response
+    """The answer to every error on the quart path: the lean path's, as a quart response (one shape for both)."""
+    return quart_response(error_answer(error))
 
 
 def create_proxy_app(services: ProxyServices, *, lean_routes: bool = True) -> QuartTrio:

@@ -1,7 +1,8 @@
 """The shape every ASGI wrapper of the proxy shares: act on HTTP exchanges, pass anything else (lifespan) through.
 
 ``proxy/app.py`` stacks them around the quart app: ``proxy/request_id.py`` (outermost),
-``proxy/observability/exchanges.py``, ``proxy/request_end.py``, ``proxy/access.py``.
+``proxy/observability/exchanges.py``, ``proxy/request_end.py``, ``proxy/access.py``, and innermost
+``proxy/lean_http.py`` (the hot POSTs, served without quart).
 """
 
 from __future__ import annotations

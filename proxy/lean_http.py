@@ -87,7 +87,7 @@ Handler = Callable[[Any, bytes, MutableMapping[str, Any]], Awaitable[Answer]]
 
 
 def error_answer(error: ApiError) -> Answer:
-    """An ``ApiError`` as the app's error handler answers it (``proxy/app.py:error_response``)."""
+    """An ``ApiError`` as every path answers it (the app's error handler too: ``proxy/app.py:error_response``)."""
     return Answer(error.status, "application/json", error.to_body(), dict(error.headers or {}))
 
 

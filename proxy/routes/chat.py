@@ -2,9 +2,9 @@
 
 Thin on purpose (``docs/request-path.md`` describes the whole path), and served on the lean path
 (``proxy/lean_http.py``: no quart request or response objects; quart serves the same handler for every other way
-the path is reached). The body is read before anything is answered
-(``serving.http_server``'s hook, stack-notes pitfall 1); ``ChatCompletionRequest.from_http`` validates it (a 4xx
-``ApiError`` for anything wrong; a large body is parsed and validated in a worker thread,
+the path is reached). The body is read before anything is answered (``LeanRoutes`` on the lean path,
+``serving.http_server``'s hook on quart's; stack-notes pitfall 1); ``ChatCompletionRequest.from_http`` validates
+it (a 4xx ``ApiError`` for anything wrong; a large body is parsed and validated in a worker thread,
 ``proxy/routes/json_body.py``); the controller prepares the step and raises ``ApiError`` for refusals; then:
 
 - non-streaming: wait for the ``chat.completion`` object (or the ``ApiError`` to answer);
@@ -18,10 +18,11 @@ loaded first (after a restart, its journal's keys come back holding their commit
 answered from the step, ``proxy/controllers/committed_answer.py``), and the claimed key rides on the request
 (``ChatCompletionRequest.idempotency``) to the registry's prepare, which journals it with the step.
 
-A client that disconnects cancels this handler (quart-trio's disconnect watcher) or closes the body generator; the
-generation turns either into ``ClientDisconnected``. A disconnect in the window after the handler returned and
-before quart started the body runs neither: the end of the exchange (``proxy/request_end.py``) calls
-``client_gone`` then, and always (idempotent, a no-op after a delivered answer). Errors are rendered by ``proxy.app``'s handlers.
+A client that disconnects cancels this handler (``LeanRoutes``' disconnect watcher, or quart-trio's) or closes
+the body generator; the generation turns either into ``ClientDisconnected``. A disconnect in the window after the
+handler returned and before the body started runs neither: the end of the exchange (``proxy/request_end.py``)
+calls ``client_gone`` then, and always (idempotent, a no-op after a delivered answer). Errors are rendered by
+``proxy.app``'s handlers.
 
 A request with ``n > 1`` is answered the same way by a ``ChoiceSet`` (``proxy/controllers/choices.py``): ``n``
 generations, one per choice, put together as one answer (one object, or one multiplexed stream); under an
