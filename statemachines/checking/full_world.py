@@ -53,7 +53,10 @@ Abstractions (the argument for each is in docs/model-checking.md)
    ``session_world.session_with_generations``'s; they reach a generation only through prepare, commit and drop,
    which are all here.
 2. *Prepare is one step* (admission, trie walk, tokenize, ``Prepared``, the gate's answer): the registry makes it one
-   unit that completes or rolls back; a disconnect during it is a disconnect in RECEIVED.
+   unit that completes or rolls back; a disconnect during it is a disconnect in RECEIVED. The session does see the
+   roll-back (admitted, then dropped), with other generations' prepares in between while the encode runs:
+   ``prepared_in_a_later_step`` (on in the conformance test) splits the unit there, admission then ``Prepared``,
+   the client gone or a refusal after admission (``generation_step``'s module docstring).
 3. *SGLang after an abort* may deliver any number of tokens up to the request's limit before its abort finish (the
    real engine delivers at most one: an over-approximation).
 4. *Stragglers*: a late token of the last aborted request, until the generation's next request starts or its output
@@ -399,14 +402,34 @@ def _finalize_again(run: _Step) -> None:
 
 
 def _prepare(run: _Step, i: int, base: Callable[[_Step], int]) -> None:
-    """Prepare as one unit: session admission (or its refusal), the base checkpoint, ``Prepared``, the gate."""
+    """Prepare as one unit: session admission (or its refusal), the base checkpoint, ``Prepared``, the gate. With
+    ``prepared_in_a_later_step`` the unit ends after the admission: ``Prepared`` (or the roll-back) is a later move."""
     run.set(i, prepared=True)
     effects = run.session_send(session_sm.GenerationRequested())
     if not any(isinstance(e, session_sm.AdmitGeneration) for e in effects):
         run.feed(i, gen_sm.PrepareFailed(400, "session_finalized", "the session was finalized"))
         return
     run.set(i, attachment=run.attach(base(run)))
+    if run.config.prepared_in_a_later_step:
+        run.set(i, preparing=True)
+    else:
+        run.feed(i, gen_sm.Prepared(gs.PROMPT_TOKENS, run.config.budget))
+
+
+def _prepared(run: _Step, i: int) -> None:
+    """The encode is done: ``Prepared`` (and the gate's answer)."""
+    run.set(i, preparing=False)
     run.feed(i, gen_sm.Prepared(gs.PROMPT_TOKENS, run.config.budget))
+
+
+def _rolled_back(run: _Step, i: int, event: object) -> None:
+    """The prepare fails after the session admitted it: the registry drops it from the session (itself, not through
+    the machine's ``DropFromSession``), then the machine hears why (in RECEIVED)."""
+    run.set(i, preparing=False)
+    if isinstance(event, gen_sm.ClientDisconnected):
+        run.set(i, client=Client.GONE)
+    run.drop(i)
+    run.feed(i, event)
 
 
 def _head(run: _Step) -> int:
@@ -421,7 +444,17 @@ def _splice(run: _Step) -> int:
 
 
 def _prepares(i: int, world: World, config: _Config) -> list[tuple[str, Move]]:
-    """Generation ``i``'s prepare moves: a new conversation, the next turn of the head, a splice below it."""
+    """Generation ``i``'s prepare moves: a new conversation, the next turn of the head, a splice below it; with
+    ``prepared_in_a_later_step``, once admitted, the prepare's end: done, the client gone during the encode, or
+    refused after admission (the reply does not fit the context window)."""
+    if world.gens[i].preparing:
+        moves = [("prepared", lambda run: _prepared(run, i)),
+                 ("refused after admission", lambda run: _rolled_back(
+                     run, i, gen_sm.PrepareFailed(400, "context_length_exceeded", "no room for a reply")))]
+        if config.clients_may_leave:
+            moves.append(("client gone while preparing", lambda run: _rolled_back(
+                run, i, gen_sm.ClientDisconnected())))
+        return moves
     moves: list[tuple[str, Move]] = [("prepare (new conversation)", lambda run: _prepare(run, i, lambda _: 0))]
     if world.steps:
         moves.append(("prepare (next turn of the head)", lambda run: _prepare(run, i, _head)))
@@ -452,6 +485,7 @@ def gate_session_generations(
     waits_for_client: Callable[[object], bool] = gen_sm.waits_for_client,
     rid_in_a_later_step: bool = False,
     drop_in_a_later_step: bool = False,
+    prepared_in_a_later_step: bool = False,
     length_may_end_turn: bool = False,
     observer: StepObserver | None = None,
 ) -> Composition:
@@ -467,8 +501,8 @@ def gate_session_generations(
         same_weights_resumes=same_weights_resumes, versions_reported=True, data_reductions=data_reductions,
         one_token_after_abort=False, stale_until_next_request=True, tokens_checked_against_pause=True, gate=gate,
         generation=generation, splices=splices, session=session, chain=chain, waits_for_client=waits_for_client,
-        rid_in_a_later_step=rid_in_a_later_step, drop_in_a_later_step=drop_in_a_later_step, observer=observer,
-        length_may_end_turn=length_may_end_turn,
+        rid_in_a_later_step=rid_in_a_later_step, drop_in_a_later_step=drop_in_a_later_step,
+        prepared_in_a_later_step=prepared_in_a_later_step, observer=observer, length_may_end_turn=length_may_end_turn,
     )
     start = GenWorld(generation.new(partial_rollout=partial_rollout).snapshot())
     initial = World(gate.new("v0").snapshot(), session.new().snapshot(), (), (), (start,) * n, Trainer.TRAINING,

@@ -38,6 +38,12 @@ Modelling choices, fixed by each world in its ``Config`` (generation world / ful
   move of its own, as the controller's driver task does after the effect was queued: another generation's prepare
   or commit may come first (off by default: the session counts it out in the same step; the conformance test,
   ``tests/conformance/``, turns it and ``rid_in_a_later_step`` on to have the controller's timing);
+- ``prepared_in_a_later_step``: the session's admission (``GenerationRequested``, the branch) is a move of its own
+  and the end of the prepare a later one, as in the controller, whose prepare awaits the encode after admitting:
+  ``Prepared``, or the registry's roll-back (the client left during the encode: the session drops the generation and
+  its machine hears ``ClientDisconnected`` in RECEIVED; a refusal after admission, the context window: dropped, then
+  ``PrepareFailed``), with other generations' moves in between (off by default: prepare is one move; on in the
+  conformance test);
 - ``length_may_end_turn``: a request that hits its ``max_new_tokens`` may have made the end-of-turn token its last
   (SGLang reports ``length`` then), so the session keeps the chain open as after a stop (the parse move says which:
   ``parsed (the last token ended the turn)``); off by default: every ``length`` step closes its chain;
@@ -95,6 +101,7 @@ class Config(WorldConfig):
     generation: type[GenerationMachine]
     rid_in_a_later_step: bool = False
     drop_in_a_later_step: bool = False
+    prepared_in_a_later_step: bool = False
     length_may_end_turn: bool = False
     waits_for_client: Callable[[object], bool] = gen_sm.waits_for_client
     # Memo of each generation's sort key (generations recur in many worlds; their hash is cached).
@@ -359,6 +366,7 @@ def order(g: GenWorld) -> tuple:
         data.partial_rollout, g.client.name, g.gate.name, upstream, tuple(s or "" for s in g.stamps), g.parsing,
         g.finish.value if g.finish else "", g.stale or (), () if att is None else att.key, g.commits,
         () if g.start_pending is None else (g.start_pending.request, g.start_pending.kept_tokens), g.drop_pending,
+        g.preparing,
     )
 
 
@@ -405,8 +413,14 @@ def generation_moves(world: Any, config: Config,
     until it is prepared, then those of its upstream request, parser, client, pause-wait timer and stragglers."""
     moves: list[tuple[str, Move]] = []
     for i, g in enumerate(world.gens):
-        own = prepares(i) if g.client is Client.WAITING and not g.prepared else []
-        moves += [(f"g{i}: {label}", move) for label, move in own + _moves_of(i, g, config)]
+        if g.preparing:
+            # Admitted, its prepare not done (``prepared_in_a_later_step``): only the prepare's end (the session
+            # side's moves) can come next; nothing was sent, parsed or asked of the gate yet.
+            own = prepares(i)
+        else:
+            own = prepares(i) if g.client is Client.WAITING and not g.prepared else []
+            own += _moves_of(i, g, config)
+        moves += [(f"g{i}: {label}", move) for label, move in own]
     return moves
 
 

@@ -81,6 +81,9 @@ class GenWorld:
     start_pending: gen_sm.StartUpstream | None = None
     # A DropFromSession not carried out yet (with ``drop_in_a_later_step``): the session still counts it.
     drop_pending: bool = False
+    # Admitted by the session, its prepare not done yet (with ``prepared_in_a_later_step``): ``Prepared``, or the
+    # registry's roll-back (client gone, a refusal after admission), is a later move.
+    preparing: bool = False
 
 
 @attrs.define
@@ -100,16 +103,17 @@ class _GenDraft:
     commits: tuple[str, ...]
     start_pending: gen_sm.StartUpstream | None
     drop_pending: bool
+    preparing: bool
 
 
 def thaw(g: GenWorld) -> _GenDraft:
     return _GenDraft(g.machine, g.prepared, g.client, g.gate, g.upstream, g.stamps, g.parsing, g.finish, g.stale,
-                     g.attachment, g.commits, g.start_pending, g.drop_pending)
+                     g.attachment, g.commits, g.start_pending, g.drop_pending, g.preparing)
 
 
 def freeze(g: _GenDraft) -> GenWorld:
     return GenWorld(g.machine, g.prepared, g.client, g.gate, g.upstream, g.stamps, g.parsing, g.finish, g.stale,
-                    g.attachment, g.commits, g.start_pending, g.drop_pending)
+                    g.attachment, g.commits, g.start_pending, g.drop_pending, g.preparing)
 
 
 def describe_head(world: Any) -> str:
@@ -139,6 +143,8 @@ def describe_gen(i: int, g: GenWorld) -> str:
         text += f" start-held(req {g.start_pending.request})"
     if g.drop_pending:
         text += " drop-held"
+    if g.preparing:
+        text += " preparing"
     text += f" {g.client.name.lower()}"
     return text + (f" commits={list(g.commits)}" if g.commits else "")
 

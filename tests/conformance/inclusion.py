@@ -161,10 +161,15 @@ def _bindings(traces: tuple[MachineTrace, ...], node: _Node,
     bound = dict(node.binding)
     unprepared = [i for i in range(len(node.world.gens)) if f"g{i}" not in bound
                   and is_initial_generation(node.world, i)]
+    # A move of a generation never prepared (its admission feeds only the session and a chain, with
+    # ``prepared_in_a_later_step``) is tried for the first such generation only, as a move that binds one.
+    mover = move.generation
+    if mover is not None and mover in unprepared and mover != unprepared[0]:
+        return [], f"g{mover} is a generation like g{unprepared[0]}, tried instead"
     options = [(list(node.positions), bound)]
     for role, steps in _grouped(move.events).items():
         generation = role_generation(role)
-        if role not in bound and generation is not None and unprepared and generation != unprepared[0]:
+        if role not in bound and generation in unprepared and generation != unprepared[0]:
             return [], f"{role} is a generation like g{unprepared[0]}, tried instead"
         widened = []
         why = ""

@@ -16,7 +16,9 @@ prepare or commit before the session counts a failed or cancelled one out). The 
 own modelling choices, ``rid_in_a_later_step`` and ``drop_in_a_later_step`` (``statemachines/checking/
 generation_step.py``): each is carried out in a move of its own, the driver's (``driver sends the request``,
 ``driver drops it from the session``). Without them the world never feeds ``UpstreamStarted`` in ``ABORTING``, a row
-the controller takes whenever a pause lands before the driver sent its request.
+the controller takes whenever a pause lands before the driver sent its request. A third, ``prepared_in_a_later_step``,
+splits prepare where the registry awaits the encode after admitting: another generation may be admitted in between,
+and a client that leaves then is dropped from the session before its machine hears ``ClientDisconnected`` in RECEIVED.
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ class WorldMove:
     label: str
     world: Any
     events: tuple[tuple[str, Observed], ...]
+
+    @property
+    def generation(self) -> int | None:
+        """The generation whose move it is (the world labels them ``g<i>: ...``), None for the trainer's."""
+        head = self.label.split(":", 1)[0]
+        return int(head[1:]) if head[:1] == "g" and head[1:].isdigit() else None
 
     @property
     def broken(self) -> tuple[str, str] | None:
@@ -94,18 +102,22 @@ class WorldDriver:
 
 
 def conformance_world(generations: int, *, budget: int, pauses: int, partial_rollout: bool,
-                      deferred: bool = DEFERRED, **machines: type) -> WorldDriver:
+                      deferred: bool = DEFERRED, prepared_in_a_later_step: bool | None = None,
+                      **machines: type) -> WorldDriver:
     """The full composition with ``generations`` generation machines, every choice of the environment on (clients
     leaving, upstream failures, stragglers, pause-wait timeouts, resumes keeping the weights, splices, a reply that
     hits its length on the end-of-turn token), no reduction,
-    and with ``deferred`` the controller's timing (module docstring), driven and watched. ``machines``: variant
-    machine classes (``gate=``, ``session=``, ``chain=``, ``generation=``)."""
+    and with ``deferred`` the controller's timing (module docstring), driven and watched; ``prepared_in_a_later_step``
+    overrides that one of the three (None: as ``deferred``). ``machines``: variant machine classes (``gate=``,
+    ``session=``, ``chain=``, ``generation=``)."""
     log = _MoveLog()
     composition = gate_session_generations(
         generations, budget=budget, pauses=pauses, partial_rollout=partial_rollout, clients_may_leave=True,
         upstream_failures=True, stragglers=True, timeouts=True, same_weights_resumes=True, splices=True,
         symmetry=False, data_reductions=False, length_may_end_turn=True, rid_in_a_later_step=deferred,
-        drop_in_a_later_step=deferred, observer=log, **machines,
+        drop_in_a_later_step=deferred,
+        prepared_in_a_later_step=deferred if prepared_in_a_later_step is None else prepared_in_a_later_step,
+        observer=log, **machines,
     )
     return WorldDriver(composition, log)
 
