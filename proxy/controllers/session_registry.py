@@ -296,7 +296,8 @@ class SessionRegistry(SessionUpkeep):
         elif len(versions) != count:
             raise ValueError(f"{len(versions)} weight versions for {count} generated ids")
         try:
-            key = message_key(assistant_message)
+            # Keyed as the next request's echo of it will be (``--ignore-cch-for-prefix-hash`` blanks billing hashes).
+            key = message_key(assistant_message, ignore_cch=self.config.ignore_cch_for_prefix_hash)
         except MessageKeyError as exc:
             raise ValueError(f"assistant_message: {exc}") from None
         chunks = [RoutedChunk.of(chunk) for chunk in routed_experts or ()]

@@ -279,25 +279,24 @@ class PrefixTrie:
             node = _pick(children, variants[index])
         return node, len(keys)
 
-    def echoed_prefix(self, messages: Sequence[Any], *, ignore_cch: bool = False) -> list[TrieNode | None]:
+    def echoed_prefix(self, messages: Sequence[Any]) -> list[TrieNode]:
         """For the longest leading run of ``messages`` that are each :func:`same_message` as the message stored on
         one path below a context (the history a client echoes back), the node whose key and variant are the
-        message's (``message_keys.py``: incremental keys), or None where the key must be computed all the same.
+        message's (``message_keys.py``: incremental keys).
         O(the run's text), compared in C; nothing is hashed.
 
         Read only, and exact whatever the trie does meanwhile: a node's key and variant were computed from its
-        message, so they are those of an equal message even if the node is no longer on any path. The one
-        exception is an answer stored by a commit under ``ignore_cch`` (its key was computed without the
-        normalization): such a session gets None for its assistant messages."""
-        best: list[TrieNode | None] = []
+        message, so they are those of an equal message even if the node is no longer on any path (every key of a
+        session is computed under the session's one ``ignore_cch``: requests' and commits' alike)."""
+        best: list[TrieNode] = []
         for variants in self.root.children.values():
             node: TrieNode | None = variants[0]
-            found: list[TrieNode | None] = []
+            found: list[TrieNode] = []
             for message in messages:
                 node = _echoed_child(node, message)
                 if node is None:
                     break
-                found.append(None if ignore_cch and node.key.role == "assistant" else node)
+                found.append(node)
             if len(found) > len(best):
                 best = found
                 if len(best) == len(messages):  # the whole request: no other context can give more

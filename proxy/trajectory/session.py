@@ -182,7 +182,7 @@ class Session:
         (never in a worker thread while the loop may change the trie); its answer stays exact afterwards."""
         if self.trie is None or type(messages) not in (list, tuple):
             return []
-        return self.trie.echoed_prefix(messages, ignore_cch=self.config.ignore_cch_for_prefix_hash)
+        return self.trie.echoed_prefix(messages)
 
     def _no_checkpoint_reason(
         self, context: TrieNode, keys: Sequence[MessageKey], variants: Sequence[str | None], matched: int

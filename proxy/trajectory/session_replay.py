@@ -171,7 +171,7 @@ def _commit(session: Session, handle: BranchHandle, record: StepRecord) -> None:
                               record.routed_experts)
     answer = record.assistant_message
     result = session.commit(
-        handle, span, finish_reason=record.finish_reason, assistant_message=answer, key=message_key(answer),
+        handle, span, finish_reason=record.finish_reason, assistant_message=answer, key=message_key(answer, ignore_cch=session.config.ignore_cch_for_prefix_hash),
         variant=reasoning_variant(answer), logprobs_invalid=record.logprobs_invalid,
         version_stamp=record.version_stamp,
     )

@@ -280,6 +280,21 @@ async def test_ignore_cch_matches_rewritten_billing_hashes(family, qwen3_path):
     assert other.prepared.boundary_reason == "history_rewritten"
 
 
+@pytest.mark.parametrize("family", ["qwen3"])
+async def test_ignore_cch_matches_an_answer_that_holds_a_billing_hash(family, qwen3_path):
+    # Failed before the commit keyed its answer under the flag: the stored key kept "cch=ab12" while the echo's was
+    # normalized, so the echoed answer (verbatim or with its hash rewritten) missed its checkpoint.
+    from proxy.families import load_tito_tokenizer
+
+    tokenizer = load_tito_tokenizer(family, qwen3_path)
+    for echoed in ("See cch=ab12.", "See cch=zz99."):
+        reg = new_registry(tokenizer, ignore_cch_for_prefix_hash=True)
+        t1 = await turn(reg, "s", [SYS, USER], say("See cch=ab12."))
+        t2 = await turn(reg, "s", [SYS, USER, say(echoed), T2], A3)
+        assert t2.prepared.encode.value == "incremental", echoed
+        assert t2.result.chain_id == t1.result.chain_id and t2.prepared.boundary_reason is None, echoed
+
+
 async def test_last_step_build_mode_with_earlier_turns_keeps_logprobs_all_or_none(real_tokenizer):
     reg = new_registry(real_tokenizer, export=ExportOptions(build_mode=BuildMode.LAST_STEP))
     t1 = await turn(reg, "s", [SYS, USER], A1, tools=TOOLS)
