@@ -35,6 +35,7 @@ Qwen3.5), always with a reasoning parser. ``response_format`` ``structural_tag``
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,11 +44,13 @@ import attrs
 from proxy.api.errors import ApiError
 from proxy.api.fields import check_json, json_type, shown
 
+log = logging.getLogger(__name__)
+
 #: ``response_format: {"type": "json_object"}`` as SGLang sends it (protocol.py L1249)
 JSON_OBJECT_SCHEMA = '{"type": "object"}'
 #: ``response_format`` types SGLang's ``ResponseFormat`` accepts (protocol.py L248-250)
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
-#: the tool-call formats whose SGLang constraint this module builds
+#: the tool-call formats whose SGLang constraint this module builds (with their aliases, ``qwen`` and ``step3p5``)
 TOOL_CALL_TYPES = ("qwen25", "qwen3_coder")
 #: the think tokens of the qwen3 reasoning parser, which its presence strips from structural-tag ``excludes``
 THINK_TOKENS = ("<think>", "</think>")
@@ -177,16 +180,35 @@ def tool_call_constraint(
     any_strict = any(function.get("strict") for function in functions)
     if not is_forcing(mode) and not any_strict:
         return None
-    if tool_call_type == "qwen25":
+    # SGLang's parser names for one detector class (function_call_parser.py L103-108): the same constraint.
+    if tool_call_type in ("qwen25", "qwen"):
         return _legacy_structural_tag(functions, forcing=is_forcing(mode))
-    if tool_call_type == "qwen3_coder":
+    if tool_call_type in ("qwen3_coder", "step3p5"):
         if mode == "function":
             functions = [function for function in functions if function["name"] == name]
         return ("structural_tag", json.dumps(_qwen3_coder_tag(
             functions, forced=mode == "function", at_least_one=mode == "required",
             parallel_tool_calls=parallel_tool_calls, excludes=[] if reasoning_parser else list(THINK_TOKENS),
         )))
-    raise ValueError(f"no SGLang tool-call constraint is known for the tool-call format {tool_call_type!r}")
+    # The other families' formats (GLM, DeepSeek, MiniMax): SGLang builds each its own grammar (a GLM EBNF of the
+    # whole answer, xgrammar's native deepseek tags, a JSON-array schema for MiniMax; function_call_parser.py
+    # L324-431), which this proxy does not build yet. A forced call cannot be served as SGLang serves it: refused.
+    if is_forcing(mode):
+        raise ApiError.unsupported_parameter(
+            f"tool_choice 'required' or a named tool needs SGLang's decoding constraint for the {tool_call_type} "
+            "tool-call format, which this proxy does not build (it does for the Qwen formats); use "
+            "tool_choice 'auto'", "tool_choice")
+    # ``auto`` with a strict tool: served without the constraint (the OpenAI Agents SDK marks every tool strict);
+    # the model's calls are parsed as it wrote them.
+    if tool_call_type not in _UNCONSTRAINED_WARNED:
+        _UNCONSTRAINED_WARNED.add(tool_call_type)
+        log.warning("strict tools are served without SGLang's decoding constraint for the %s tool-call format "
+                    "(not built by this proxy); their calls are parsed as the model writes them", tool_call_type)
+    return None
+
+
+# The formats whose unconstrained strict tools were already logged (once per process each).
+_UNCONSTRAINED_WARNED: set[str] = set()
 
 
 def _legacy_structural_tag(functions: Sequence[Mapping[str, Any]], *, forcing: bool) -> tuple[str, str] | None:

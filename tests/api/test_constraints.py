@@ -10,8 +10,9 @@ import pytest
 
 from proxy.api.chat_request import ChatCompletionRequest
 from proxy.api.chat_tools import ToolChoice
-from proxy.api.constraints import ResponseFormat, tool_call_constraint
+from proxy.api.constraints import ResponseFormat
 from proxy.api.errors import ApiError, ErrorCode
+from proxy.parsing.formats import TOOL_CALL_TYPES as TOOL_CALL_FORMATS
 from tests.api.sglang_expected import PARAMETERS, qwen3_coder_tag, qwen25_tag
 
 SESSION = {"X-Session-Id": "s"}
@@ -202,6 +203,29 @@ def test_tool_choice_unmet() -> None:
     assert not parse({"tools": TOOLS}).tool_choice_unmet([])
 
 
-def test_unknown_tool_call_type_is_a_bug_not_a_request_error() -> None:
-    with pytest.raises(ValueError, match="no SGLang tool-call constraint"):
-        tool_call_constraint(TOOLS, "required", None, parallel_tool_calls=True, tool_call_type="hermes")
+# The served formats whose SGLang grammar the proxy does not build (GLM's EBNF, DeepSeek's native tags, MiniMax's
+# JSON-array schema): every --model-tool-call-type value of proxy/parsing/formats.py but the Qwen ones.
+UNCONSTRAINED = sorted(set(TOOL_CALL_FORMATS) - {"qwen25", "qwen", "qwen3_coder", "step3p5"})
+
+
+@pytest.mark.parametrize("tool_call_type", UNCONSTRAINED)
+@pytest.mark.parametrize("choice", ["required", NAMED_MULTIPLY])
+def test_a_forced_call_in_a_format_without_its_grammar_is_a_clear_400(tool_call_type: str, choice: Any) -> None:
+    # Was a ValueError (an internal error, 500) for every GLM, DeepSeek and MiniMax model.
+    error = refused({"tools": TOOLS, "tool_choice": choice}, tool_call_type)
+    assert (error.status, error.code, error.param) == (400, ErrorCode.UNSUPPORTED_PARAMETER, "tool_choice")
+    assert tool_call_type in error.message and "'auto'" in error.message
+
+
+@pytest.mark.parametrize("tool_call_type", UNCONSTRAINED)
+def test_auto_with_a_strict_tool_in_a_format_without_its_grammar_is_served_unconstrained(tool_call_type: str) -> None:
+    strict = [{"type": "function", "function": {**TOOLS[0]["function"], "strict": True}}]
+    assert parse({"tools": strict}, tool_call_type).constraint_params == {}
+    assert parse({"tools": strict, "tool_choice": "auto"}, tool_call_type).constraint_params == {}
+
+
+@pytest.mark.parametrize(("alias", "same_as"), [("qwen", "qwen25"), ("step3p5", "qwen3_coder")])
+def test_sglangs_parser_aliases_get_their_detectors_constraint(alias: str, same_as: str) -> None:
+    for choice in ("required", NAMED_MULTIPLY):
+        assert parse({"tools": TOOLS, "tool_choice": choice}, alias).constraint_params == parse(
+            {"tools": TOOLS, "tool_choice": choice}, same_as).constraint_params != {}
