@@ -1,0 +1,132 @@
+"""What a live session costs in memory, counted in-process (issue 21 item 5): per session and per stored token.
+
+The proxy's RSS growth (``bench/turn_growth.py``, ``bench/floor_sessions.py``) measures the allocator as much as the
+sessions: every turn allocates and frees a request body and a reply of the whole history, and the arrays stored later
+reuse those pages without growing the RSS (docs/benchmarks.md, "Bytes per stored token: not measured"). This bench
+counts what the session registry keeps instead: ``tracemalloc``'s traced bytes after the sessions were built, less
+those before, with the real Qwen3 tokenizer, the registry the proxy runs (prepare, TITO, commit) and its default
+store (sqlite, on disk: the journal is not in memory). No HTTP, no upstream: the answers are the tokenizer's own
+rendering of scripted replies, with one logprob and one weight version per generated token, as SGLang reports them.
+
+Two phases:
+
+- ``sessions``: ``--sessions`` live 10-turn sessions of short turns (the issue's ~394 tokens each): the fixed cost;
+- ``tokens``: ``--token-sessions`` live sessions grown to ``--tokens`` tokens each, half of them generated
+  (~300-token user turns, ~300-token answers): bytes per stored token, whatever a turn adds besides its tokens
+  included.
+
+    .venv/bin/python bench/session_memory.py [--sessions 2000] [--token-sessions 20] [--tokens 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+from array import array
+import gc
+import json
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import trio
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from proxy.controllers.session_registry import SessionRegistry  # noqa: E402
+from proxy.families import load_tito_tokenizer  # noqa: E402
+from proxy.trajectory.session_config import SessionConfig  # noqa: E402
+from proxy.trajectory.stores import open_store  # noqa: E402
+from serving.tokenizer_files import model_tokenizer_path  # noqa: E402
+
+SYSTEM = {"role": "system", "content": "You are a careful assistant. Answer briefly."}
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima")
+
+
+def text(words: int, salt: int) -> str:
+    """``words`` distinct-looking words (about one token each)."""
+    return " ".join(f"{WORDS[(salt + i) % len(WORDS)]}{(salt * 7 + i) % 97}" for i in range(words))
+
+
+async def grow(registry: SessionRegistry, session_id: str, turns: int, user_words: int, answer_words: int) -> int:
+    """One session of ``turns`` answered turns; the tokens it stores (its last context plus its last answer)."""
+    tokenizer = registry.tokenizer
+    messages: list[dict[str, Any]] = [SYSTEM]
+    stored = 0
+    for turn in range(turns):
+        messages.append({"role": "user", "content": text(user_words, turn)})
+        prepared = await registry.prepare(session_id, list(messages))
+        answer = {"role": "assistant", "content": text(answer_words, turn + 1000)}
+        ids = tokenizer.encode_text(tokenizer.render_assistant(answer, None))
+        # float32 values, as SGLang's logprobs are (torch float32 ``.tolist()``): stored as 4-byte floats.
+        logprobs = array("f", [-0.25 - (i % 13) / 100 for i in range(len(ids))]).tolist()
+        await registry.commit(prepared.handle, ids, logprobs, ["v0"] * len(ids), None, "stop", answer)
+        messages.append(answer)
+        stored = len(prepared.input_ids()) + len(ids)
+    return stored
+
+
+async def measure(tokenizer: Any, count: int, turns: int, user_words: int, answer_words: int,
+                  top: int = 0) -> dict[str, float]:
+    """Traced bytes the registry keeps for ``count`` live sessions (built after a warm-up session and a baseline);
+    with ``top``, the allocation sites that grew most are printed (per session)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        async with open_store(f"sqlite:///{tmp}/store.sqlite") as store:
+            registry = SessionRegistry(tokenizer, store=store, config=SessionConfig(max_steps_per_session=None))
+            await grow(registry, "warm-up", turns, user_words, answer_words)  # caches, interned strings, pages
+            gc.collect()
+            tracemalloc.start()
+            before = tracemalloc.get_traced_memory()[0]
+            first = tracemalloc.take_snapshot() if top else None
+            began = time.perf_counter()
+            tokens = 0
+            for index in range(count):
+                tokens += await grow(registry, f"s{index}", turns, user_words, answer_words)
+            gc.collect()
+            after = tracemalloc.get_traced_memory()[0]
+            if first is not None:
+                for stat in tracemalloc.take_snapshot().compare_to(first, "lineno")[:top]:
+                    frame = stat.traceback[0]
+                    where = f"{Path(frame.filename).relative_to(ROOT) if frame.filename.startswith(str(ROOT)) else frame.filename}:{frame.lineno}"
+                    print(f"  {stat.size_diff / count:>9.0f} B/session  {stat.count_diff / count:>6.1f} blocks  {where}")
+            tracemalloc.stop()
+            elapsed = time.perf_counter() - began
+    grown = after - before
+    return {"sessions": count, "tokens_each": tokens / count, "bytes": grown, "per_session": grown / count,
+            "per_token": grown / tokens, "seconds": elapsed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--phases", default="sessions,tokens")
+    parser.add_argument("--sessions", type=int, default=2000)
+    parser.add_argument("--token-sessions", type=int, default=20)
+    parser.add_argument("--tokens", type=int, default=20_000, help="tokens each long session grows to (about)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--top", type=int, default=0, help="print the N allocation sites that grew most")
+    args = parser.parse_args()
+    tokenizer = load_tito_tokenizer("qwen3", model_tokenizer_path("qwen3"))
+    results: dict[str, dict[str, float]] = {}
+    for phase in args.phases.split(","):
+        if phase == "sessions":
+            # 10 turns of 4-word questions and 2-word answers: ~400 tokens a session, as the issue's ~394.
+            results[phase] = trio.run(measure, tokenizer, args.sessions, 10, 4, 2, args.top)
+        elif phase == "tokens":
+            # ~300-token user turns and ~300-token answers (85 words each), half the stored tokens generated.
+            turns = max(1, round(args.tokens / 620))
+            results[phase] = trio.run(measure, tokenizer, args.token_sessions, turns, 85, 85, args.top)
+        else:
+            parser.error(f"unknown phase {phase!r}")
+        r = results[phase]
+        print(f"{phase}: {r['sessions']} live sessions of {r['tokens_each']:.0f} tokens: "
+              f"{r['bytes'] / 2**20:.1f} MiB traced, {r['per_session'] / 1024:.1f} KiB a session, "
+              f"{r['per_token']:.1f} bytes a stored token ({r['seconds']:.0f} s)", flush=True)
+    if args.json:
+        print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
