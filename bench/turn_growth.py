@@ -137,7 +137,7 @@ async def growth(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
         if args.profile and turn == args.profile_from:
             # py-spy (if installed) samples the proxy from this turn to the end: where the per-turn growth goes.
             profiler = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "-o",
-                                         args.profile, "--format", "raw", "--rate", "200"],
+                                         args.profile, "--format", "raw", "--rate", str(args.profile_rate)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         before = cpu_seconds(pid)
         async with trio.open_nursery() as nursery:
@@ -258,6 +258,7 @@ def main() -> None:
                              "in turn); default: this checkout")
     parser.add_argument("--profile", default="", help="growth: write a py-spy raw profile of the proxy here")
     parser.add_argument("--profile-from", type=int, default=60, help="growth: the turn the profile starts at")
+    parser.add_argument("--profile-rate", type=int, default=200, help="growth: py-spy samples per second")
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args()
     trees = [tuple(item.split("=", 1)) for item in args.trees.split(",") if item] or [("this", None)]
