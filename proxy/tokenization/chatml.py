@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from proxy.tokenization.results import LastStepError, TitoError, TitoFailure, TitoFailureReason
-from proxy.tokenization.tito import TemplateMismatchError, TitoTokenizer
+from proxy.tokenization.tito import TemplateMismatchError, TemplateTitoTokenizer
 
 
-class ChatMLTitoTokenizer(TitoTokenizer):
+class ChatMLTitoTokenizer(TemplateTitoTokenizer):
     """The ChatML turn shape shared by the Qwen families; subclasses pin the thinking prefix."""
 
     TURN_START: ClassVar[str] = "<|im_start|>"

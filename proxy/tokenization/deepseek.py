@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 from proxy.tokenization.messages import MessageError, normalize_message
 from proxy.tokenization.results import LastStepError, TitoError, TitoFailure, TitoFailureReason
-from proxy.tokenization.tito import ANCHOR_QUERY, TemplateMismatchError, TitoTokenizer
+from proxy.tokenization.tito import ANCHOR_QUERY, TemplateMismatchError, TemplateTitoTokenizer
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 USER, ASSISTANT = "<｜User｜>", "<｜Assistant｜>"
@@ -68,7 +68,7 @@ def closed_at_eos(text: str) -> str:
     return text
 
 
-class DeepSeekV31TitoTokenizer(TitoTokenizer):
+class DeepSeekV31TitoTokenizer(TemplateTitoTokenizer):
     """DeepSeek-V3.1's turn shape (module docstring); the official template's SHA-256 is its detection signature."""
 
     family = "deepseek_v3_1"

@@ -207,9 +207,6 @@ class EncoderTitoTokenizer(TitoTokenizer):
             )
         return text
 
-    def _cut_fragment(self, text, anchor, checkpoint_end, chat_template_kwargs) -> str | TitoFailure:
-        raise NotImplementedError("encoder families render the fragment directly (_fragment_after)")
-
     def _check_fragment_ids(self, ids: list[int], chat_template_kwargs: Mapping[str, Any] | None) -> str | None:
         # after tool results V3.2's "\n\n" merges with the text before it (as in the full render): there the
         # fragment must end with the thinking prefix's special token

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from proxy.tokenization.results import LastStepError, TitoError, TitoFailure, TitoFailureReason
-from proxy.tokenization.tito import TemplateMismatchError, TitoTokenizer
+from proxy.tokenization.tito import TemplateMismatchError, TemplateTitoTokenizer
 
 SYSTEM, USER, ASSISTANT, OBSERVATION = "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"
 ROLE_TOKENS = (SYSTEM, USER, ASSISTANT, OBSERVATION)
@@ -40,7 +40,7 @@ def stop_token_for(message: Mapping[str, Any]) -> str:
     return OBSERVATION if message.get("tool_calls") else USER
 
 
-class GlmTitoTokenizer(TitoTokenizer):
+class GlmTitoTokenizer(TemplateTitoTokenizer):
     """The GLM turn shape; subclasses pin the template version (its thinking-off prefix and its SHA-256)."""
 
     #: what the generation prompt adds after ``<|assistant|>`` with ``enable_thinking=False``

@@ -101,7 +101,7 @@ class TitoTokenizer(abc.ABC):
     """One model family's tokenizer and chat template, with the family's pinned junction rules.
 
     The base is family-neutral (loading, encode/decode, full renders, the incremental driver); a family subclass
-    pins where a turn ends (:meth:`_init_junction_tokens`, :meth:`_fragment_text`, :meth:`_check_fragment_ids`),
+    pins where a turn ends (:meth:`_init_junction_tokens`, :meth:`_fragment_after`, :meth:`_check_fragment_ids`),
     what the model generates for a turn (:meth:`render_assistant`), its generation prompt, the last-step mask
     (:meth:`close_last_step_text`, :meth:`last_step_spans`) and the drift audit's turn boundaries
     (:meth:`boundary_markers`). Construct with :meth:`from_path` (or
@@ -130,6 +130,7 @@ class TitoTokenizer(abc.ABC):
         self._gen_prompt_ids: dict[str, tuple[int, ...]] = {}
         self._token_bytes: dict[int, bytes] = {}
         self._query_prompts: dict[str, str] = {}
+        # Used by TemplateTitoTokenizer's fragment renders; made here, where _check_template may already render one.
         self._fragment_renders = ShapeRenderCache(chat_template)
         self._check_template()
 
@@ -406,13 +407,46 @@ class TitoTokenizer(abc.ABC):
             return TitoFailure(TitoFailureReason.JUNCTION_MISMATCH, problem)
         return TitoFragment(ids=tuple(ids), text=fragment)
 
+    @abc.abstractmethod
     def _fragment_after(
         self, prior_messages: Sequence[Any] | None, new_messages: list[dict[str, Any]], history_has_query: bool,
         tools: Sequence[Mapping[str, Any]] | None, chat_template_kwargs: Mapping[str, Any] | None, checkpoint_end: int,
     ) -> str | TitoFailure:
-        """The fragment's text. Template families need only the synthetic context (:meth:`_fragment_text`); a family
-        rendered by an official encoder reads the checkpoint's own turn from ``prior_messages``
-        (``proxy/tokenization/deepseek_encoder.py``)."""
+        """The fragment's text (or why there is none): :class:`TemplateTitoTokenizer` cuts it out of a synthetic
+        render of the chat template; a family rendered by an official encoder reads the checkpoint's own turn from
+        ``prior_messages`` (``proxy/tokenization/deepseek_encoder.py``)."""
+
+    @abc.abstractmethod
+    def _check_fragment_ids(self, ids: list[int], chat_template_kwargs: Mapping[str, Any] | None) -> str | None:
+        """Why the fragment's tokens do not split at the family's junction and generation prompt (None: they do)."""
+
+    def _render_one_turn(self, message: Any, chat_template_kwargs: Mapping[str, Any] | None) -> tuple[str, str]:
+        """(the generation prompt after a one-query chat, the same chat with ``message`` as the assistant turn)."""
+        try:
+            normalized = normalize_message(message)
+        except MessageError as exc:
+            raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, str(exc)) from None
+        if normalized["role"] != "assistant":
+            raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, f"not an assistant message: {normalized['role']}")
+        query = [{"role": "user", "content": ANCHOR_QUERY}]
+        key = _kwargs_key(self._template_kwargs(chat_template_kwargs))
+        prompt = self._query_prompts.get(key)
+        if prompt is None:  # idempotent cache: the same for every turn under these kwargs
+            prompt = self._query_prompts[key] = self._render(query, None, chat_template_kwargs, True)
+        turn = self._render(query + [normalized], None, chat_template_kwargs, add_generation_prompt=False)
+        return prompt, turn
+
+
+class TemplateTitoTokenizer(TitoTokenizer):
+    """A family rendered by its Jinja chat template: the fragment is cut out of a synthetic render (an anchor turn
+    that stands for the checkpoint, then the new messages) after the anchor's end of turn, by the family's
+    :meth:`_cut_fragment` (its junction rules)."""
+
+    def _fragment_after(
+        self, prior_messages: Sequence[Any] | None, new_messages: list[dict[str, Any]], history_has_query: bool,
+        tools: Sequence[Mapping[str, Any]] | None, chat_template_kwargs: Mapping[str, Any] | None, checkpoint_end: int,
+    ) -> str | TitoFailure:
+        """The fragment's text: only the synthetic context is needed (:meth:`_fragment_text`)."""
         return self._fragment_text(new_messages, history_has_query, tools, chat_template_kwargs, checkpoint_end)
 
     def _fragment_text(
@@ -452,26 +486,6 @@ class TitoTokenizer(abc.ABC):
     ) -> str | TitoFailure:
         """The fragment: what the synthetic render ``text`` holds after the end of the ``anchor`` turn, checked
         against the family's junction rules."""
-
-    @abc.abstractmethod
-    def _check_fragment_ids(self, ids: list[int], chat_template_kwargs: Mapping[str, Any] | None) -> str | None:
-        """Why the fragment's tokens do not split at the family's junction and generation prompt (None: they do)."""
-
-    def _render_one_turn(self, message: Any, chat_template_kwargs: Mapping[str, Any] | None) -> tuple[str, str]:
-        """(the generation prompt after a one-query chat, the same chat with ``message`` as the assistant turn)."""
-        try:
-            normalized = normalize_message(message)
-        except MessageError as exc:
-            raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, str(exc)) from None
-        if normalized["role"] != "assistant":
-            raise TitoError.of(TitoFailureReason.INVALID_MESSAGE, f"not an assistant message: {normalized['role']}")
-        query = [{"role": "user", "content": ANCHOR_QUERY}]
-        key = _kwargs_key(self._template_kwargs(chat_template_kwargs))
-        prompt = self._query_prompts.get(key)
-        if prompt is None:  # idempotent cache: the same for every turn under these kwargs
-            prompt = self._query_prompts[key] = self._render(query, None, chat_template_kwargs, True)
-        turn = self._render(query + [normalized], None, chat_template_kwargs, add_generation_prompt=False)
-        return prompt, turn
 
 
 def load_tokenizer_json(path: Path) -> tokenizers.Tokenizer:
