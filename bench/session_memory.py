@@ -90,8 +90,9 @@ async def measure(tokenizer: Any, count: int, turns: int, user_words: int, answe
             if first is not None:
                 for stat in tracemalloc.take_snapshot().compare_to(first, "lineno")[:top]:
                     frame = stat.traceback[0]
-                    where = f"{Path(frame.filename).relative_to(ROOT) if frame.filename.startswith(str(ROOT)) else frame.filename}:{frame.lineno}"
-                    print(f"  {stat.size_diff / count:>9.0f} B/session  {stat.count_diff / count:>6.1f} blocks  {where}")
+                    name = frame.filename.removeprefix(f"{ROOT}/")
+                    print(f"  {stat.size_diff / count:>9.0f} B/session  {stat.count_diff / count:>6.1f} blocks  "
+                          f"{name}:{frame.lineno}")
             tracemalloc.stop()
             elapsed = time.perf_counter() - began
     grown = after - before

@@ -170,8 +170,10 @@ def _commit(session: Session, handle: BranchHandle, record: StepRecord) -> None:
     span = Session.build_span(handle, record.generated_ids, logprobs, expand_runs(record.version_runs),
                               record.routed_experts)
     answer = record.assistant_message
+    # Keyed as the live commit keyed it (under the session's --ignore-cch-for-prefix-hash).
+    key = message_key(answer, ignore_cch=session.config.ignore_cch_for_prefix_hash)
     result = session.commit(
-        handle, span, finish_reason=record.finish_reason, assistant_message=answer, key=message_key(answer, ignore_cch=session.config.ignore_cch_for_prefix_hash),
+        handle, span, finish_reason=record.finish_reason, assistant_message=answer, key=key,
         variant=reasoning_variant(answer), logprobs_invalid=record.logprobs_invalid,
         version_stamp=record.version_stamp,
     )

@@ -295,6 +295,22 @@ async def test_ignore_cch_matches_an_answer_that_holds_a_billing_hash(family, qw
         assert t2.result.chain_id == t1.result.chain_id and t2.prepared.boundary_reason is None, echoed
 
 
+@pytest.mark.parametrize("family", ["qwen3"])
+async def test_ignore_cch_keys_a_replayed_answer_as_the_live_commit_did(family, qwen3_path):
+    # A proxy restarted on the same store rebuilds the session from its journal: the replayed answer must be keyed
+    # under the flag too, or the echo after the restart misses the checkpoint the journal holds.
+    from proxy.families import load_tito_tokenizer
+    from proxy.trajectory.memory_store import InMemoryTrajectoryStore
+
+    tokenizer = load_tito_tokenizer(family, qwen3_path)
+    store = InMemoryTrajectoryStore()
+    config = SessionConfig(max_steps_per_session=None, ignore_cch_for_prefix_hash=True)
+    t1 = await turn(SessionRegistry(tokenizer, store=store, config=config), "s", [SYS, USER], say("See cch=ab12."))
+    restarted = SessionRegistry(tokenizer, store=store, config=config)
+    t2 = await turn(restarted, "s", [SYS, USER, say("See cch=zz99."), T2], A3)
+    assert t2.prepared.encode.value == "incremental" and t2.result.chain_id == t1.result.chain_id
+
+
 async def test_last_step_build_mode_with_earlier_turns_keeps_logprobs_all_or_none(real_tokenizer):
     reg = new_registry(real_tokenizer, export=ExportOptions(build_mode=BuildMode.LAST_STEP))
     t1 = await turn(reg, "s", [SYS, USER], A1, tools=TOOLS)
