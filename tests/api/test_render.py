@@ -205,6 +205,27 @@ def test_streamed_chunks_parse_as_openai_chunks_and_accumulate_to_the_turn(
         (c.id, c.name, c.arguments) for c in turn.tool_calls]
 
 
+NON_FINITE = st.sampled_from([float("nan"), float("inf"), float("-inf")])
+ANY_LOGPROB = st.floats(max_value=0.0) | NON_FINITE
+
+
+@RENDER
+@given(streamed=streamed_turns(), usage=s.usages, lps=st.lists(ANY_LOGPROB, min_size=1, max_size=4),
+       tops=st.lists(ANY_LOGPROB, max_size=3))
+def test_sse_events_are_the_checked_dumps_bytes_even_with_non_finite_logprobs(
+    streamed: tuple[AssistantTurn, list[Delta]], usage: Usage, lps: list[float], tops: list[float],
+) -> None:
+    # sse_event skips dumps' walk for non-finite floats (issue 21: most of a small chunk's cost), because every
+    # float a chunk holds is a floored logprob. Fails if a NaN or an infinity ever reaches a chunk unfloored.
+    turn, deltas = streamed
+    hostile = Delta(content="x", logprobs=(TokenLogprob("x", lps[0], top_logprobs=tuple(
+        TopLogprob("y", value) for value in tops)),), extras=TokenExtras(token_ids=[1] * len(lps), token_logprobs=lps))
+    fmt = ChunkFormat(META, include_usage=True, logprobs=True, token_extras=True)
+    for event in [*render_stream(fmt, turn, [*deltas, hostile], usage), ApiError.invalid_request("bad").to_json()]:
+        assert sse_event(event) == b"data: " + dumps(event) + b"\n\n"
+        strict_loads(sse_event(event)[len(b"data: "):])
+
+
 @RENDER
 @given(turn=s.turns)
 def test_turn_as_deltas_streams_the_same_message(turn: AssistantTurn) -> None:
