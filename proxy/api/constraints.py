@@ -50,8 +50,11 @@ log = logging.getLogger(__name__)
 JSON_OBJECT_SCHEMA = '{"type": "object"}'
 #: ``response_format`` types SGLang's ``ResponseFormat`` accepts (protocol.py L248-250)
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
-#: the tool-call formats whose SGLang constraint this module builds (with their aliases, ``qwen`` and ``step3p5``)
-TOOL_CALL_TYPES = ("qwen25", "qwen3_coder")
+#: the tool-call formats (SGLang parser names) whose constraint this module builds -> the detector it is built as:
+#: SGLang's aliases share their detector's (function_call_parser.py L103-108: ``qwen`` is Qwen25Detector,
+#: ``step3p5`` Qwen3CoderDetector)
+CONSTRAINED_FORMATS: Mapping[str, str] = {"qwen25": "qwen25", "qwen": "qwen25", "qwen3_coder": "qwen3_coder",
+                                          "step3p5": "qwen3_coder"}
 #: the think tokens of the qwen3 reasoning parser, which its presence strips from structural-tag ``excludes``
 THINK_TOKENS = ("<think>", "</think>")
 
@@ -180,10 +183,10 @@ def tool_call_constraint(
     any_strict = any(function.get("strict") for function in functions)
     if not is_forcing(mode) and not any_strict:
         return None
-    # SGLang's parser names for one detector class (function_call_parser.py L103-108): the same constraint.
-    if tool_call_type in ("qwen25", "qwen"):
+    detector = CONSTRAINED_FORMATS.get(tool_call_type)
+    if detector == "qwen25":
         return _legacy_structural_tag(functions, forcing=is_forcing(mode))
-    if tool_call_type in ("qwen3_coder", "step3p5"):
+    if detector == "qwen3_coder":
         if mode == "function":
             functions = [function for function in functions if function["name"] == name]
         return ("structural_tag", json.dumps(_qwen3_coder_tag(
@@ -336,6 +339,6 @@ def conflict_error() -> ApiError:
 
 
 __all__ = [
-    "JSON_OBJECT_SCHEMA", "ResponseFormat", "conflict_error", "constraint_params", "is_forcing",
+    "CONSTRAINED_FORMATS", "JSON_OBJECT_SCHEMA", "ResponseFormat", "conflict_error", "constraint_params", "is_forcing",
     "tool_call_constraint",
 ]

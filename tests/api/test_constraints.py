@@ -10,7 +10,7 @@ import pytest
 
 from proxy.api.chat_request import ChatCompletionRequest
 from proxy.api.chat_tools import ToolChoice
-from proxy.api.constraints import ResponseFormat
+from proxy.api.constraints import CONSTRAINED_FORMATS, ResponseFormat
 from proxy.api.errors import ApiError, ErrorCode
 from proxy.parsing.formats import TOOL_CALL_TYPES as TOOL_CALL_FORMATS
 from tests.api.sglang_expected import PARAMETERS, qwen3_coder_tag, qwen25_tag
@@ -205,7 +205,7 @@ def test_tool_choice_unmet() -> None:
 
 # The served formats whose SGLang grammar the proxy does not build (GLM's EBNF, DeepSeek's native tags, MiniMax's
 # JSON-array schema): every --model-tool-call-type value of proxy/parsing/formats.py but the Qwen ones.
-UNCONSTRAINED = sorted(set(TOOL_CALL_FORMATS) - {"qwen25", "qwen", "qwen3_coder", "step3p5"})
+UNCONSTRAINED = sorted(set(TOOL_CALL_FORMATS) - set(CONSTRAINED_FORMATS))
 
 
 @pytest.mark.parametrize("tool_call_type", UNCONSTRAINED)
