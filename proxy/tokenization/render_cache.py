@@ -4,8 +4,8 @@ Every turn TITO renders a small synthetic conversation (``tito.py:TitoTokenizer.
 and the turn's new messages (a user query, tool results). The jinja2 render, in transformers' sandbox, is most of a
 fragment's cost (~0.8 ms for Qwen3 on the bench machine), and from one turn to the next only the messages' texts
 change: the roles, fields, tools and template kwargs (the *shape*) repeat. :class:`ShapeRenderCache` renders a shape
-once with a *probe* in place of each text field of a message (its ``content``, a tool result's id...) and keeps the output as literal text with holes; later
-renders of the shape fill the holes with the real texts.
+once with a *probe* in place of each text field of a message (its ``content``, a tool result's id...) and keeps the
+output as literal text with holes; later renders of the shape fill the holes with the real texts.
 
 That is only right when the template treats the texts as opaque, so the probe records everything the template
 learns about a text (:class:`_Probe`):
@@ -282,7 +282,9 @@ class ShapeRenderCache:
         return None if pieces is None else _Shape(pieces, transcript.questions)
 
 
-def _slotted(messages: list[dict[str, Any]], first_slot: int, texts: list[str], hole: Callable[[int], Any]) -> list[Any]:
+def _slotted(
+    messages: list[dict[str, Any]], first_slot: int, texts: list[str], hole: Callable[[int], Any]
+) -> list[Any]:
     """``messages`` with every text field (any string but the role: the content, a tool result's ``tool_call_id`` and
     ``name``, ``reasoning_content``) of ``messages[first_slot:]`` replaced by ``hole(slot)``, the texts appended to
     ``texts`` in slot order. Ids and names change every turn just as contents do: keyed, they would make every tool
