@@ -23,7 +23,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import Connection  # noqa: E402
-from servers import cpu_seconds  # noqa: E402
+from servers import exact_cpu_seconds  # noqa: E402
 
 _WORDS = ("check", "results", "plan", "value", "step", "data", "summary", "carefully", "report", "clearly",
           "each", "next", "first", "finally", "consistent", "answer", "question", "found", "simple", "short",
@@ -85,17 +85,21 @@ class ChatSession:
 
 async def growth(port: int, pid: int, *, name: str, sessions: int, turns: int, user_tokens: int
                  ) -> tuple[list[float], list[ChatSession]]:
-    """CPU seconds of process ``pid`` per turn (all sessions together), and the sessions."""
+    """CPU seconds of process ``pid`` per turn (all sessions together), and the sessions. The sessions advance turn
+    by turn, one request at a time, each timed by the scheduler's exact count (``servers.exact_cpu_seconds``): the
+    issue's figure is one session's cost per request, and requests in flight together would share their fixed
+    costs (``bench/turn_growth.py --lockstep`` gives that figure too)."""
     chats = [ChatSession(f"{name}.growth.{i}", i, user_tokens) for i in range(sessions)]
     conns = [Connection("127.0.0.1", port) for _ in chats]
     per_turn: list[float] = []
     try:
         for _ in range(turns):
-            before = cpu_seconds(pid)
-            async with trio.open_nursery() as nursery:
-                for chat, conn in zip(chats, conns, strict=True):
-                    nursery.start_soon(chat.turn, conn)
-            per_turn.append(cpu_seconds(pid) - before)
+            spent = 0.0
+            for chat, conn in zip(chats, conns, strict=True):
+                before = exact_cpu_seconds(pid)
+                await chat.turn(conn)
+                spent += exact_cpu_seconds(pid) - before
+            per_turn.append(spent)
     finally:
         for conn in conns:
             await conn.aclose()

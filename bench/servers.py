@@ -25,6 +25,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def exact_cpu_seconds(pid: int) -> float:
+    """CPU time of a process's live threads from the scheduler's own count (``/proc/<pid>/task/*/schedstat``,
+    nanoseconds), not the tick-sampled utime/stime of :func:`cpu_seconds`: those charge a whole 10 ms tick to whoever
+    runs when it fires, so one request of a few ms reads as 0 or 10. A thread that ended takes its time with it:
+    read it around work whose threads outlive it (trio keeps idle worker threads for seconds)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # the thread ended between the listing and the read
+    return total / 1e9
+
+
 def start_server(argv: list[str], log: Path | None = None) -> subprocess.Popen:
     """Start a server process; its stderr goes to ``log`` (or nowhere)."""
     env = dict(os.environ, TRANSFORMERS_VERBOSITY="error")

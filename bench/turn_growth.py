@@ -5,11 +5,11 @@ the end-of-turn token, so every turn extends the chain by TITO) and one ``dressa
 parsers, ``--store`` as given, default sqlite in a temporary folder). A fresh pair per phase, so each memory phase
 starts from the same process state. Phases:
 
-- ``growth``: ``--growth-sessions`` sessions in lockstep grow to ``--turns`` turns (user turns of about
-  ``--user-tokens`` tokens, answers of about 16): every turn sends the whole conversation, with each answer
-  echoed exactly as the proxy returned it. The proxy's CPU (utime + stime from /proc) over each turn of all
-  sessions, divided by the requests: the figure is CPU per request over turns 1-10 against 91-100 (target: at
-  most 1.5x; the history reaches ~30k tokens at 300-token user turns);
+- ``growth``: ``--growth-sessions`` sessions grow to ``--turns`` turns (user turns of about ``--user-tokens``
+  tokens, answers of about 16): every turn sends the whole conversation, with each answer echoed exactly as the
+  proxy returned it. One request at a time (``--lockstep``: each turn of all sessions at once), each timed by the
+  scheduler's exact count of the proxy's CPU (``servers.exact_cpu_seconds``): the figure is CPU per request over
+  turns 1-10 against 91-100 (target: at most 1.5x; the history reaches ~30k tokens at 300-token user turns);
 - ``sessions``: ``--sessions`` live 10-turn sessions of short turns (~40 tokens a turn, about 400 a session):
   the proxy's RSS growth (``VmRSS``) over the second half of the sessions divided by them is the fixed cost per
   live session (target 12 KiB; the first half absorbs what the allocator keeps from transient peaks);
@@ -43,7 +43,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 from loadgen import Connection  # noqa: E402
-from servers import cpu_seconds, free_port, start_server, stop_servers, wait_listening  # noqa: E402
+from servers import exact_cpu_seconds, free_port, start_server, stop_servers, wait_listening  # noqa: E402
 
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
           "quebec romeo sierra tango uniform victor whiskey xray yankee zulu amber basalt cobalt dune ember fjord "
@@ -130,27 +130,48 @@ class Conversation:
 
 
 async def growth(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    """``--growth-sessions`` sessions advance turn by turn to ``--turns``. By default one request at a time, each
+    timed alone by the scheduler's exact count (``servers.exact_cpu_seconds``): the issue's figure is one session's
+    CPU per request, and with sessions in flight together the engine's growing work shares the two cores (and the
+    caches) with the proxy, which the proxy's CPU then shows. ``--lockstep`` sends each turn of all sessions at
+    once (the figure this bench gave before) for comparison."""
     sessions = [Conversation(port, f"grow-{k}", args.user_tokens) for k in range(args.growth_sessions)]
     per_turn: list[float] = []
     profiler = None
     for turn in range(1, args.turns + 1):
+        if profiler is not None and turn == args.profile_to:
+            profiler = _stop_profile(profiler)
         if args.profile and turn == args.profile_from:
             # py-spy (if installed) samples the proxy from this turn to the end: where the per-turn growth goes.
             profiler = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "-o",
                                          args.profile, "--format", "raw", "--rate", str(args.profile_rate)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        before = cpu_seconds(pid)
-        async with trio.open_nursery() as nursery:
-            for conversation in sessions:
-                nursery.start_soon(conversation.turn, turn)
-        per_turn.append((cpu_seconds(pid) - before) / len(sessions))
+        if args.lockstep:
+            before = exact_cpu_seconds(pid)
+            async with trio.open_nursery() as nursery:
+                for conversation in sessions:
+                    nursery.start_soon(conversation.turn, turn)
+            per_turn.append((exact_cpu_seconds(pid) - before) / len(sessions))
+            continue
+        spent = 0.0
+        for conversation in sessions:
+            # What a request leaves behind after its answer (the store's writer) is counted in the next one's: the
+            # same session's next turn, of the same size, so each decade's mean is unbiased.
+            before = exact_cpu_seconds(pid)
+            await conversation.turn(turn)
+            spent += exact_cpu_seconds(pid) - before
+        per_turn.append(spent / len(sessions))
     if profiler is not None:
-        profiler.send_signal(signal.SIGINT)
-        profiler.wait(timeout=60)
+        _stop_profile(profiler)
     tokens = statistics.mean(c.stored_tokens for c in sessions)
     first, last = statistics.mean(per_turn[:10]), statistics.mean(per_turn[-10:])
     return {"first_ms": 1e3 * first, "last_ms": 1e3 * last, "ratio": last / first, "tokens": tokens,
             "by_decade": [1e3 * statistics.mean(per_turn[k:k + 10]) for k in range(0, len(per_turn), 10)]}
+
+
+def _stop_profile(profiler: subprocess.Popen) -> None:
+    profiler.send_signal(signal.SIGINT)
+    profiler.wait(timeout=60)
 
 
 async def live_sessions(port: int, pid: int, count: int, turns: int, user_tokens: int, concurrency: int,
@@ -258,6 +279,9 @@ def main() -> None:
                              "in turn); default: this checkout")
     parser.add_argument("--profile", default="", help="growth: write a py-spy raw profile of the proxy here")
     parser.add_argument("--profile-from", type=int, default=60, help="growth: the turn the profile starts at")
+    parser.add_argument("--profile-to", type=int, default=0, help="growth: the turn the profile stops at (0: the end)")
+    parser.add_argument("--lockstep", action="store_true",
+                        help="growth: each turn of all sessions at once (the default: one request at a time)")
     parser.add_argument("--profile-rate", type=int, default=200, help="growth: py-spy samples per second")
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args()
