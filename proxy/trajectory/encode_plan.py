@@ -69,7 +69,7 @@ def request_keys(
                 variants.append(node.variant)
                 continue
             key = message_key(message, ignore_cch=ignore_cch)
-            # Keys cache their hash: computing it here keeps the O(text) hashing out of the critical section.
+            # A key's strings cache their hashes: hashing it here keeps the O(text) part out of the critical section.
             hash(key)
             keys.append(key)
             variants.append(reasoning_variant(message))

@@ -53,7 +53,9 @@ class MessageKeyError(ValueError):
     """A message is not an object with a string role: it cannot be a trie edge (the API answers 400)."""
 
 
-@attrs.frozen(cache_hash=True)
+# No cached hash (issue 21 item 5: 64 bytes a key, one key per message a session holds): a key's hash is its fields'
+# tuple hash, and the strings in it cache their own hashes, so the O(text) part is paid once either way.
+@attrs.frozen
 class ToolCallKey:
     """One tool call as compared: id (kept), function name, canonical arguments."""
 
@@ -63,7 +65,7 @@ class ToolCallKey:
     arguments: str
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
 class MessageKey:
     """The canonical identity of one message: a trie edge. Reasoning is deliberately absent (it is the variant)."""
 
