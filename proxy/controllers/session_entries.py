@@ -80,7 +80,9 @@ class LockedSession:
 
     session: Session
     lock: trio.Lock = attrs.field(factory=trio.Lock)
-    export_done: trio.Event = attrs.field(factory=trio.Event)
+    # Set when the session's current export attempt ended; each attempt creates its own (None before the first: a
+    # live session holds no event, issue 21 item 5).
+    export_done: trio.Event | None = None
     idempotency: IdempotencyKeys | None = None
     # The registry's clock when a request of the session last arrived or a generation of it last ended.
     last_activity: float = 0.0
@@ -89,9 +91,10 @@ class LockedSession:
     released_at: float | None = None
 
     # The session was loaded from the store (or found new there) by its first use, under ``load_lock``: concurrent
-    # first uses wait for the one load. Until then ``session`` is a new session no request has used.
+    # first uses wait for the one load. Until then ``session`` is a new session no request has used. The lock exists
+    # only while the load may run: created by the first use, dropped once loaded (about 340 bytes a live session).
     loaded: bool = False
-    load_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    load_lock: trio.Lock | None = None
     # The lease epoch of this proxy's latest grant (the fence of ``append_step``; None: the store is not shared).
     epoch: int | None = None
     # Generations between prepare and their end, by generation id: the handle (a handle of another copy of the

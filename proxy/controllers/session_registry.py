@@ -134,11 +134,15 @@ class SessionRegistry(SessionUpkeep):
             del self._sessions[session_id]
         locked = self._locked(session_id)
         locked.epoch = grant.epoch
-        async with locked.load_lock:
+        if locked.loaded:
+            return locked
+        if locked.load_lock is None:
+            locked.load_lock = trio.Lock()
+        async with locked.load_lock:  # the uses that wait here hold the lock object even once it is dropped
             if not locked.loaded:
                 session, keyed = await load_session(self.store, session_id, self.config,
                                                     _end_ids(self.tokenizer))
-                locked.session, locked.loaded = session, True
+                locked.session, locked.loaded, locked.load_lock = session, True, None
                 if keyed:
                     # The Idempotency-Keys of its journal answer repeats from their steps (``idempotency.py``).
                     locked.idempotency = IdempotencyKeys.restore(keyed)
@@ -414,6 +418,7 @@ class SessionRegistry(SessionUpkeep):
         if isinstance(outcome, FinalizeResult):
             return outcome
         if isinstance(outcome, WaitForExport):
+            assert export_done is not None  # the export it waits for created it (finalize or the reaper)
             await export_done.wait()
             return self._outcome(locked)
         # The export runs to its end even if this caller goes away: the session must not stay FINALIZING.
@@ -470,6 +475,7 @@ class SessionRegistry(SessionUpkeep):
                 if not segments:
                     locked.released_at = self.clock()
         finally:
+            assert locked.export_done is not None  # each caller of _export created this attempt's event
             locked.export_done.set()
 
     def _record_export_failure(self, session_id: str) -> None:
