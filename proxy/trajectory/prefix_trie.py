@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import enum
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -60,9 +60,9 @@ _NO_CHILDREN: Mapping[Any, Any] = types.MappingProxyType({})
 
 class _OneKey(Mapping[Any, Any]):
     """A read-only mapping of one key, 48 bytes where a dict of one entry takes 232 (issue 21 item 5): the children
-    of a node whose children all share one key (nearly every node of a conversation: one next message), and a
-    node's encodings under one signature. ``variants`` is the value. Never mutated: the trie replaces it (by a dict
-    once a second key comes)."""
+    of a node whose several children share one key (variants: answers that differ only in reasoning; one child is
+    held as itself), and a node's encodings under one signature (nearly every prompt node). ``variants`` is the
+    value. Never mutated: the trie replaces it (by a dict once a second key comes)."""
 
     __slots__ = ("key", "variants")
 
@@ -121,9 +121,10 @@ class TrieNode:
     # Creation order within the trie (ties between variants go to the newest).
     serial: int
     # key -> the children with that key, one per variant (almost always one: a tuple is the smallest container).
-    # Leaves (most answers) share one empty read-only mapping until their first child; a node whose children share
-    # one key (nearly every node) holds a _OneKey, a dict only from the second key on.
-    children: Mapping[Any, tuple[TrieNode, ...]] = _NO_CHILDREN
+    # Compact forms (issue 21 item 5), read through _with_key and _groups: leaves (most answers) share one empty
+    # read-only mapping until their first child; a node with one child (nearly every node of a conversation: one
+    # next message) holds that child itself; several children under one key, a _OneKey; a dict from the second key.
+    children: Mapping[Any, tuple[TrieNode, ...]] | TrieNode = _NO_CHILDREN
     # The newest step committed on this node (assistant answers only).
     checkpoint: Step | None = None
     # How many steps were committed on this node (more than one: refreshed by identical answers).
@@ -171,8 +172,21 @@ class TrieNode:
 
     def child_variants(self) -> Iterator[TrieNode]:
         """Every child, all variants."""
-        for variants in self.children.values():
+        for variants in _groups(self.children):
             yield from variants
+
+
+def _with_key(children: Mapping[Any, tuple[TrieNode, ...]] | TrieNode, key: Any) -> tuple[TrieNode, ...]:
+    """The children (one per variant) with ``key`` among a node's ``children``; () when there is none."""
+    if type(children) is TrieNode:
+        # An echoed message's key is the stored node's own (identity); a new message's compares by value.
+        return (children,) if children.key is key or children.key == key else ()
+    return children.get(key, ())
+
+
+def _groups(children: Mapping[Any, tuple[TrieNode, ...]] | TrieNode) -> Iterable[tuple[TrieNode, ...]]:
+    """A node's children grouped by key, one tuple of variants per key."""
+    return ((children,),) if type(children) is TrieNode else children.values()
 
 
 @attrs.frozen
@@ -211,8 +225,7 @@ def _pick(variants: tuple[TrieNode, ...], variant: str | None) -> TrieNode:
 def _echoed_child(node: TrieNode, message: Any) -> TrieNode | None:
     """The child of ``node`` storing a message :func:`same_message` as ``message`` (the first few children only)."""
     probes = 0
-    children = node.children
-    for variants in (children.variants,) if type(children) is _OneKey else children.values():
+    for variants in _groups(node.children):
         for child in variants:
             if child.message is message or same_message(child.message, message):
                 return child
@@ -242,7 +255,10 @@ class PrefixTrie:
         node = TrieNode(kind, key, variant, message, parent, depth, self._serial)
         children = parent.children
         if children is _NO_CHILDREN:
-            parent.children = _OneKey(key, (node,))
+            parent.children = node
+        elif type(children) is TrieNode:
+            parent.children = (_OneKey(key, (children, node)) if children.key == key
+                               else {children.key: (children,), key: (node,)})
         elif type(children) is _OneKey:
             parent.children = (_OneKey(key, children.variants + (node,)) if children.key == key
                                else {children.key: children.variants, key: (node,)})
@@ -255,7 +271,7 @@ class PrefixTrie:
 
     def context(self, key: ContextKey, tools: Sequence[Any] | None, template_kwargs: Mapping[str, Any]) -> TrieNode:
         """The context node for ``key``, created on first use."""
-        found = self.root.children.get(key)
+        found = _with_key(self.root.children, key)
         if found:
             return found[0]
         info = ContextInfo(tuple(tools) if tools else None, dict(template_kwargs))
@@ -263,7 +279,7 @@ class PrefixTrie:
 
     def contexts(self) -> list[TrieNode]:
         """Every context node."""
-        return [variants[0] for variants in self.root.children.values()]
+        return [variants[0] for variants in _groups(self.root.children)]
 
     # -- walking ----------------------------------------------------------------------------------------------------
 
@@ -273,7 +289,7 @@ class PrefixTrie:
         """The deepest node matching a prefix of the messages below ``start``, and how many messages matched."""
         node = start
         for index, key in enumerate(keys):
-            children = node.children.get(key)
+            children = _with_key(node.children, key)
             if not children:
                 return node, index
             node = _pick(children, variants[index])
@@ -289,7 +305,7 @@ class PrefixTrie:
         message, so they are those of an equal message even if the node is no longer on any path (every key of a
         session is computed under the session's one ``ignore_cch``: requests' and commits' alike)."""
         best: list[TrieNode] = []
-        for variants in self.root.children.values():
+        for variants in _groups(self.root.children):
             node: TrieNode | None = variants[0]
             found: list[TrieNode] = []
             for message in messages:
@@ -344,9 +360,16 @@ class PrefixTrie:
         """Remove a childless node from its parent."""
         parent = node.parent
         children = parent.children
+        if type(children) is TrieNode:
+            parent.children = _NO_CHILDREN
+            self.size -= 1
+            return
         if type(children) is _OneKey:
             remaining = tuple(other for other in children.variants if other is not node)
-            parent.children = _OneKey(node.key, remaining) if remaining else _NO_CHILDREN
+            if len(remaining) > 1:
+                parent.children = _OneKey(node.key, remaining)
+            else:  # one child left: held as itself (a _OneKey always had more than one)
+                parent.children = remaining[0] if remaining else _NO_CHILDREN
             self.size -= 1
             return
         variants = children.pop(node.key)
@@ -392,14 +415,14 @@ class PrefixTrie:
     @staticmethod
     def find_answer(parent: TrieNode, key: MessageKey, variant: str | None) -> TrieNode | None:
         """The child of ``parent`` a generated answer with this key and reasoning would refresh, if there is one."""
-        return _exact(parent.children.get(key, ()), variant)
+        return _exact(_with_key(parent.children, key), variant)
 
     def upsert_assistant(
         self, parent: TrieNode, message: Any, key: MessageKey, variant: str | None
     ) -> tuple[TrieNode, bool]:
         """The child of ``parent`` for a generated answer: the existing one with the same key and reasoning
         (returned with True if it already held a checkpoint: a refresh), or a new sibling."""
-        existing = _exact(parent.children.get(key, ()), variant)
+        existing = _exact(_with_key(parent.children, key), variant)
         if existing is not None:
             return existing, existing.checkpoint is not None
         # Counted pending until set_checkpoint marks it, like every other message node.
@@ -420,7 +443,7 @@ class PrefixTrie:
 
     def statistics(self) -> TrieStatistics:
         """Sizes for the debug view."""
-        return TrieStatistics(len(self.root.children), self.size, self.pending, self.checkpoints)
+        return TrieStatistics(len(self.contexts()), self.size, self.pending, self.checkpoints)
 
 
 __all__ = ["ContextInfo", "NodeKind", "PrefixTrie", "TrieNode", "TrieStatistics"]
