@@ -105,9 +105,9 @@ class GateController:
     # Invariant: len(_in_flight) == machine's in_flight and len(_waiting) == its waiting (a dict keeps the order).
     _in_flight: dict[GateMember, None] = attrs.field(factory=dict, init=False)
     _waiting: dict[GateMember, None] = attrs.field(factory=dict, init=False)
-    # Set by PauseAcknowledged; replaced when a new pause starts.
-    _paused: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _pause_result: PauseResult | None = attrs.field(default=None, init=False)
+    # The latest pause: acknowledged (its event set, its result recorded) or in progress. Each pause has its own, so
+    # a caller woken by its acknowledgement reads its result even if a resume and the next pause came first.
+    _pause: _Pause = attrs.field(factory=lambda: _Pause(), init=False)
     # Tokens the generations interrupted by the current pause hold (reported in its PauseResult).
     _tokens_kept: int = attrs.field(default=0, init=False)
     # When the pause in progress began (None: no pause in progress), and whom it force-cut.
@@ -127,7 +127,7 @@ class GateController:
         """A running gate at epoch 0, with the configured weight version (if known)."""
         controller = cls(gate_sm.RolloutGate.new(weight_version), abort_timeout, metrics=metrics)
         controller._running.set()
-        controller._paused.set()  # no pause in progress: wait_pause_settled() returns at once
+        controller._pause.done.set()  # no pause in progress: wait_pause_settled() returns at once
         return controller
 
     async def start_as(self, *, paused: bool, weight_version: str | None) -> None:
@@ -185,15 +185,14 @@ class GateController:
     async def pause(self) -> PauseResult:
         """Pause generation; returns once nothing streams upstream (every in-flight generation acknowledged its
         abort or finished). Idempotent. Cancelling the caller does not undo the pause."""
-        paused = self._paused
+        pause = self._pause
         for effect in self._send(gate_sm.PauseRequested()):
             if isinstance(effect, gate_sm.AlreadyPaused):
                 return PauseResult(effect.epoch, 0, effect.waiting, already_paused=True)
             if isinstance(effect, gate_sm.AbortInFlight):
                 self._pauses += 1
-                # A fresh event for this pause; the running event is cleared until resume.
-                self._paused = paused = trio.Event()
-                self._pause_result = None
+                # This pause's own record; the running event is cleared until resume.
+                self._pause = pause = _Pause()
                 self._tokens_kept = 0
                 self._force_cut = {}
                 self._pausing_since = trio.current_time()
@@ -201,19 +200,21 @@ class GateController:
             elif isinstance(effect, gate_sm.PauseAcknowledged):
                 # Nothing was in flight: paused at once (the broadcast below records the result).
                 self._pauses += 1
+                self._pause = pause = _Pause()
                 self._running = trio.Event()
             self._broadcast(effect)
             if isinstance(effect, gate_sm.PauseAcknowledged):
-                return self._pause_result  # type: ignore[return-value]
+                assert pause.result is not None  # recorded by the broadcast
+                return pause.result
             # AlreadyPausing: join the pause in progress below.
         since = self._pausing_since
         with trio.move_on_at(trio.current_time() if since is None else since + self.abort_timeout):
-            await paused.wait()
-        if not paused.is_set():
+            await pause.done.wait()
+        if not pause.done.is_set():
             self._force_cut_in_flight()
-            await paused.wait()
-        assert self._pause_result is not None
-        return self._pause_result
+            await pause.done.wait()
+        assert pause.result is not None  # recorded with the event, never cleared
+        return pause.result
 
     def _force_cut_in_flight(self) -> None:
         """The bound passed: every generation still in flight cuts its own request (once per pause)."""
@@ -231,7 +232,7 @@ class GateController:
     def pausing_for(self) -> float:
         """Seconds the pause in progress has waited so far (0 when none is in progress)."""
         since = self._pausing_since
-        return 0.0 if since is None or self._paused.is_set() else trio.current_time() - since
+        return 0.0 if since is None or self._pause.done.is_set() else trio.current_time() - since
 
     async def resume(self, weight_version: str | None = None) -> ResumeResult:
         """Resume generation, optionally announcing the weight version now loaded; every waiter streams at once.
@@ -251,7 +252,7 @@ class GateController:
         """Return once the pause in progress (if any) was acknowledged. Cleanup a pause causes (the ``/abort_request``
         of each cut rid) waits for this, so it never competes with the acknowledgements for the event loop: the
         streams are already cut locally, so no token can be accepted in between."""
-        await self._paused.wait()
+        await self._pause.done.wait()
 
     async def wait_running(self) -> None:
         """Return once the gate is running (at once if it is)."""
@@ -305,14 +306,23 @@ class GateController:
         return told
 
     def _acknowledge(self, effect: gate_sm.PauseAcknowledged) -> None:
-        self._pause_result = PauseResult(effect.epoch, effect.aborted, effect.waiting, tokens_kept=self._tokens_kept,
-                                         force_cut=tuple(self._force_cut.values()))
+        pause = self._pause
+        pause.result = PauseResult(effect.epoch, effect.aborted, effect.waiting, tokens_kept=self._tokens_kept,
+                                   force_cut=tuple(self._force_cut.values()))
         # From the pause's request (none for a pause that found nothing in flight: acknowledged at once).
         since = self._pausing_since
         self.metrics.pause_acknowledged(0.0 if since is None else trio.current_time() - since, effect.aborted)
         self._tokens_kept = 0
         self._pausing_since = None
-        self._paused.set()
+        pause.done.set()
+
+
+@attrs.define(eq=False)
+class _Pause:
+    """One pause: set when acknowledged, with its result (recorded before the event is set)."""
+
+    done: trio.Event = attrs.field(factory=trio.Event)
+    result: PauseResult | None = None
 
 
 @attrs.frozen
