@@ -14,8 +14,10 @@ from proxy.trajectory.session_chains import SessionChain
 from proxy.trajectory.tokens import Step, TokenSpan
 from statemachines import branching
 
-#: The signature of a shared context encoding on its attach node: ``("full",)`` or ``("after", base step id)``.
-EncodingSignature = tuple[str] | tuple[str, int]
+#: The signature of a shared context encoding on its attach node: the id of the step it extends, or FULL_ENCODE
+#: (step ids start at 1). An int: ids up to 256 are Python's shared small ints, so a signature allocates nothing.
+EncodingSignature = int
+FULL_ENCODE: EncodingSignature = 0
 
 
 @attrs.frozen
@@ -73,4 +75,4 @@ class BranchHandle:
     _pending: PendingStep = attrs.field(repr=False)
 
 
-__all__ = ["BranchHandle", "EncodingSignature", "Moment", "PendingStep"]
+__all__ = ["FULL_ENCODE", "BranchHandle", "EncodingSignature", "Moment", "PendingStep"]

@@ -61,8 +61,8 @@ _NO_CHILDREN: Mapping[Any, Any] = types.MappingProxyType({})
 class _OneKey(Mapping[Any, Any]):
     """A read-only mapping of one key, 48 bytes where a dict of one entry takes 232 (issue 21 item 5): the children
     of a node whose several children share one key (variants: answers that differ only in reasoning; one child is
-    held as itself), and a node's encodings under one signature (nearly every prompt node). ``variants`` is the
-    value. Never mutated: the trie replaces it (by a dict once a second key comes)."""
+    held as itself). ``variants`` is the value. Never mutated: the trie replaces it (by a dict once a second key
+    comes)."""
 
     __slots__ = ("key", "variants")
 
@@ -84,6 +84,28 @@ class _OneKey(Mapping[Any, Any]):
 
     def __iter__(self) -> Iterator[Any]:
         yield self.key
+
+    def __len__(self) -> int:
+        return 1
+
+
+class _OneEncoding(Mapping[Any, tuple[Any, int]]):
+    """A node's one shared context encoding as a read-only mapping ``{signature: (ids, holders)}``: 56 bytes where
+    a _OneKey of an ``(ids, holders)`` tuple took 104 (issue 21 item 5; nearly every prompt node holds one). Never
+    mutated: the node replaces it."""
+
+    __slots__ = ("signature", "ids", "holders")
+
+    def __init__(self, signature: Any, ids: Any, holders: int) -> None:
+        self.signature, self.ids, self.holders = signature, ids, holders
+
+    def __getitem__(self, signature: Any) -> tuple[Any, int]:
+        if signature == self.signature:
+            return self.ids, self.holders
+        raise KeyError(signature)
+
+    def __iter__(self) -> Iterator[Any]:
+        yield self.signature
 
     def __len__(self) -> int:
         return 1
@@ -134,7 +156,7 @@ class TrieNode:
     # The context ids generations attached here encoded, by what they extend: siblings that encode the same
     # context share one array (best-of-N over a prompt). Each entry is ``(ids, holders)``: the generations and steps
     # using it (a failed generation gives its use back; the last one out removes the entry). Created on first use;
-    # one signature (the usual) is a _OneKey, not a dict (issue 21 item 5: about 200 bytes a step).
+    # one signature (the usual) is a _OneEncoding, not a dict (issue 21 item 5: about 250 bytes a step).
     encodings: Mapping[Any, tuple[Any, int]] | None = None
 
     def shared_encoding(self, signature: Any, ids: Any) -> Any:
@@ -154,7 +176,7 @@ class TrieNode:
             return  # replaced meanwhile by another encoding for the signature: nothing of this one is stored
         if known[1] > 1:
             self._set_encoding(signature, (known[0], known[1] - 1))
-        elif type(self.encodings) is _OneKey:
+        elif type(self.encodings) is _OneEncoding:
             self.encodings = None
         else:
             del self.encodings[signature]
@@ -163,10 +185,10 @@ class TrieNode:
 
     def _set_encoding(self, signature: Any, entry: tuple[Any, int]) -> None:
         encodings = self.encodings
-        if encodings is None or (type(encodings) is _OneKey and encodings.key == signature):
-            self.encodings = _OneKey(signature, entry)
-        elif type(encodings) is _OneKey:
-            self.encodings = {encodings.key: encodings.variants, signature: entry}
+        if encodings is None or (type(encodings) is _OneEncoding and encodings.signature == signature):
+            self.encodings = _OneEncoding(signature, *entry)
+        elif type(encodings) is _OneEncoding:
+            self.encodings = {encodings.signature: (encodings.ids, encodings.holders), signature: entry}
         else:
             encodings[signature] = entry
 

@@ -68,7 +68,7 @@ from proxy.trajectory.session_results import (
     SessionDebugView,
     WaitForExport,
 )
-from proxy.trajectory.pending_step import BranchHandle, Moment, PendingStep
+from proxy.trajectory.pending_step import FULL_ENCODE, BranchHandle, Moment, PendingStep
 from proxy.trajectory.tokens import RoutedChunk, Step, TokenSpan, WorkingTokens, committed_span, context_span
 from proxy.trajectory.version_stamp import VersionStamp
 from statemachines import branching
@@ -245,7 +245,7 @@ class Session:
         token state. Siblings that encoded the same context on the same prompt node share one array."""
         pending = self._live(handle)
         base = pending.claim.base
-        signature = ("full",) if base is None else ("after", base.step_id)
+        signature = FULL_ENCODE if base is None else base.step_id
         stored = pending.attach.shared_encoding(signature, array("i", ids))
         pending.context, pending.encoding = context_span(stored, mask), signature
         return WorkingTokens(base, pending.context)

@@ -167,13 +167,20 @@ def test_prefix_trie_release_after_a_commit_keeps_the_committed_path_and_an_unus
 def test_prefix_trie_shared_encoding_entries_are_counted_and_removed_by_the_last_holder():
     from array import array
 
+    from proxy.trajectory.pending_step import FULL_ENCODE
+
     trie, ctx = new_trie()
     attach, _ = walk_and_attach(trie, ctx, [SYS])
-    one = attach.shared_encoding(("full",), array("i", [1, 2]))
-    two = attach.shared_encoding(("full",), array("i", [1, 2]))
-    assert two is one and attach.encodings[("full",)][1] == 2
-    attach.release_encoding(("full",), one)
-    assert attach.encodings[("full",)][1] == 1
-    attach.release_encoding(("full",), array("i", [1, 2]))  # not the stored array: nothing to give back
-    attach.release_encoding(("full",), two)
+    one = attach.shared_encoding(FULL_ENCODE, array("i", [1, 2]))
+    two = attach.shared_encoding(FULL_ENCODE, array("i", [1, 2]))
+    assert two is one and attach.encodings[FULL_ENCODE][1] == 2
+    attach.release_encoding(FULL_ENCODE, one)
+    assert attach.encodings[FULL_ENCODE][1] == 1
+    attach.release_encoding(FULL_ENCODE, array("i", [1, 2]))  # not the stored array: nothing to give back
+    # A second signature (an encode after a step) beside the first: both kept, each with its own holders.
+    after = attach.shared_encoding(7, array("i", [3]))
+    assert dict(attach.encodings) == {FULL_ENCODE: (one, 1), 7: (after, 1)}
+    attach.release_encoding(7, after)
+    assert dict(attach.encodings) == {FULL_ENCODE: (one, 1)}
+    attach.release_encoding(FULL_ENCODE, two)
     assert attach.encodings is None
