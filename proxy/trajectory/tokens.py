@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Sequence
+from itertools import groupby
 from typing import Any
 
 import attrs
@@ -62,15 +63,27 @@ def exact_logprobs(values: Sequence[float]) -> array:
     return single if single.tolist() == list(values) else array("d", values)
 
 
+#: Runs of one version (nearly every step: a version changes only at a weight update) are shared between steps, as
+#: ints and strings are: a step's runs were two tuples of 112 bytes, and steps of the same length under the same
+#: version are common (issue 21 item 5). Bounded: past it a run is built per step as before.
+_ONE_RUNS: dict[tuple[str | None, int], tuple[tuple[str | None, int]]] = {}
+_ONE_RUNS_MAX = 4096
+
+
 def run_length(versions: Sequence[str | None]) -> tuple[tuple[str | None, int], ...]:
-    """``[a, a, b]`` -> ``((a, 2), (b, 1))``."""
-    runs: list[tuple[str | None, int]] = []
-    for version in versions:
-        if runs and runs[-1][0] == version:
-            runs[-1] = (version, runs[-1][1] + 1)
-        else:
-            runs.append((version, 1))
-    return tuple(runs)
+    """``[a, a, b]`` -> ``((a, 2), (b, 1))``. Immutable, and may be shared with other steps."""
+    if not versions:
+        return ()
+    first = versions[0]
+    if versions.count(first) == len(versions):  # one version throughout, checked in C
+        key = (first, len(versions))
+        runs = _ONE_RUNS.get(key)
+        if runs is None:
+            runs = (key,)
+            if len(_ONE_RUNS) < _ONE_RUNS_MAX:
+                _ONE_RUNS[key] = runs
+        return runs
+    return tuple((version, len(list(group))) for version, group in groupby(versions))
 
 
 def expand_runs(runs: Sequence[tuple[str | None, int]]) -> list[str | None]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from array import array
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.trajectory.tokens import (
     RoutedChunk,
@@ -54,6 +56,20 @@ def test_versions_are_run_length_encoded():
     assert run_length(["a", "a", None, "b", "b", "b"]) == (("a", 2), (None, 1), ("b", 3))
     assert expand_runs(run_length(["a", "a", None, "b"])) == ["a", "a", None, "b"]
     assert run_length([]) == ()
+
+
+@given(st.lists(st.sampled_from(["v1", "v2", None]), max_size=40))
+def test_run_length_is_the_runs_of_any_versions_and_expands_back(versions):
+    # One version throughout takes a shared (interned) run, any other list is grouped: both the plain runs.
+    runs: list[tuple] = []
+    for version in versions:
+        if runs and runs[-1][0] == version:
+            runs[-1] = (version, runs[-1][1] + 1)
+        else:
+            runs.append((version, 1))
+    assert run_length(versions) == tuple(runs)
+    assert expand_runs(run_length(versions)) == versions
+    assert run_length(list(versions)) is run_length(versions) or len(runs) != 1  # one run: the same shared tuple
 
 
 def test_step_length_depth_and_path_walk_to_the_root():
