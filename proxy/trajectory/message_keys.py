@@ -55,7 +55,7 @@ class MessageKeyError(ValueError):
 
 # No cached hash (issue 21 item 5: 64 bytes a key, one key per message a session holds): a key's hash is its fields'
 # tuple hash, and the strings in it cache their own hashes, so the O(text) part is paid once either way.
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class ToolCallKey:
     """One tool call as compared: id (kept), function name, canonical arguments."""
 
@@ -65,7 +65,7 @@ class ToolCallKey:
     arguments: str
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class MessageKey:
     """The canonical identity of one message: a trie edge. Reasoning is deliberately absent (it is the variant)."""
 

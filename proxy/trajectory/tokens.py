@@ -94,7 +94,7 @@ def expand_runs(runs: Sequence[tuple[str | None, int]]) -> list[str | None]:
     return out
 
 
-@attrs.frozen(eq=False)
+@attrs.frozen(eq=False, weakref_slot=False)  # no weakrefs: 16 bytes less a span (issue 21 item 5)
 class TokenSpan:
     """What one step adds to its base's tokens: context tokens, then generated tokens.
 
@@ -178,7 +178,7 @@ def committed_span(
                      run_length(versions), tuple(routed_experts))
 
 
-@attrs.frozen(eq=False)
+@attrs.frozen(eq=False, weakref_slot=False)  # no weakrefs: 16 bytes less a step (issue 21 item 5)
 class Step:
     """A committed step: the checkpoint after one assistant turn. Immutable; shared by every branch built on it.
 
