@@ -40,8 +40,10 @@ T = TypeVar("T")
 #: worker threads the O(size) steps of all requests may use at once: every core but one, which stays the event
 #: loop's (measured on 2 cores: with 2 threads the loop competed with them for CPU, p99 4.4x idle; with 1, 2.4x)
 OFF_LOOP_THREADS = max(1, (os.cpu_count() or 2) - 1)
-#: request bodies up to this many bytes are parsed and validated inline (about 0.5 ms of loop time at most)
-INLINE_BODY_BYTES = 65_536
+#: request bodies up to this many bytes are parsed and validated inline (about 0.5 ms of loop time at most, orjson
+#: and the chat validation; the hop to a thread and back costs 0.15-0.4 ms of CPU more at 120-250 KiB: measured in
+#: docs/benchmarks.md, "the inline body threshold")
+INLINE_BODY_BYTES = 163_840
 
 _LIMITER: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("dressage_off_loop_limiter")
 

@@ -31,9 +31,11 @@ from proxy.api import ChatCompletionRequest
 from proxy.controllers.off_loop import INLINE_BODY_BYTES
 from tests.e2e.harness import Proxy, session_headers
 
-#: user text above the inline thresholds (body and encode), within the engine's context window (~20k tokens)
-LARGE_TEXT_CHARS = 100_000
+#: user text above the inline thresholds (body and encode), within the context window of ENGINE (~40k tokens)
+LARGE_TEXT_CHARS = 200_000
 assert LARGE_TEXT_CHARS > INLINE_BODY_BYTES
+#: the embedded engine with a window that holds a LARGE_TEXT_CHARS prompt
+ENGINE = {"context_length": 131_072}
 WORDS = ("check", "results", "plan", "value", "step", "data", "summary", "carefully", "report", "clearly")
 
 
@@ -83,7 +85,7 @@ def watch_tokenizer(proxy: Proxy, monkeypatch: Any, threshold: int) -> Recording
 
 
 async def test_a_large_body_is_parsed_validated_rendered_and_encoded_off_the_event_loop(start_proxy, monkeypatch):
-    proxy = await start_proxy()
+    proxy = await start_proxy(engine=ENGINE)
     loop_thread = threading.current_thread()
     seen: dict[str, list[threading.Thread]] = {"json parse": [], "from_http": [], "render": []}
 
@@ -126,9 +128,9 @@ async def test_a_large_body_is_parsed_validated_rendered_and_encoded_off_the_eve
 
 
 async def test_pause_state_is_answered_while_a_large_prompt_is_inside_the_tokenizer(start_proxy, monkeypatch):
-    proxy = await start_proxy()
+    proxy = await start_proxy(engine=ENGINE)
     encodes = watch_tokenizer(proxy, monkeypatch, LARGE_TEXT_CHARS)
-    big = 10 * LARGE_TEXT_CHARS  # 1 MB: an encode of a second or more here, far longer than a probe
+    big = 5 * LARGE_TEXT_CHARS  # 1 MB: an encode of a second or more here, far longer than a probe
     answered_during_encode = 0
     done = trio.Event()
 
@@ -151,7 +153,7 @@ async def test_pause_state_is_answered_while_a_large_prompt_is_inside_the_tokeni
 
 
 async def test_errors_of_a_large_body_are_the_same_400s(start_proxy):
-    proxy = await start_proxy()
+    proxy = await start_proxy(engine=ENGINE)
     text = user_text(LARGE_TEXT_CHARS)
     lone_surrogate = json.dumps({"model": "m", "messages": [
         {"role": "system", "content": text}, {"role": "user", "content": "\ud800"}]})
@@ -172,8 +174,8 @@ async def test_errors_of_a_large_body_are_the_same_400s(start_proxy):
 
 
 async def test_a_large_body_under_an_idempotency_key_replays_its_answer(start_proxy):
-    proxy = await start_proxy(script=[{"session": "off-loop-key", "output": "First."},
-                                      {"session": "off-loop-key", "output": "Second."}])
+    proxy = await start_proxy(engine=ENGINE, script=[{"session": "off-loop-key", "output": "First."},
+                                                     {"session": "off-loop-key", "output": "Second."}])
     body = chat_body(LARGE_TEXT_CHARS)
     first = await proxy.chat("off-loop-key", body, **{"Idempotency-Key": "big-1"})
     assert first.status_code == 200, first.text
