@@ -40,7 +40,23 @@ def messages_from_json(value: Any) -> tuple[dict[str, Any], ...]:
         raise ApiError.invalid_request(f"messages must be an array, not {json_type(value)}", "messages")
     if not value:
         raise ApiError.invalid_request("messages must not be empty", "messages")
-    return tuple(_message(message, f"messages[{index}]") for index, message in enumerate(value))
+    out = []
+    for index, message in enumerate(value):
+        # The usual message, {"role": <system|user|assistant>, "content": <string>}, is already what the checks below
+        # would rebuild: copied as is (issue 21: a long conversation re-sends hundreds of them each turn). Anything
+        # else, the same message with other keys or types included, takes the full check.
+        if type(message) is dict and len(message) == 2:
+            role, content = message.get("role"), message.get("content")
+            if type(content) is str and type(role) is str and role in _PLAIN_ROLES:
+                out.append({"role": role, "content": content})
+                continue
+        out.append(_message(message, f"messages[{index}]"))
+    return tuple(out)
+
+
+#: roles whose {"role", "content": string} message the full check keeps unchanged (developer is renamed; tool and
+#: function have their own rules)
+_PLAIN_ROLES = frozenset({"system", "user", "assistant"})
 
 
 def _message(message: Any, where: str) -> dict[str, Any]:
