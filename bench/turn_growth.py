@@ -13,6 +13,8 @@ starts from the same process state. Phases:
 - ``sessions``: ``--sessions`` live 10-turn sessions of short turns (~40 tokens a turn, about 400 a session):
   the proxy's RSS growth (``VmRSS``) over the second half of the sessions divided by them is the fixed cost per
   live session (target 12 KiB; the first half absorbs what the allocator keeps from transient peaks);
+- ``repeat``: where the growth goes, per thread: a session of 5 turns and one of ``--turns - 5`` each repeat their
+  last request ``--repeats`` times, one at a time (each a best-of-N sibling); every thread's CPU per request;
 - ``encode``: in-process, the ways to write 30k ``input_ids`` into a ``/generate`` body (issue 21 item 4);
 - ``tokens``: ``--token-sessions`` live sessions of ``--token-turns`` turns of ~1,000-token user turns and
   ~1,000-token answers (half the stored tokens generated, with logprobs): RSS growth over the second half per
@@ -169,6 +171,45 @@ async def growth(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
             "by_decade": [1e3 * statistics.mean(per_turn[k:k + 10]) for k in range(0, len(per_turn), 10)]}
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of each live thread of ``pid`` (``name:tid``), from the scheduler's exact count."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            out[f"{name}:{task.name}"] = int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return out
+
+
+async def repeat(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Where the growth goes, per thread: a session of 5 turns and one of ``--turns - 5``, each then repeating its
+    last request (a new user turn: a best-of-N sibling each time) ``--repeats`` times, one request at a time; the
+    CPU of each of the proxy's threads per request, for each length."""
+    out: dict[str, Any] = {}
+    for turns in (5, args.turns - 5):
+        conversation = Conversation(port, f"repeat-{turns}", args.user_tokens)
+        for turn in range(1, turns + 1):
+            await conversation.turn(turn)
+        conversation.messages.append({"role": "user", "content": "Once more: " + words(args.user_tokens, 77)})
+        body = json.dumps({"model": "m", "messages": conversation.messages, "max_tokens": 64,
+                           "chat_template_kwargs": {"enable_thinking": False}}).encode()
+        headers = [("x-session-id", conversation.session_id)]
+        for _ in range(10):  # warm: the sibling structure and caches exist before the count
+            await conversation.connection.request("POST", "/v1/chat/completions", body, extra_headers=headers)
+        before = thread_cpu(pid)
+        for _ in range(args.repeats):
+            status, payload = await conversation.connection.request("POST", "/v1/chat/completions", body,
+                                                                    extra_headers=headers)
+            if status != 200:
+                raise SystemExit(f"repeat: HTTP {status} {payload[:300]!r}")
+        after = thread_cpu(pid)
+        threads = {name: 1e3 * (after[name] - before.get(name, 0.0)) / args.repeats for name in after}
+        out[turns] = {"body_bytes": len(body), "threads_ms": {k: v for k, v in threads.items() if v > 0.0005}}
+    return out
+
+
 def _stop_profile(profiler: subprocess.Popen) -> None:
     profiler.send_signal(signal.SIGINT)
     profiler.wait(timeout=60)
@@ -246,6 +287,8 @@ def run_phase(name: str, args: argparse.Namespace, tree: str | None) -> dict[str
     try:
         if name == "growth":
             answers = [words(12, k) + "." for k in range(args.growth_sessions * args.turns + 64)]
+        elif name == "repeat":
+            answers = [words(12, k) + "." for k in range(2 * (args.turns + args.repeats + 16))]
         elif name == "sessions":
             answers = [words(14, k) + "." for k in range((args.sessions + 16) * 10)]
         else:
@@ -254,6 +297,8 @@ def run_phase(name: str, args: argparse.Namespace, tree: str | None) -> dict[str
         pid = procs["proxy"].pid
         if name == "growth":
             return trio.run(growth, port, pid, args)
+        if name == "repeat":
+            return trio.run(repeat, port, pid, args)
         if name == "sessions":
             return trio.run(live_sessions, port, pid, args.sessions, 10, 24, args.concurrency, 64)
         return trio.run(live_sessions, port, pid, args.token_sessions, args.token_turns, args.answer_tokens,
@@ -283,6 +328,7 @@ def main() -> None:
     parser.add_argument("--lockstep", action="store_true",
                         help="growth: each turn of all sessions at once (the default: one request at a time)")
     parser.add_argument("--profile-rate", type=int, default=200, help="growth: py-spy samples per second")
+    parser.add_argument("--repeats", type=int, default=300, help="repeat: requests timed at each length")
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args()
     trees = [tuple(item.split("=", 1)) for item in args.trees.split(",") if item] or [("this", None)]
@@ -300,6 +346,12 @@ def report(name: str, label: str, result: dict[str, Any], args: argparse.Namespa
               f"tokens at the end): CPU per request turns 1-10 {result['first_ms']:.2f} ms, last 10 "
               f"{result['last_ms']:.2f} ms: x{result['ratio']:.2f}", flush=True)
         print("  by decade (ms): " + " ".join(f"{value:.2f}" for value in result["by_decade"]), flush=True)
+    elif name == "repeat":
+        for turns, figures in result.items():
+            threads = ", ".join(f"{thread} {ms:.2f}" for thread, ms in sorted(figures["threads_ms"].items()))
+            total = sum(figures["threads_ms"].values())
+            print(f"[{label}] repeat at {turns} turns ({figures['body_bytes'] // 1024} KiB body): {total:.2f} ms a "
+                  f"request ({threads})", flush=True)
     elif name == "sessions":
         print(f"[{label}] sessions: {result['sessions']} more live 10-turn sessions "
               f"({result['tokens'] / result['sessions']:.0f} tokens each): RSS +{result['rss_growth'] / 2**20:.1f} "
