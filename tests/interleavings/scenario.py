@@ -265,7 +265,9 @@ class Scenario:
                     lambda: any(len(state.output_ids) >= op.k for state in self.engine.active_requests())
                 )
             self.trainer.append(("pause", await self.gate.pause()))
-            self.paused = True
+            # Paused unless a resume came between the acknowledgement and this call's return (a background pause's
+            # caller may wake after the next Resume ran): the trainer loads weights only into a paused gate.
+            self.paused = self.gate.statistics().state == "PAUSED"
         finally:
             done.set()
 
