@@ -89,7 +89,6 @@ async def test_a_thousand_failed_requests_leave_the_trie_and_the_export_as_a_con
     history = FIRST + [answer]
     before = await settled(proxy, "live")
 
-    started = trio.current_time()
     limiter = trio.CapacityLimiter(CONCURRENCY)
     limits = httpx2.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
     # httpx2 (the openai SDK's HTTP library) costs the test's client side about half of what httpx does.
@@ -110,7 +109,6 @@ async def test_a_thousand_failed_requests_leave_the_trie_and_the_export_as_a_con
         async with trio.open_nursery() as nursery:
             for i in range(EACH):
                 nursery.start_soon(one, "disconnect", i)
-    elapsed = trio.current_time() - started
 
     after = await settled(proxy, "live")
     assert after["trie"] == before["trie"], (before["trie"], after["trie"])
@@ -123,8 +121,6 @@ async def test_a_thousand_failed_requests_leave_the_trie_and_the_export_as_a_con
             await trio.sleep(0.01)
     disconnected = [r for r in proxy.requests_of("live") if r.client_disconnected]
     assert len(disconnected) == EACH
-    # About 10 ms of CPU per request on an idle machine (HTTP client, proxy and engine share this process).
-    assert elapsed < 120, f"{elapsed:.1f} s"
 
     # The session continues as if none of it had happened: the same next step, trie and export as the control's.
     second = history + [{"role": "user", "content": "second"}]
