@@ -70,9 +70,9 @@ class _OneKey(Mapping[Any, Any]):
         self.key, self.variants = key, variants
 
     def _has(self, key: Any) -> bool:
-        # As a dict looks up: identity first (an echoed message's key is the stored node's own), then the cached
-        # hash, which rejects a different key without comparing its fields.
-        return key is self.key or (hash(key) == hash(self.key) and key == self.key)
+        # Identity first (an echoed message's key is the stored node's own), then the fields, as _with_key compares:
+        # keys cache no hash, so comparing hashes first would compute two of them for nothing.
+        return key is self.key or key == self.key
 
     def __getitem__(self, key: Any) -> Any:
         if self._has(key):
