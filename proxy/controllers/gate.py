@@ -94,6 +94,14 @@ class ResumeResult:
 
 
 @attrs.define(eq=False)
+class _Pause:
+    """One pause: set when acknowledged, with its result (recorded before the event is set)."""
+
+    done: trio.Event = attrs.field(factory=trio.Event)
+    result: PauseResult | None = None
+
+
+@attrs.define(eq=False)
 class GateController:
     """The rollout gate of one proxy process (see the module docstring)."""
 
@@ -107,7 +115,7 @@ class GateController:
     _waiting: dict[GateMember, None] = attrs.field(factory=dict, init=False)
     # The latest pause: acknowledged (its event set, its result recorded) or in progress. Each pause has its own, so
     # a caller woken by its acknowledgement reads its result even if a resume and the next pause came first.
-    _pause: _Pause = attrs.field(factory=lambda: _Pause(), init=False)
+    _pause: _Pause = attrs.field(factory=_Pause, init=False)
     # Tokens the generations interrupted by the current pause hold (reported in its PauseResult).
     _tokens_kept: int = attrs.field(default=0, init=False)
     # When the pause in progress began (None: no pause in progress), and whom it force-cut.
@@ -315,14 +323,6 @@ class GateController:
         self._tokens_kept = 0
         self._pausing_since = None
         pause.done.set()
-
-
-@attrs.define(eq=False)
-class _Pause:
-    """One pause: set when acknowledged, with its result (recorded before the event is set)."""
-
-    done: trio.Event = attrs.field(factory=trio.Event)
-    result: PauseResult | None = None
 
 
 @attrs.frozen
