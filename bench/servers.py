@@ -25,18 +25,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def exact_cpu_seconds(pid: int) -> float:
-    """CPU time of a process's live threads from the scheduler's own count (``/proc/<pid>/task/*/schedstat``,
-    nanoseconds), not the tick-sampled utime/stime of :func:`cpu_seconds`: those charge a whole 10 ms tick to whoever
-    runs when it fires, so one request of a few ms reads as 0 or 10. A thread that ended takes its time with it:
-    read it around work whose threads outlive it (trio keeps idle worker threads for seconds)."""
-    total = 0
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of each live thread of a process (``name:tid``), from the scheduler's own count
+    (``/proc/<pid>/task/*/schedstat``, nanoseconds). A thread that ended takes its time with it."""
+    out = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            total += int((task / "schedstat").read_text().split()[0])
+            name = (task / "comm").read_text().strip()
+            out[f"{name}:{task.name}"] = int((task / "schedstat").read_text().split()[0]) / 1e9
         except (FileNotFoundError, ProcessLookupError):
             pass  # the thread ended between the listing and the read
-    return total / 1e9
+    return out
+
+
+def exact_cpu_seconds(pid: int) -> float:
+    """CPU time of a process's live threads (:func:`thread_cpu_seconds`), not the tick-sampled utime/stime of
+    :func:`cpu_seconds`: those charge a whole 10 ms tick to whoever runs when it fires, so one request of a few ms
+    reads as 0 or 10. Read it around work whose threads outlive it (trio keeps idle worker threads for seconds)."""
+    return sum(thread_cpu_seconds(pid).values())
 
 
 def start_server(argv: list[str], log: Path | None = None) -> subprocess.Popen:

@@ -45,7 +45,9 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 from loadgen import Connection  # noqa: E402
-from servers import exact_cpu_seconds, free_port, start_server, stop_servers, wait_listening  # noqa: E402
+from servers import (  # noqa: E402
+    exact_cpu_seconds, free_port, start_server, stop_servers, thread_cpu_seconds, wait_listening,
+)
 
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
           "quebec romeo sierra tango uniform victor whiskey xray yankee zulu amber basalt cobalt dune ember fjord "
@@ -171,18 +173,6 @@ async def growth(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
             "by_decade": [1e3 * statistics.mean(per_turn[k:k + 10]) for k in range(0, len(per_turn), 10)]}
 
 
-def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds of each live thread of ``pid`` (``name:tid``), from the scheduler's exact count."""
-    out = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            name = (task / "comm").read_text().strip()
-            out[f"{name}:{task.name}"] = int((task / "schedstat").read_text().split()[0]) / 1e9
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return out
-
-
 async def repeat(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     """Where the growth goes, per thread: a session of 5 turns and one of ``--turns - 5``, each then repeating its
     last request (a new user turn: a best-of-N sibling each time) ``--repeats`` times, one request at a time; the
@@ -198,13 +188,13 @@ async def repeat(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
         headers = [("x-session-id", conversation.session_id)]
         for _ in range(10):  # warm: the sibling structure and caches exist before the count
             await conversation.connection.request("POST", "/v1/chat/completions", body, extra_headers=headers)
-        before = thread_cpu(pid)
+        before = thread_cpu_seconds(pid)
         for _ in range(args.repeats):
             status, payload = await conversation.connection.request("POST", "/v1/chat/completions", body,
                                                                     extra_headers=headers)
             if status != 200:
                 raise SystemExit(f"repeat: HTTP {status} {payload[:300]!r}")
-        after = thread_cpu(pid)
+        after = thread_cpu_seconds(pid)
         threads = {name: 1e3 * (after[name] - before.get(name, 0.0)) / args.repeats for name in after}
         out[turns] = {"body_bytes": len(body), "threads_ms": {k: v for k, v in threads.items() if v > 0.0005}}
     return out
