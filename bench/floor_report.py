@@ -92,9 +92,11 @@ def report(args: argparse.Namespace, phases: list[Any], sessions: dict[str, Any]
     for mode in ("cumulative", "incremental"):
         long, short = figures["grid"].get(f"s1024-{mode}"), figures["grid"].get(f"s128-{mode}")
         if long and short and long["per_round"].get("proxy") and short["per_round"].get("proxy"):
-            ratios = [a / b for a, b in zip(long["per_round"]["proxy"], short["per_round"]["proxy"], strict=False)]
-            print(f"\nproxy, {mode} upstream: 1,024-token / 128-token CPU per token = **{_median(ratios):.2f}x**",
-                  end="")
+            # As ratio() above: a round whose short phase read no CPU tick (the smoke's few requests) has no ratio.
+            ratios = [a / b for a, b in zip(long["per_round"]["proxy"], short["per_round"]["proxy"], strict=False)
+                      if b]
+            shown = f"**{_median(ratios):.2f}x**" if ratios else "n/a"
+            print(f"\nproxy, {mode} upstream: 1,024-token / 128-token CPU per token = {shown}", end="")
     floor_behind = [1e3 * p.floor_cpu / p.requests for p in phases if p.shape == "ns" and p.target == "proxy"
                     and p.requests]
     if floor_behind:
