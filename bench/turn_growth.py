@@ -144,7 +144,8 @@ async def growth(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
     profiler = None
     for turn in range(1, args.turns + 1):
         if profiler is not None and turn == args.profile_to:
-            profiler = _stop_profile(profiler)
+            _stop_profile(profiler)
+            profiler = None
         if args.profile and turn == args.profile_from:
             # py-spy (if installed) samples the proxy from this turn to the end: where the per-turn growth goes.
             profiler = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "-o",
