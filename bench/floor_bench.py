@@ -193,7 +193,7 @@ async def run_sessions(args: argparse.Namespace, ports: dict[str, int], pids: di
         name = f"{target}-cumulative"
         per_turn, chats = await floor_sessions.growth(
             ports[name], pids[name], name=target, sessions=args.growth_sessions, turns=args.growth_turns,
-            user_tokens=args.growth_user_tokens)
+            user_tokens=args.growth_user_tokens, window=args.growth_window)
         out["growth"][target] = {"per_turn_cpu": per_turn, "sessions": len(chats),
                                  "final_prompt_tokens": statistics.mean(c.prompt_tokens for c in chats),
                                  "failures": sum(c.failures for c in chats)}

@@ -4,9 +4,9 @@ A :class:`ChatSession` holds one conversation and echoes every answer back exact
 and ``reasoning_content`` when the server split it out), so a trajectory-recording server keeps one chain per
 session. The same sessions run against the proxy and the reference gateway (both read ``session_id`` in the body).
 
-- :func:`growth`: ``sessions`` conversations advance together turn by turn (~``user_tokens``-token user turns,
-  short answers); the server process's CPU (``/proc``) is read around every turn, so turns 91-100 can be set
-  against turns 1-10 of the same sessions.
+- :func:`growth`: ``sessions`` conversations advance turn by turn (~``user_tokens``-token user turns, short
+  answers), one request at a time, each timed by the server's exact CPU count; turns 91-100 are measured alongside
+  turns 1-10 of as many fresh sessions (:func:`timed_growth`), so the machine's drift does not enter the ratio.
 - :func:`memory`: ``sessions`` live conversations of ``turns`` turns, ``concurrency`` at a time; the server's
   RSS growth over the phase, and the tokens it now holds (last prompt + last answer of every session).
 """
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -83,23 +85,57 @@ class ChatSession:
         self.answered(status, payload)
 
 
-async def growth(port: int, pid: int, *, name: str, sessions: int, turns: int, user_tokens: int
+async def timed_growth(pid: int, old: Sequence[Callable[[], Awaitable[Any]]],
+                       young: Sequence[Callable[[], Awaitable[Any]]], *, turns: int, window: int,
+                       on_turn: Callable[[int], None] = lambda turn: None) -> list[float]:
+    """CPU seconds of process ``pid`` per turn, summed over the sessions; each call of an element of ``old`` or
+    ``young`` sends its session's next turn. Every request is timed alone by the scheduler's exact count
+    (``servers.exact_cpu_seconds``).
+
+    The ``old`` sessions grow to ``turns - window`` turns one request at a time; then the first ``window`` turns of
+    the ``young`` sessions (the same shape, fresh) alternate request by request with the ``old`` sessions' last
+    ``window`` turns, so the two ends of the growth are measured in the same minutes: a shared machine drifts by
+    more than the growth between a run's first minute and its last (issue 21 item 4). The first ``window`` entries
+    are the young sessions', the rest the old ones'. ``on_turn(n)`` is called before the old sessions' turn ``n``
+    (1-based; a profiler starts or stops there)."""
+    if len(young) != len(old):
+        raise ValueError("as many young sessions as old ones")
+
+    async def timed(turn: Callable[[], Awaitable[Any]]) -> float:
+        before = exact_cpu_seconds(pid)
+        await turn()
+        return exact_cpu_seconds(pid) - before
+
+    per_turn = [0.0] * turns
+    for index in range(turns - window):
+        on_turn(index + 1)
+        for turn in old:
+            spent = await timed(turn)
+            if index >= window:  # the old sessions' first turns are not counted: the young ones' stand for them
+                per_turn[index] += spent
+    for index in range(window):
+        on_turn(turns - window + index + 1)
+        for young_turn, old_turn in zip(young, old, strict=True):
+            per_turn[index] += await timed(young_turn)
+            per_turn[turns - window + index] += await timed(old_turn)
+    return per_turn
+
+
+async def growth(port: int, pid: int, *, name: str, sessions: int, turns: int, user_tokens: int, window: int = 10
                  ) -> tuple[list[float], list[ChatSession]]:
-    """CPU seconds of process ``pid`` per turn (all sessions together), and the sessions. The sessions advance turn
-    by turn, one request at a time, each timed by the scheduler's exact count (``servers.exact_cpu_seconds``): the
-    issue's figure is one session's cost per request, and requests in flight together would share their fixed
+    """CPU seconds of process ``pid`` per turn (all sessions together; turns 1 to ``window`` from fresh sessions
+    measured alongside the last ``window``: :func:`timed_growth`), and the grown sessions. One request at a time:
+    the issue's figure is one session's cost per request, and requests in flight together would share their fixed
     costs (``bench/turn_growth.py --lockstep`` gives that figure too)."""
     chats = [ChatSession(f"{name}.growth.{i}", i, user_tokens) for i in range(sessions)]
-    conns = [Connection("127.0.0.1", port) for _ in chats]
-    per_turn: list[float] = []
+    fresh = [ChatSession(f"{name}.growth-fresh.{i}", sessions + i, user_tokens) for i in range(sessions)]
+    conns = [Connection("127.0.0.1", port) for _ in chats + fresh]
+    window = min(window, turns // 2)
     try:
-        for _ in range(turns):
-            spent = 0.0
-            for chat, conn in zip(chats, conns, strict=True):
-                before = exact_cpu_seconds(pid)
-                await chat.turn(conn)
-                spent += exact_cpu_seconds(pid) - before
-            per_turn.append(spent)
+        per_turn = await timed_growth(
+            pid, [partial(chat.turn, conn) for chat, conn in zip(chats, conns, strict=False)],
+            [partial(chat.turn, conn) for chat, conn in zip(fresh, conns[len(chats):], strict=True)],
+            turns=turns, window=window)
     finally:
         for conn in conns:
             await conn.aclose()

@@ -44,6 +44,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+import floor_sessions  # noqa: E402
 from loadgen import Connection  # noqa: E402
 from servers import (  # noqa: E402
     exact_cpu_seconds, free_port, start_server, stop_servers, thread_cpu_seconds, wait_listening,
@@ -128,6 +129,10 @@ class Conversation:
         self.prompt_tokens = answer["usage"]["prompt_tokens"]
         self.completion_tokens = answer["usage"]["completion_tokens"]
 
+    async def next_turn(self) -> None:
+        """The turn after the last one sent."""
+        await self.turn(len(self.messages) // 2 + 1)
+
     @property
     def stored_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
@@ -135,14 +140,16 @@ class Conversation:
 
 async def growth(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     """``--growth-sessions`` sessions advance turn by turn to ``--turns``. By default one request at a time, each
-    timed alone by the scheduler's exact count (``servers.exact_cpu_seconds``): the issue's figure is one session's
-    CPU per request, and with sessions in flight together the engine's growing work shares the two cores (and the
-    caches) with the proxy, which the proxy's CPU then shows. ``--lockstep`` sends each turn of all sessions at
-    once (the figure this bench gave before) for comparison."""
+    timed alone by the scheduler's exact count (``servers.exact_cpu_seconds``), turns 1-10 from as many fresh
+    sessions alternating with the last ten (``floor_sessions.timed_growth``: both ends in the same minutes): the
+    issue's figure is one session's CPU per request, and with sessions in flight together the engine's growing work
+    shares the two cores (and the caches) with the proxy, which the proxy's CPU then shows. ``--lockstep`` sends
+    each turn of all sessions at once, in order (the figure this bench gave first) for comparison."""
     sessions = [Conversation(port, f"grow-{k}", args.user_tokens) for k in range(args.growth_sessions)]
-    per_turn: list[float] = []
-    profiler = None
-    for turn in range(1, args.turns + 1):
+    profiler: subprocess.Popen | None = None
+
+    def on_turn(turn: int) -> None:
+        nonlocal profiler
         if profiler is not None and turn == args.profile_to:
             _stop_profile(profiler)
             profiler = None
@@ -151,25 +158,26 @@ async def growth(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
             profiler = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "-o",
                                          args.profile, "--format", "raw", "--rate", str(args.profile_rate)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if args.lockstep:
+
+    window = min(10, args.turns // 2)
+    if args.lockstep:
+        per_turn: list[float] = []
+        for turn in range(1, args.turns + 1):
+            on_turn(turn)
             before = exact_cpu_seconds(pid)
             async with trio.open_nursery() as nursery:
                 for conversation in sessions:
                     nursery.start_soon(conversation.turn, turn)
             per_turn.append((exact_cpu_seconds(pid) - before) / len(sessions))
-            continue
-        spent = 0.0
-        for conversation in sessions:
-            # What a request leaves behind after its answer (the store's writer) is counted in the next one's: the
-            # same session's next turn, of the same size, so each decade's mean is unbiased.
-            before = exact_cpu_seconds(pid)
-            await conversation.turn(turn)
-            spent += exact_cpu_seconds(pid) - before
-        per_turn.append(spent / len(sessions))
+    else:
+        fresh = [Conversation(port, f"fresh-{k}", args.user_tokens) for k in range(args.growth_sessions)]
+        per_turn = [spent / len(sessions) for spent in await floor_sessions.timed_growth(
+            pid, [c.next_turn for c in sessions], [c.next_turn for c in fresh], turns=args.turns, window=window,
+            on_turn=on_turn)]
     if profiler is not None:
         _stop_profile(profiler)
     tokens = statistics.mean(c.stored_tokens for c in sessions)
-    first, last = statistics.mean(per_turn[:10]), statistics.mean(per_turn[-10:])
+    first, last = statistics.mean(per_turn[:window]), statistics.mean(per_turn[-window:])
     return {"first_ms": 1e3 * first, "last_ms": 1e3 * last, "ratio": last / first, "tokens": tokens,
             "by_decade": [1e3 * statistics.mean(per_turn[k:k + 10]) for k in range(0, len(per_turn), 10)]}
 
@@ -189,6 +197,15 @@ async def repeat(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
         headers = [("x-session-id", conversation.session_id)]
         for _ in range(10):  # warm: the sibling structure and caches exist before the count
             await conversation.connection.request("POST", "/v1/chat/completions", body, extra_headers=headers)
+        profiler = None
+        if args.profile:  # py-spy over the timed requests only: where each length's CPU goes
+            command = ([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "-o",
+                        f"{args.profile}.{turns}", "--format", "raw", "--rate", str(args.profile_rate)]
+                       if not args.profile.endswith(".perf") else
+                       ["perf", "record", "-F", str(args.profile_rate), "-g", "-p", str(pid), "-o",
+                        f"{args.profile}.{turns}"])
+            profiler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            await trio.sleep(1.0)
         before = thread_cpu_seconds(pid)
         for _ in range(args.repeats):
             status, payload = await conversation.connection.request("POST", "/v1/chat/completions", body,
@@ -196,6 +213,8 @@ async def repeat(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
             if status != 200:
                 raise SystemExit(f"repeat: HTTP {status} {payload[:300]!r}")
         after = thread_cpu_seconds(pid)
+        if profiler is not None:
+            _stop_profile(profiler)
         threads = {name: 1e3 * (after[name] - before.get(name, 0.0)) / args.repeats for name in after}
         out[turns] = {"body_bytes": len(body), "threads_ms": {k: v for k, v in threads.items() if v > 0.0005}}
     return out
