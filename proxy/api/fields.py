@@ -33,6 +33,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import numpy
 import orjson
 
 from proxy.api.errors import ApiError
@@ -51,10 +52,17 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # valid, as json.loads joined the pair into one character).
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # A run of 19 digits or more (a JSON integer that may not fit in 64 bits, which orjson would read as a float) shows as
-# 19 zeros once every digit is mapped to "0": bytes.translate + a substring search is ~20x cheaper than a regex
-# character class, which tries every byte of the body (measured on a 515 KB chat body: 0.95 vs 20 ms).
-_DIGITS_TO_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
-_LONG_NUMBER = b"0" * 19
+# 19 one-bytes in the body's digit mask: numpy's mask and a substring search cost a third of bytes.translate's
+# mapping (28 against 82 µs on a 117 KB chat body, issue 21 item 4), itself ~20x cheaper than a regex character
+# class, which tries every byte of the body (measured on a 515 KB chat body: 0.95 vs 20 ms).
+_LONG_NUMBER = b"\x01" * 19
+_ZERO, _TEN = numpy.uint8(ord("0")), numpy.uint8(10)
+
+
+def _has_long_number(data: bytes | bytearray) -> bool:
+    """Whether ``data`` holds a run of 19 digits or more."""
+    digits = numpy.frombuffer(data, numpy.uint8) - _ZERO < _TEN  # bytes below "0" wrap around to 246 and up
+    return _LONG_NUMBER in digits.tobytes()
 # An object key written as ``.key`` in a field path; any other key is written ``["key"]`` (JSON, ASCII-escaped).
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
@@ -69,7 +77,7 @@ def parse_json_body(data: bytes | str) -> Any:
     ``invalid_request`` naming it.
     """
     decoded_from_utf8 = isinstance(data, (bytes, bytearray))
-    if decoded_from_utf8 and _LONG_NUMBER not in bytes(data).translate(_DIGITS_TO_ZERO):
+    if decoded_from_utf8 and not _has_long_number(data):
         # orjson first (issue 21: every body in, ~3x the stdlib's speed): it accepts exactly the valid UTF-8 JSON
         # without lone surrogates that the path below accepts, to the same values, except integers beyond 64 bits
         # (it reads them as floats: such a body takes the path below). Anything it refuses takes the path below
