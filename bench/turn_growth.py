@@ -15,6 +15,8 @@ starts from the same process state. Phases:
   live session (target 12 KiB; the first half absorbs what the allocator keeps from transient peaks);
 - ``repeat``: where the growth goes, per thread: a session of 5 turns and one of ``--turns - 5`` each repeat their
   last request ``--repeats`` times, one at a time (each a best-of-N sibling); every thread's CPU per request;
+- ``paired``: the ``repeat`` requests of every ``--trees`` tree at once, alternating request by request (each
+  tree its own engine and proxy): a before/after comparison in the same minutes;
 - ``encode``: in-process, the ways to write 30k ``input_ids`` into a ``/generate`` body (issue 21 item 4);
 - ``tokens``: ``--token-sessions`` live sessions of ``--token-turns`` turns of ~1,000-token user turns and
   ~1,000-token answers (half the stored tokens generated, with logprobs): RSS growth over the second half per
@@ -220,6 +222,65 @@ async def repeat(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
     return out
 
 
+async def paired(targets: list[tuple[str, int, int]], args: argparse.Namespace) -> dict[str, dict[int, float]]:
+    """The ``repeat`` requests of every tree at once, request by request: ``targets`` are (label, proxy port, proxy
+    pid); each round sends one request of each length to each proxy (the trees' order alternating), each timed alone
+    by ``exact_cpu_seconds``. Trees compared this way meet the same minutes of the machine, which the phases run in
+    turn do not (their figures moved by +-15 % between runs of the same code)."""
+    lengths = (5, args.turns - 5)
+    requests: dict[tuple[str, int], tuple[Conversation, bytes]] = {}
+    for label, port, _ in targets:
+        for turns in lengths:
+            conversation = Conversation(port, f"paired-{turns}", args.user_tokens)
+            for turn in range(1, turns + 1):
+                await conversation.turn(turn)
+            conversation.messages.append({"role": "user", "content": "Once more: " + words(args.user_tokens, 77)})
+            body = json.dumps({"model": "m", "messages": conversation.messages, "max_tokens": 64,
+                               "chat_template_kwargs": {"enable_thinking": False}}).encode()
+            requests[label, turns] = conversation, body
+    spent: dict[tuple[str, int], float] = dict.fromkeys(requests, 0.0)
+    for round_index in range(args.repeats + 10):  # the first 10 rounds warm up, uncounted
+        order = targets if round_index % 2 == 0 else targets[::-1]
+        for label, _, pid in order:
+            for turns in lengths:
+                conversation, body = requests[label, turns]
+                before = exact_cpu_seconds(pid)
+                status, payload = await conversation.connection.request(
+                    "POST", "/v1/chat/completions", body, extra_headers=[("x-session-id", conversation.session_id)])
+                if status != 200:
+                    raise SystemExit(f"paired: HTTP {status} {payload[:300]!r}")
+                await trio.sleep(floor_sessions.SETTLE_SECONDS)
+                if round_index >= 10:
+                    spent[label, turns] += exact_cpu_seconds(pid) - before
+    return {label: {turns: 1e3 * spent[label, turns] / args.repeats for turns in lengths} for label, _, _ in targets}
+
+
+def run_paired(args: argparse.Namespace, trees: list[tuple[str, str | None]]) -> None:
+    procs_by_tree: dict[str, dict] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="turn-growth-paired-"))
+    answers = [words(12, k) + "." for k in range(2 * (args.turns + args.repeats + 16))]
+    try:
+        targets = []
+        for label, tree in trees:
+            procs_by_tree[label] = {}
+            (tmp / label).mkdir()
+            port = start_pair(procs_by_tree[label], tmp / label, answers, args.store, tree)
+            targets.append((label, port, procs_by_tree[label]["proxy"].pid))
+        result = trio.run(paired, targets, args)
+    finally:
+        for label, procs in procs_by_tree.items():
+            stop_servers(procs, tmp / label, keep_logs=args.keep_logs)
+    for label, figures in result.items():
+        (short, first), (long, last) = sorted(figures.items())
+        print(f"[{label}] paired: {first:.3f} ms a request at {short} turns, {last:.3f} ms at {long}: "
+              f"x{last / first:.3f}", flush=True)
+    base = trees[0][0]
+    for label, figures in result.items():
+        if label != base:
+            print(f"[{label}] / [{base}]: " + ", ".join(f"{turns} turns {ms / result[base][turns]:.3f}"
+                                                      for turns, ms in sorted(figures.items())), flush=True)
+
+
 def _stop_profile(profiler: subprocess.Popen) -> None:
     profiler.send_signal(signal.SIGINT)
     profiler.wait(timeout=60)
@@ -343,6 +404,9 @@ def main() -> None:
     args = parser.parse_args()
     trees = [tuple(item.split("=", 1)) for item in args.trees.split(",") if item] or [("this", None)]
     for name in args.phases.split(","):
+        if name == "paired":
+            run_paired(args, trees)
+            continue
         for label, tree in trees if name != "encode" else [("this", None)]:
             report(name, label, run_phase(name, args, tree), args)
 

@@ -59,10 +59,15 @@ def request_keys(
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence) or not messages:
         raise InvalidMessagesError("messages must be a non-empty list")
     held = len(known)
-    keys: list[MessageKey] = []
-    variants: list[str | None] = []
+    if held and None not in known:  # the echoed history in two comprehensions: no Python loop step per message
+        keys: list[MessageKey] = [node.key for node in known]
+        variants: list[str | None] = [node.variant for node in known]
+        start = held
+    else:
+        keys, variants, start = [], [], 0
     try:
-        for index, message in enumerate(messages):
+        for index in range(start, len(messages)):
+            message = messages[index]
             node = known[index] if index < held else None
             if node is not None:
                 keys.append(node.key)

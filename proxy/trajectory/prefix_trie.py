@@ -246,6 +246,10 @@ def _pick(variants: tuple[TrieNode, ...], variant: str | None) -> TrieNode:
 
 def _echoed_child(node: TrieNode, message: Any) -> TrieNode | None:
     """The child of ``node`` storing a message :func:`same_message` as ``message`` (the first few children only)."""
+    children = node.children
+    if type(children) is TrieNode:  # one child, the usual node of a chain: no loop (issue 21 item 4)
+        stored = children.message
+        return children if stored is message or same_message(stored, message) else None
     probes = 0
     for variants in _groups(node.children):
         for child in variants:
