@@ -25,7 +25,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import Connection  # noqa: E402
-from servers import exact_cpu_seconds  # noqa: E402
+from servers import cpu_since, thread_cpu_seconds  # noqa: E402
 
 _WORDS = ("check", "results", "plan", "value", "step", "data", "summary", "carefully", "report", "clearly",
           "each", "next", "first", "finally", "consistent", "answer", "question", "found", "simple", "short",
@@ -96,7 +96,7 @@ async def timed_growth(pid: int, old: Sequence[Callable[[], Awaitable[Any]]],
                        on_turn: Callable[[int], None] = lambda turn: None) -> list[float]:
     """CPU seconds of process ``pid`` per turn, summed over the sessions; each call of an element of ``old`` or
     ``young`` sends its session's next turn. Every request is timed alone by the scheduler's exact count
-    (``servers.exact_cpu_seconds``).
+    (``servers.cpu_since``).
 
     The ``old`` sessions grow to ``turns - window`` turns one request at a time; then the first ``window`` turns of
     the ``young`` sessions (the same shape, fresh) alternate request by request with the ``old`` sessions' last
@@ -108,10 +108,10 @@ async def timed_growth(pid: int, old: Sequence[Callable[[], Awaitable[Any]]],
         raise ValueError("as many young sessions as old ones")
 
     async def timed(turn: Callable[[], Awaitable[Any]]) -> float:
-        before = exact_cpu_seconds(pid)
+        before = thread_cpu_seconds(pid)
         await turn()
         await trio.sleep(SETTLE_SECONDS)
-        return exact_cpu_seconds(pid) - before
+        return cpu_since(pid, before)
 
     per_turn = [0.0] * turns
     for index in range(turns - window):

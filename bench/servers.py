@@ -38,11 +38,14 @@ def thread_cpu_seconds(pid: int) -> dict[str, float]:
     return out
 
 
-def exact_cpu_seconds(pid: int) -> float:
-    """CPU time of a process's live threads (:func:`thread_cpu_seconds`), not the tick-sampled utime/stime of
-    :func:`cpu_seconds`: those charge a whole 10 ms tick to whoever runs when it fires, so one request of a few ms
-    reads as 0 or 10. Read it around work whose threads outlive it (trio keeps idle worker threads for seconds)."""
-    return sum(thread_cpu_seconds(pid).values())
+def cpu_since(pid: int, before: dict[str, float]) -> float:
+    """CPU seconds the process's threads spent since ``before`` (:func:`thread_cpu_seconds`), from the scheduler's
+    exact count, not the tick-sampled utime/stime of :func:`cpu_seconds` (those charge a whole 10 ms tick to whoever
+    runs when it fires, so one request of a few ms reads as 0 or 10). Per thread: a thread born since counts from
+    zero; one that ended since counts nothing (an idle worker thread trio retires after 10 s). Summing the live
+    threads' totals instead, as this bench first did, lost an ended thread's whole lifetime (-41 ms in one turn)."""
+    now = thread_cpu_seconds(pid)
+    return sum(seconds - before.get(thread, 0.0) for thread, seconds in now.items())
 
 
 def start_server(argv: list[str], log: Path | None = None) -> subprocess.Popen:

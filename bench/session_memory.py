@@ -27,6 +27,7 @@ import json
 import sys
 import tempfile
 import time
+import os
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ async def measure(tokenizer: Any, count: int, turns: int, user_words: int, answe
             registry = SessionRegistry(tokenizer, store=store, config=SessionConfig(max_steps_per_session=None))
             await grow(registry, "warm-up", turns, user_words, answer_words)  # caches, interned strings, pages
             gc.collect()
-            tracemalloc.start()
+            tracemalloc.start(int(os.environ.get("TRACE_FRAMES", "1")))
             before = tracemalloc.get_traced_memory()[0]
             first = tracemalloc.take_snapshot() if top else None
             began = time.perf_counter()
@@ -88,6 +89,10 @@ async def measure(tokenizer: Any, count: int, turns: int, user_words: int, answe
             gc.collect()
             after = tracemalloc.get_traced_memory()[0]
             if first is not None:
+                if os.environ.get("TRACE_FRAMES"):  # where one site's blocks come from, ``TRACE_FRAMES`` deep
+                    for stat in tracemalloc.take_snapshot().compare_to(first, "traceback")[:top]:
+                        print(f"  {stat.size_diff / count:>9.0f} B/session  {stat.count_diff / count:>6.1f} blocks")
+                        print("\n".join(f"      {line}" for line in stat.traceback.format()[-8:]))
                 for stat in tracemalloc.take_snapshot().compare_to(first, "lineno")[:top]:
                     frame = stat.traceback[0]
                     name = frame.filename.removeprefix(f"{ROOT}/")

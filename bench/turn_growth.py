@@ -8,7 +8,7 @@ starts from the same process state. Phases:
 - ``growth``: ``--growth-sessions`` sessions grow to ``--turns`` turns (user turns of about ``--user-tokens``
   tokens, answers of about 16): every turn sends the whole conversation, with each answer echoed exactly as the
   proxy returned it. One request at a time (``--lockstep``: each turn of all sessions at once), each timed by the
-  scheduler's exact count of the proxy's CPU (``servers.exact_cpu_seconds``): the figure is CPU per request over
+  scheduler's exact count of the proxy's CPU (``servers.cpu_since``): the figure is CPU per request over
   turns 1-10 against 91-100 (target: at most 1.5x; the history reaches ~30k tokens at 300-token user turns);
 - ``sessions``: ``--sessions`` live 10-turn sessions of short turns (~40 tokens a turn, about 400 a session):
   the proxy's RSS growth (``VmRSS``) over the second half of the sessions divided by them is the fixed cost per
@@ -49,7 +49,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import floor_sessions  # noqa: E402
 from loadgen import Connection  # noqa: E402
 from servers import (  # noqa: E402
-    exact_cpu_seconds, free_port, start_server, stop_servers, thread_cpu_seconds, wait_listening,
+    cpu_since, free_port, start_server, stop_servers, thread_cpu_seconds, wait_listening,
 )
 
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
@@ -142,7 +142,7 @@ class Conversation:
 
 async def growth(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     """``--growth-sessions`` sessions advance turn by turn to ``--turns``. By default one request at a time, each
-    timed alone by the scheduler's exact count (``servers.exact_cpu_seconds``), turns 1-10 from as many fresh
+    timed alone by the scheduler's exact count (``servers.cpu_since``), turns 1-10 from as many fresh
     sessions alternating with the last ten (``floor_sessions.timed_growth``: both ends in the same minutes): the
     issue's figure is one session's CPU per request, and with sessions in flight together the engine's growing work
     shares the two cores (and the caches) with the proxy, which the proxy's CPU then shows. ``--lockstep`` sends
@@ -166,11 +166,11 @@ async def growth(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
         per_turn: list[float] = []
         for turn in range(1, args.turns + 1):
             on_turn(turn)
-            before = exact_cpu_seconds(pid)
+            before = thread_cpu_seconds(pid)
             async with trio.open_nursery() as nursery:
                 for conversation in sessions:
                     nursery.start_soon(conversation.turn, turn)
-            per_turn.append((exact_cpu_seconds(pid) - before) / len(sessions))
+            per_turn.append(cpu_since(pid, before) / len(sessions))
     else:
         fresh = [Conversation(port, f"fresh-{k}", args.user_tokens) for k in range(args.growth_sessions)]
         per_turn = [spent / len(sessions) for spent in await floor_sessions.timed_growth(
@@ -181,7 +181,8 @@ async def growth(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
     tokens = statistics.mean(c.stored_tokens for c in sessions)
     first, last = statistics.mean(per_turn[:window]), statistics.mean(per_turn[-window:])
     return {"first_ms": 1e3 * first, "last_ms": 1e3 * last, "ratio": last / first, "tokens": tokens,
-            "by_decade": [1e3 * statistics.mean(per_turn[k:k + 10]) for k in range(0, len(per_turn), 10)]}
+            "by_decade": [1e3 * statistics.mean(per_turn[k:k + 10]) for k in range(0, len(per_turn), 10)],
+            "per_turn_ms": [1e3 * value for value in per_turn]}
 
 
 async def repeat(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -225,7 +226,7 @@ async def repeat(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
 async def paired(targets: list[tuple[str, int, int]], args: argparse.Namespace) -> dict[str, dict[int, float]]:
     """The ``repeat`` requests of every tree at once, request by request: ``targets`` are (label, proxy port, proxy
     pid); each round sends one request of each length to each proxy (the trees' order alternating), each timed alone
-    by ``exact_cpu_seconds``. Trees compared this way meet the same minutes of the machine, which the phases run in
+    by ``servers.cpu_since``. Trees compared this way meet the same minutes of the machine, which the phases run in
     turn do not (their figures moved by +-15 % between runs of the same code)."""
     lengths = (5, args.turns - 5)
     requests: dict[tuple[str, int], tuple[Conversation, bytes]] = {}
@@ -244,14 +245,14 @@ async def paired(targets: list[tuple[str, int, int]], args: argparse.Namespace) 
         for label, _, pid in order:
             for turns in lengths:
                 conversation, body = requests[label, turns]
-                before = exact_cpu_seconds(pid)
+                before = thread_cpu_seconds(pid)
                 status, payload = await conversation.connection.request(
                     "POST", "/v1/chat/completions", body, extra_headers=[("x-session-id", conversation.session_id)])
                 if status != 200:
                     raise SystemExit(f"paired: HTTP {status} {payload[:300]!r}")
                 await trio.sleep(floor_sessions.SETTLE_SECONDS)
                 if round_index >= 10:
-                    spent[label, turns] += exact_cpu_seconds(pid) - before
+                    spent[label, turns] += cpu_since(pid, before)
     return {label: {turns: 1e3 * spent[label, turns] / args.repeats for turns in lengths} for label, _, _ in targets}
 
 
@@ -420,6 +421,8 @@ def report(name: str, label: str, result: dict[str, Any], args: argparse.Namespa
               f"tokens at the end): CPU per request turns 1-10 {result['first_ms']:.2f} ms, last 10 "
               f"{result['last_ms']:.2f} ms: x{result['ratio']:.2f}", flush=True)
         print("  by decade (ms): " + " ".join(f"{value:.2f}" for value in result["by_decade"]), flush=True)
+        if os.environ.get("GROWTH_PER_TURN"):
+            print("  per turn (ms): " + " ".join(f"{value:.1f}" for value in result["per_turn_ms"]), flush=True)
     elif name == "repeat":
         for turns, figures in result.items():
             threads = ", ".join(f"{thread} {ms:.2f}" for thread, ms in sorted(figures["threads_ms"].items()))

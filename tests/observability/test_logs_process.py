@@ -265,3 +265,23 @@ def test_a_start_up_failure_is_one_json_line_with_its_cause(tmp_path: Path) -> N
     assert last["level"] == "CRITICAL" and last["logger"] == "dressage_proxy.main"
     assert last["message"].startswith("the proxy stopped on an error: OSError: ")
     assert "Address already in use" in last["message"] and "Traceback" in last["exc_info"]
+
+
+def test_the_start_up_heap_is_frozen_once_the_process_serves(tmp_path: Path) -> None:
+    """``proxy/cli.py:freeze_startup_heap``: the tokenizer, templates and app the process loaded are out of the
+    garbage collector's sight (its debug line counts them), so no full collection walks them again; and the
+    process still answers after it, sessions and all."""
+    stderr = tmp_path / "stderr.log"
+    with stderr.open("w") as sink:
+        proc, url = start(tmp_path, "--log-format", "json", "--log-level", "debug", stderr=sink)
+        try:
+            sent = chat_requests(url)
+        finally:
+            stop(proc)
+    lines = json_lines(stderr.read_text())
+    (frozen,) = [line for line in lines if line["message"].startswith("froze the start-up heap")]
+    # transformers, the tokenizer's Python side and jinja alone are over a hundred thousand tracked objects
+    assert frozen["frozen_objects"] > 100_000
+    listening = next(index for index, line in enumerate(lines) if "listening on" in line["message"])
+    assert lines.index(frozen) > listening
+    assert len(sent) == 2 * len(SESSIONS) + 1
