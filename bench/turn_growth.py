@@ -185,18 +185,25 @@ async def growth(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
             "per_turn_ms": [1e3 * value for value in per_turn]}
 
 
+async def repeated_request(port: int, session_id: str, turns: int, user_tokens: int) -> tuple[Conversation, bytes]:
+    """A session grown to ``turns`` turns, and the body of its next request (a new user turn), which the caller
+    sends again and again: each a best-of-N sibling of the last."""
+    conversation = Conversation(port, session_id, user_tokens)
+    for turn in range(1, turns + 1):
+        await conversation.turn(turn)
+    conversation.messages.append({"role": "user", "content": "Once more: " + words(user_tokens, 77)})
+    body = json.dumps({"model": "m", "messages": conversation.messages, "max_tokens": 64,
+                       "chat_template_kwargs": {"enable_thinking": False}}).encode()
+    return conversation, body
+
+
 async def repeat(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     """Where the growth goes, per thread: a session of 5 turns and one of ``--turns - 5``, each then repeating its
     last request (a new user turn: a best-of-N sibling each time) ``--repeats`` times, one request at a time; the
     CPU of each of the proxy's threads per request, for each length."""
     out: dict[str, Any] = {}
     for turns in (5, args.turns - 5):
-        conversation = Conversation(port, f"repeat-{turns}", args.user_tokens)
-        for turn in range(1, turns + 1):
-            await conversation.turn(turn)
-        conversation.messages.append({"role": "user", "content": "Once more: " + words(args.user_tokens, 77)})
-        body = json.dumps({"model": "m", "messages": conversation.messages, "max_tokens": 64,
-                           "chat_template_kwargs": {"enable_thinking": False}}).encode()
+        conversation, body = await repeated_request(port, f"repeat-{turns}", turns, args.user_tokens)
         headers = [("x-session-id", conversation.session_id)]
         for _ in range(10):  # warm: the sibling structure and caches exist before the count
             await conversation.connection.request("POST", "/v1/chat/completions", body, extra_headers=headers)
@@ -232,13 +239,7 @@ async def paired(targets: list[tuple[str, int, int]], args: argparse.Namespace) 
     requests: dict[tuple[str, int], tuple[Conversation, bytes]] = {}
     for label, port, _ in targets:
         for turns in lengths:
-            conversation = Conversation(port, f"paired-{turns}", args.user_tokens)
-            for turn in range(1, turns + 1):
-                await conversation.turn(turn)
-            conversation.messages.append({"role": "user", "content": "Once more: " + words(args.user_tokens, 77)})
-            body = json.dumps({"model": "m", "messages": conversation.messages, "max_tokens": 64,
-                               "chat_template_kwargs": {"enable_thinking": False}}).encode()
-            requests[label, turns] = conversation, body
+            requests[label, turns] = await repeated_request(port, f"paired-{turns}", turns, args.user_tokens)
     spent: dict[tuple[str, int], float] = dict.fromkeys(requests, 0.0)
     for round_index in range(args.repeats + 10):  # the first 10 rounds warm up, uncounted
         order = targets if round_index % 2 == 0 else targets[::-1]

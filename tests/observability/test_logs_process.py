@@ -235,15 +235,21 @@ def _read_until_closed(fd: int) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
-def test_log_level_warning_drops_the_info_lines(tmp_path: Path) -> None:
+def json_lines_of_chats(tmp_path: Path, level: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """The process at ``--log-level level`` (JSON lines) through :func:`chat_requests`, stopped: what it sent, and
+    every line it wrote."""
     stderr = tmp_path / "stderr.log"
     with stderr.open("w") as sink:
-        proc, url = start(tmp_path, "--log-format", "json", "--log-level", "warning", stderr=sink)
+        proc, url = start(tmp_path, "--log-format", "json", "--log-level", level, stderr=sink)
         try:
             sent = chat_requests(url)
         finally:
             stop(proc)
-    lines = json_lines(stderr.read_text())
+    return sent, json_lines(stderr.read_text())
+
+
+def test_log_level_warning_drops_the_info_lines(tmp_path: Path) -> None:
+    sent, lines = json_lines_of_chats(tmp_path, "warning")
     # Not silent: the upstream failure still logs its warning, with its ids; but no access line, no start-up line.
     failing_id = next(request_id for request_id, session in sent.items() if session == FAILING_SESSION)
     assert [line for line in lines if line.get("request_id") == failing_id and line["level"] == "WARNING"]
@@ -271,14 +277,7 @@ def test_the_start_up_heap_is_frozen_once_the_process_serves(tmp_path: Path) -> 
     """``proxy/cli.py:freeze_startup_heap``: the tokenizer, templates and app the process loaded are out of the
     garbage collector's sight (its debug line counts them), so no full collection walks them again; and the
     process still answers after it, sessions and all."""
-    stderr = tmp_path / "stderr.log"
-    with stderr.open("w") as sink:
-        proc, url = start(tmp_path, "--log-format", "json", "--log-level", "debug", stderr=sink)
-        try:
-            sent = chat_requests(url)
-        finally:
-            stop(proc)
-    lines = json_lines(stderr.read_text())
+    sent, lines = json_lines_of_chats(tmp_path, "debug")
     (frozen,) = [line for line in lines if line["message"].startswith("froze the start-up heap")]
     # transformers, the tokenizer's Python side and jinja alone are over a hundred thousand tracked objects
     assert frozen["frozen_objects"] > 100_000
