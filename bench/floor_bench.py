@@ -9,8 +9,9 @@
 - phases (target x shape) in ``--rounds`` interleaved rounds, shuffled: non-streaming 4-turn sessions with 8-token
   answers (``--clients`` clients), and 128- and 1,024-token streams in both modes. Each phase reads the target
   process's CPU (utime + stime, ``/proc``) before and after: CPU per request, and per streamed token;
-- then the per-turn growth (sessions of 100 turns, ~300-token user turns: turns 91-100 against 1-10) and memory
-  (RSS growth over 2,000 live 10-turn sessions; over 200 live sessions of ~20k tokens, half of them generated).
+- then the per-turn growth (sessions of 100 turns, ~290-token user turns, ~31.6k tokens at the end: turns 91-100
+  against 1-10) and memory (RSS growth over 2,000 live 10-turn sessions; over 200 live sessions of ~20k tokens,
+  half of them generated).
 
 Every phase is bounded in count and in seconds; everything talks to 127.0.0.1. ``--smoke`` runs a tiny version
 (seconds) for the test suite; ``--json FILE`` writes the figures.
@@ -191,12 +192,13 @@ async def run_sessions(args: argparse.Namespace, ports: dict[str, int], pids: di
     out: dict[str, Any] = {"growth": {}, "memory": {}}
     for target in [t for t in targets() if t != "floor" and args.growth_turns > 0]:
         name = f"{target}-cumulative"
-        per_turn, chats = await floor_sessions.growth(
+        per_turn, chats, fresh = await floor_sessions.growth(
             ports[name], pids[name], name=target, sessions=args.growth_sessions, turns=args.growth_turns,
             user_tokens=args.growth_user_tokens, window=args.growth_window)
         out["growth"][target] = {"per_turn_cpu": per_turn, "sessions": len(chats),
                                  "final_prompt_tokens": statistics.mean(c.prompt_tokens for c in chats),
-                                 "failures": sum(c.failures for c in chats)}
+                                 "failures": sum(c.failures for c in chats + fresh),
+                                 "last_failure": next((c.last_failure for c in chats + fresh if c.last_failure), "")}
         print(f"  growth {target}: done", file=sys.stderr, flush=True)
     if args.skip_memory:
         return out
@@ -231,7 +233,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--growth-sessions", type=int, default=4)
     parser.add_argument("--growth-turns", type=int, default=100, help="0: no growth phase")
     parser.add_argument("--growth-window", type=int, default=10, help="turns compared at each end")
-    parser.add_argument("--growth-user-tokens", type=int, default=300)
+    # ~31.6k tokens at turn 100: at 300 the longest of 16 sessions passed the floor's 32,768-token window and its
+    # last turns were refused (context_overflow), as they should be
+    parser.add_argument("--growth-user-tokens", type=int, default=290)
     parser.add_argument("--memory-targets", type=lambda s: s.split(","), default=["proxy"])
     parser.add_argument("--memory-sessions", type=int, default=2000)
     parser.add_argument("--token-sessions", type=int, default=200)

@@ -116,6 +116,9 @@ def report(args: argparse.Namespace, phases: list[Any], sessions: dict[str, Any]
         print(f"| {target} | {1e3 * first:.2f} | {1e3 * last:.2f} | **x{growth:.2f}** | "
               f"{g['final_prompt_tokens']:.0f} | {g['failures']} |")
         figures["growth"][target] = {"first_ms": 1e3 * first, "last_ms": 1e3 * last, "ratio": growth, **g}
+    for target, g in sessions["growth"].items():
+        if g.get("last_failure"):
+            print(f"\n{target}: the last failed turn (retried): {g['last_failure']}")
 
     if sessions["memory"]:
         print("\n## Memory: RSS growth of the server process\n")

@@ -57,6 +57,8 @@ class ChatSession:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     failures: int = 0
+    #: the last failed answer (status and the start of its body), for the bench's report
+    last_failure: str = ""
 
     def body(self) -> dict[str, Any]:
         turn = len(self.messages) // 2
@@ -71,6 +73,7 @@ class ChatSession:
             message = None
         if message is None:
             self.failures += 1
+            self.last_failure = f"HTTP {status}: {payload[:300]!r}"
             self.messages.pop()  # retry the same turn
             return
         echo = {"role": "assistant", "content": message.get("content") or ""}
@@ -129,11 +132,12 @@ async def timed_growth(pid: int, old: Sequence[Callable[[], Awaitable[Any]]],
 
 
 async def growth(port: int, pid: int, *, name: str, sessions: int, turns: int, user_tokens: int, window: int = 10
-                 ) -> tuple[list[float], list[ChatSession]]:
+                 ) -> tuple[list[float], list[ChatSession], list[ChatSession]]:
     """CPU seconds of process ``pid`` per turn (all sessions together; turns 1 to ``window`` from fresh sessions
     measured alongside the last ``window``: :func:`timed_growth`), and the grown sessions. One request at a time:
     the issue's figure is one session's cost per request, and requests in flight together would share their fixed
-    costs (``bench/turn_growth.py --lockstep`` gives that figure too)."""
+    costs (``bench/turn_growth.py --lockstep`` gives that figure too). Returns the CPU per turn, the grown sessions
+    and the fresh ones."""
     chats = [ChatSession(f"{name}.growth.{i}", i, user_tokens) for i in range(sessions)]
     fresh = [ChatSession(f"{name}.growth-fresh.{i}", sessions + i, user_tokens) for i in range(sessions)]
     conns = [Connection("127.0.0.1", port) for _ in chats + fresh]
@@ -146,7 +150,7 @@ async def growth(port: int, pid: int, *, name: str, sessions: int, turns: int, u
     finally:
         for conn in conns:
             await conn.aclose()
-    return per_turn, chats
+    return per_turn, chats, fresh
 
 
 async def memory(port: int, pid: int, *, name: str, sessions: int, turns: int, user_words: int,
