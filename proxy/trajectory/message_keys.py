@@ -157,6 +157,9 @@ def _tool_call(call: Any, ignore_cch: bool) -> ToolCallKey:
     return ToolCallKey(call_id, _text(name, ignore_cch), _arguments(function.get("arguments"), ignore_cch))
 
 
+_ROLES = {role: role for role in ("system", "developer", "user", "assistant", "tool", "function")}
+
+
 def message_key(message: Any, *, ignore_cch: bool = False) -> MessageKey:
     """The canonical key of one OpenAI chat message (see the module docstring); raises :class:`MessageKeyError`."""
     if not _is_mapping(message):
@@ -164,6 +167,8 @@ def message_key(message: Any, *, ignore_cch: bool = False) -> MessageKey:
     role = message.get("role")
     if not isinstance(role, str):
         raise MessageKeyError(f"a message needs a string role, not {role!r}")
+    # One string object per known role: a parsed body holds a new "user" per message, ~53 bytes a key kept
+    role = _ROLES.get(role, role) if type(role) is str else role
     name = message.get("name")
     call_id = message.get("tool_call_id")
     calls = message.get("tool_calls") or ()

@@ -111,6 +111,25 @@ class _OneEncoding(Mapping[Any, tuple[Any, int]]):
         return 1
 
 
+#: what a node stores for a plain message: its key says all of it (see _stored_form)
+_FROM_KEY = object()
+
+
+def _stored_form(key: Any, message: Any) -> Any:
+    """What a node keeps of ``message``: ``_FROM_KEY`` for a plain message, ``{"role": <str>, "content": <str>}`` in
+    that order whose key holds the same two strings (no name, tool calls or call id; content that the key did not
+    rewrite), which :attr:`TrieNode.message` rebuilds equal; else the message itself. Most of a conversation's
+    messages are plain: a dict and its table were ~184 bytes of each (issue 21 item 5)."""
+    if type(message) is not dict or len(message) != 2 or type(key) is not MessageKey:
+        return message
+    role, content = message.get("role"), message.get("content")
+    if (type(role) is str and type(content) is str and role == key.role and content == key.content
+            and key.name is None and not key.tool_calls and key.tool_call_id is None
+            and next(iter(message)) == "role"):
+        return _FROM_KEY
+    return message
+
+
 class NodeKind(enum.Enum):
     """What a trie node stands for."""
 
@@ -136,7 +155,8 @@ class TrieNode:
     # Reasoning of an assistant node (the variant among siblings with the same key); None otherwise.
     variant: str | None
     # The message as first seen (prompt nodes) or as generated (committed answers); ContextInfo for contexts.
-    message: Any
+    # _FROM_KEY when the key says all of it (read it as ``message``, see _stored_form).
+    _message: Any
     parent: TrieNode | None
     # Messages from the context node down to this node (the context node is 0).
     depth: int
@@ -158,6 +178,23 @@ class TrieNode:
     # using it (a failed generation gives its use back; the last one out removes the entry). Created on first use;
     # one signature (the usual) is a _OneEncoding, not a dict (issue 21 item 5: about 250 bytes a step).
     encodings: Mapping[Any, tuple[Any, int]] | None = None
+
+    @property
+    def message(self) -> Any:
+        """The stored message (a plain one rebuilt from the key: a new dict each time, equal to the one stored)."""
+        stored = self._message
+        if stored is _FROM_KEY:
+            return {"role": self.key.role, "content": self.key.content}
+        return stored
+
+    def holds(self, message: Any) -> bool:
+        """Whether the stored message is :func:`same_message` as ``message`` (identity first)."""
+        stored = self._message
+        if stored is _FROM_KEY:  # same_message against {"role": <str>, "content": <str>}, without building it
+            return (type(message) is dict and len(message) == 2 and type(role := message.get("role")) is str
+                    and type(content := message.get("content")) is str and role == self.key.role
+                    and content == self.key.content)
+        return stored is message or same_message(stored, message)
 
     def shared_encoding(self, signature: Any, ids: Any) -> Any:
         """``ids``, or an equal array already encoded here for the same ``signature`` (then stored only once).
@@ -248,12 +285,11 @@ def _echoed_child(node: TrieNode, message: Any) -> TrieNode | None:
     """The child of ``node`` storing a message :func:`same_message` as ``message`` (the first few children only)."""
     children = node.children
     if type(children) is TrieNode:  # one child, the usual node of a chain: no loop (issue 21 item 4)
-        stored = children.message
-        return children if stored is message or same_message(stored, message) else None
+        return children if children.holds(message) else None
     probes = 0
     for variants in _groups(node.children):
         for child in variants:
-            if child.message is message or same_message(child.message, message):
+            if child.holds(message):
                 return child
             probes += 1
             if probes == _ECHO_PROBES:
@@ -278,7 +314,7 @@ class PrefixTrie:
         """Create a child of ``parent`` (the caller has checked it does not exist)."""
         self._serial += 1
         depth = parent.depth + 1 if kind is NodeKind.MESSAGE else 0
-        node = TrieNode(kind, key, variant, message, parent, depth, self._serial)
+        node = TrieNode(kind, key, variant, _stored_form(key, message), parent, depth, self._serial)
         children = parent.children
         if children is _NO_CHILDREN:
             parent.children = node

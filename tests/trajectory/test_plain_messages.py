@@ -1,0 +1,70 @@
+"""Plain messages kept as their key (issue 21 item 5): a node whose message is ``{"role": <str>, "content": <str>}``
+(in that order) and whose key holds the same two strings stores no dict; ``TrieNode.message`` rebuilds it equal, and
+the echo walk (``TrieNode.holds``) answers exactly what :func:`same_message` answers against the message as sent.
+Anything else (other keys, other order, other types, content a key rewrites) is stored as sent."""
+
+from __future__ import annotations
+
+import copy
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.trajectory.message_keys import context_key, message_key, reasoning_variant, same_message
+from proxy.trajectory.prefix_trie import _FROM_KEY, PrefixTrie
+
+_TEXT = st.sampled_from(["", "hi", "a cch=ab12 b", "ünïcode", "x" * 40])
+_ROLE = st.sampled_from(["system", "user", "assistant", "tool", "developer", "narrator"])
+_VALUE = st.one_of(_TEXT, st.none(), st.integers(-2, 2), st.floats(allow_nan=False), st.booleans(),
+                   st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT}), max_size=2))
+
+
+@st.composite
+def messages(draw):
+    """Mostly plain messages, and the near misses around them."""
+    message = {"role": draw(_ROLE), "content": draw(_TEXT)}
+    shape = draw(st.sampled_from(["plain", "plain", "reordered", "extra", "value", "no-content"]))
+    if shape == "reordered":
+        message = {"content": message["content"], "role": message["role"]}
+    elif shape == "extra":
+        message[draw(st.sampled_from(["name", "tool_call_id", "reasoning_content", "x"]))] = draw(_VALUE)
+    elif shape == "value":
+        message["content"] = draw(_VALUE)
+    elif shape == "no-content":
+        del message["content"]
+    return message
+
+
+def stored(message, ignore_cch):
+    """``message`` attached below a context of a new trie: (the trie's node, the message as sent)."""
+    trie = PrefixTrie()
+    context = trie.context(context_key(None), None, {})
+    sent = copy.deepcopy(message)
+    node = trie.attach(context, [sent], [message_key(sent, ignore_cch=ignore_cch)], [reasoning_variant(sent)])
+    return trie, node, sent
+
+
+@settings(max_examples=300, deadline=None)
+@given(message=messages(), other=messages(), ignore_cch=st.booleans())
+def test_a_node_gives_back_the_message_it_was_given_and_holds_what_same_message_holds(message, other, ignore_cch):
+    trie, node, sent = stored(message, ignore_cch)
+    assert node.message == message and same_message(node.message, message)
+    assert list(node.message) == list(message)  # the same keys in the same order
+    assert trie.messages(node) == [message]
+    for incoming in (copy.deepcopy(message), other, copy.deepcopy(other)):
+        assert node.holds(incoming) == same_message(message, incoming)
+    assert trie.echoed_prefix([copy.deepcopy(message)]) == [node]
+
+
+def test_only_plain_messages_the_key_says_all_of_are_stored_as_their_key():
+    """Fails if the node keeps the dict of a plain message (the memory this saves), or compacts one it cannot
+    rebuild exactly."""
+    plain = {"role": "user", "content": "hello"}
+    assert stored(plain, False)[1]._message is _FROM_KEY
+    assert stored({"role": "assistant", "content": "a cch=ab12 b"}, False)[1]._message is _FROM_KEY
+    for kept in ({"content": "hello", "role": "user"}, {"role": "user", "content": ["hello"]},
+                 {"role": "user", "content": "hello", "name": "ann"}, {"role": "user", "content": None}):
+        assert stored(kept, False)[1]._message == kept
+    # under ignore_cch the key's text is not the content: the node keeps the message
+    with_hash = {"role": "assistant", "content": "a cch=ab12 b"}
+    assert stored(with_hash, True)[1]._message == with_hash
