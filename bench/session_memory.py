@@ -112,7 +112,9 @@ def main() -> None:
     parser.add_argument("--token-sessions", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=20_000, help="tokens each long session grows to (about)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--top", type=int, default=0, help="print the N allocation sites that grew most")
+    parser.add_argument("--top", type=int, default=0,
+                        help="print the N allocation sites that grew most (with TRACE_FRAMES=N in the environment, "
+                             "their tracebacks N frames deep first)")
     args = parser.parse_args()
     tokenizer = load_tito_tokenizer("qwen3", model_tokenizer_path("qwen3"))
     results: dict[str, dict[str, float]] = {}
