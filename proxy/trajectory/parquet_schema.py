@@ -38,7 +38,8 @@ column                      type               from the segment
 Reading a row back (:func:`segment_from_row`) gives the segment dict ``/trajectory/read`` returned: JSON columns
 parsed, the versions as strings again (from whichever column holds them), ``extra`` merged, the fields a segment
 carries only sometimes (:data:`SOMETIMES_FIELDS`) left out when null, and ``absent_fields`` left out. The one
-change is the logprobs' float32 rounding (``tests/export/test_parquet_schema.py`` checks the round trip on
+change is the logprobs' float32 rounding (of a list of numbers; one holding a null is kept exactly, in ``extra``;
+``tests/export/test_parquet_schema.py`` checks the round trip on
 arbitrary segments). A file written by something else (no :data:`SCHEMA_KEY` in its metadata) is read as it is.
 """
 
@@ -176,6 +177,8 @@ def _typed(values: list[Any], kind: pa.DataType) -> pa.Array:
     if pa.types.is_list(inferred.type) and pa.types.is_floating(kind.value_type):
         # float64 -> float32 turns a finite value beyond float32's range into infinity, silently: not a rounding.
         before, after = inferred.flatten(), converted.flatten()
+        if before.null_count:  # a null among the numbers: not a list of logprobs, kept exactly (in extra)
+            raise _DoesNotFit
         if pc.sum(pc.is_inf(before)).as_py() != pc.sum(pc.is_inf(after)).as_py():
             raise _DoesNotFit
     return converted
