@@ -39,8 +39,7 @@ Reading a row back (:func:`segment_from_row`) gives the segment dict ``/trajecto
 parsed, the versions as strings again (from whichever column holds them), ``extra`` merged, the fields a segment
 carries only sometimes (:data:`SOMETIMES_FIELDS`) left out when null, and ``absent_fields`` left out. The one
 change is the logprobs' float32 rounding (of a list of numbers; one holding a null is kept exactly, in ``extra``;
-``tests/export/test_parquet_schema.py`` checks the round trip on
-arbitrary segments). A file written by something else (no :data:`SCHEMA_KEY` in its metadata) is read as it is.
+``tests/export/test_parquet_schema.py`` checks the round trip on arbitrary segments). A file written by something else (no :data:`SCHEMA_KEY` in its metadata) is read as it is.
 """
 
 from __future__ import annotations
