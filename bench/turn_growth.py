@@ -395,12 +395,13 @@ def main() -> None:
     parser.add_argument("--trees", default="",
                         help="label=path,... source checkouts to compare in one run (each phase runs once per tree, "
                              "in turn); default: this checkout")
-    parser.add_argument("--profile", default="", help="growth: write a py-spy raw profile of the proxy here")
+    parser.add_argument("--profile", default="", help="growth and repeat: write a py-spy raw profile of the proxy here (repeat: one per "
+                             "length, FILE.5 and FILE.95; a name ending in .perf records with perf instead)")
     parser.add_argument("--profile-from", type=int, default=60, help="growth: the turn the profile starts at")
     parser.add_argument("--profile-to", type=int, default=0, help="growth: the turn the profile stops at (0: the end)")
     parser.add_argument("--lockstep", action="store_true",
                         help="growth: each turn of all sessions at once (the default: one request at a time)")
-    parser.add_argument("--profile-rate", type=int, default=200, help="growth: py-spy samples per second")
+    parser.add_argument("--profile-rate", type=int, default=200, help="py-spy (or perf) samples per second")
     parser.add_argument("--repeats", type=int, default=300, help="repeat: requests timed at each length")
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args()
