@@ -395,7 +395,8 @@ def main() -> None:
     parser.add_argument("--trees", default="",
                         help="label=path,... source checkouts to compare in one run (each phase runs once per tree, "
                              "in turn); default: this checkout")
-    parser.add_argument("--profile", default="", help="growth and repeat: write a py-spy raw profile of the proxy here (repeat: one per "
+    parser.add_argument("--profile", default="",
+                        help="growth and repeat: write a py-spy raw profile of the proxy here (repeat: one per "
                              "length, FILE.5 and FILE.95; a name ending in .perf records with perf instead)")
     parser.add_argument("--profile-from", type=int, default=60, help="growth: the turn the profile starts at")
     parser.add_argument("--profile-to", type=int, default=0, help="growth: the turn the profile stops at (0: the end)")
