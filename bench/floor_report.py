@@ -196,7 +196,7 @@ def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
 
 
 _LOOP = "unrolled_run"
-_STARTUP = ("_find_and_load", "ProxyServices.build")
+_STARTUP = ("_find_and_load", "ProxyServices.build", "freeze_startup_heap")
 
 
 def _frame_name(frame: str) -> str:
