@@ -156,10 +156,8 @@ async def growth(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
             _stop_profile(profiler)
             profiler = None
         if args.profile and turn == args.profile_from:
-            # py-spy (if installed) samples the proxy from this turn to the end: where the per-turn growth goes.
-            profiler = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "-o",
-                                         args.profile, "--format", "raw", "--rate", str(args.profile_rate)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            # The profiler samples the proxy from this turn to the end: where the per-turn growth goes.
+            profiler = _start_profile(pid, args.profile, args.profile_rate)
 
     window = min(10, args.turns // 2)
     if args.lockstep:
@@ -208,13 +206,8 @@ async def repeat(port: int, pid: int, args: argparse.Namespace) -> dict[str, Any
         for _ in range(10):  # warm: the sibling structure and caches exist before the count
             await conversation.connection.request("POST", "/v1/chat/completions", body, extra_headers=headers)
         profiler = None
-        if args.profile:  # py-spy over the timed requests only: where each length's CPU goes
-            command = ([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "-o",
-                        f"{args.profile}.{turns}", "--format", "raw", "--rate", str(args.profile_rate)]
-                       if not args.profile.endswith(".perf") else
-                       ["perf", "record", "-F", str(args.profile_rate), "-g", "-p", str(pid), "-o",
-                        f"{args.profile}.{turns}"])
-            profiler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if args.profile:  # over the timed requests only: where each length's CPU goes
+            profiler = _start_profile(pid, f"{args.profile}.{turns}", args.profile_rate)
             await trio.sleep(1.0)
         before = thread_cpu_seconds(pid)
         for _ in range(args.repeats):
@@ -281,6 +274,17 @@ def run_paired(args: argparse.Namespace, trees: list[tuple[str, str | None]]) ->
         if label != base:
             print(f"[{label}] / [{base}]: " + ", ".join(f"{turns} turns {ms / result[base][turns]:.3f}"
                                                       for turns, ms in sorted(figures.items())), flush=True)
+
+
+def _start_profile(pid: int, path: str, rate: int) -> subprocess.Popen:
+    """py-spy (raw stacks) recording process ``pid`` into ``path``; ``perf record -g`` when ``path`` ends in
+    ``.perf`` (C-level: the interpreter loop, orjson, the kernel)."""
+    if path.endswith(".perf"):
+        command = ["perf", "record", "-F", str(rate), "-g", "-p", str(pid), "-o", path]
+    else:
+        command = [str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(pid), "-o", path, "--format",
+                   "raw", "--rate", str(rate)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _stop_profile(profiler: subprocess.Popen) -> None:
