@@ -168,7 +168,7 @@ def message_key(message: Any, *, ignore_cch: bool = False) -> MessageKey:
     if not isinstance(role, str):
         raise MessageKeyError(f"a message needs a string role, not {role!r}")
     # One string object per known role: a parsed body holds a new "user" per message, ~53 bytes a key kept
-    role = _ROLES.get(role, role) if type(role) is str else role
+    role = _ROLES.get(role, role)
     name = message.get("name")
     call_id = message.get("tool_call_id")
     calls = message.get("tool_calls") or ()

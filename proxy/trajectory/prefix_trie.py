@@ -287,7 +287,7 @@ def _echoed_child(node: TrieNode, message: Any) -> TrieNode | None:
     if type(children) is TrieNode:  # one child, the usual node of a chain: no loop (issue 21 item 4)
         return children if children.holds(message) else None
     probes = 0
-    for variants in _groups(node.children):
+    for variants in _groups(children):
         for child in variants:
             if child.holds(message):
                 return child
