@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from array import array
+
 from proxy.trajectory.message_keys import context_key, message_key, reasoning_variant
+from proxy.trajectory.pending_step import FULL_ENCODE
 from proxy.trajectory.prefix_trie import NodeKind, PrefixTrie
 from proxy.trajectory.tokens import Step, committed_span, context_span
 
@@ -165,10 +168,6 @@ def test_prefix_trie_release_after_a_commit_keeps_the_committed_path_and_an_unus
 
 
 def test_prefix_trie_shared_encoding_entries_are_counted_and_removed_by_the_last_holder():
-    from array import array
-
-    from proxy.trajectory.pending_step import FULL_ENCODE
-
     trie, ctx = new_trie()
     attach, _ = walk_and_attach(trie, ctx, [SYS])
     one = attach.shared_encoding(FULL_ENCODE, array("i", [1, 2]))
