@@ -197,7 +197,7 @@ class TrieNode:
         return stored is message or same_message(stored, message)
 
     def shared_encoding(self, signature: Any, ids: Any) -> Any:
-        """``ids``, or an equal array already encoded here for the same ``signature`` (then stored only once).
+        """``ids``, or equal ids already encoded here for the same ``signature`` (then stored only once).
         The caller holds the entry until :meth:`release_encoding` (a committed step keeps it for good)."""
         known = self.encodings.get(signature) if self.encodings is not None else None
         if known is not None and known[0] == ids:

@@ -242,11 +242,12 @@ class Session:
 
     def set_context(self, handle: BranchHandle, ids: Sequence[int], mask: Sequence[int] | None = None) -> WorkingTokens:
         """Record the context tokens the step adds (with the client's mask, if any); returns the generation's private
-        token state. Siblings that encoded the same context on the same prompt node share one array."""
+        token state. Siblings that encoded the same context on the same prompt node share one copy of it."""
         pending = self._live(handle)
         base = pending.claim.base
         signature = FULL_ENCODE if base is None else base.step_id
-        stored = pending.attach.shared_encoding(signature, array("i", ids))
+        packed = ids.tobytes() if isinstance(ids, array) and ids.typecode == "i" else array("i", ids).tobytes()
+        stored = pending.attach.shared_encoding(signature, packed)
         pending.context, pending.encoding = context_span(stored, mask), signature
         return WorkingTokens(base, pending.context)
 
@@ -399,7 +400,7 @@ class Session:
         """Does the step end at a turn boundary TITO can extend?"""
         if self.end_of_turn_id is not None:
             ends = self.end_of_turn_id if isinstance(self.end_of_turn_id, frozenset) else {self.end_of_turn_id}
-            return span.generated_count > 0 and span.generated_ids[-1] in ends
+            return span.last_generated_id() in ends
         return finish_reason != "length"
 
     def drop(self, handle: BranchHandle) -> bool:
@@ -419,7 +420,7 @@ class Session:
     def _release_prompt(self, pending: PendingStep) -> None:
         """Give back what the failed generation held in the trie: its encoding entry, then its attach node."""
         if pending.context is not None:
-            pending.attach.release_encoding(pending.encoding, pending.context.context_ids)
+            pending.attach.release_encoding(pending.encoding, pending.context.context)
         self.trie.release(pending.attach)
 
     # -- finalize ----------------------------------------------------------------------------------------------------

@@ -28,18 +28,13 @@ TOMBSTONE_BYTES = 2048
 
 
 def span_bytes(span: TokenSpan) -> int:
-    """The bytes of a committed span's token arrays."""
-    size = span.context_ids.itemsize * len(span.context_ids) + span.generated_ids.itemsize * len(span.generated_ids)
-    if span.context_mask is not None:
-        size += len(span.context_mask)
-    if span.logprobs is not None:
-        size += span.logprobs.itemsize * len(span.logprobs)
-    return size + sum(len(chunk.data) for chunk in span.routed_experts)
+    """The bytes of a committed span's tokens (ids, mask, logprobs, routed rows)."""
+    return span.nbytes()
 
 
 def step_bytes(span: TokenSpan) -> int:
     """What one committed step adds to its session: its tokens and the messages the trie keeps for it."""
-    return span_bytes(span) + TEXT_BYTES_PER_TOKEN * (span.context_count + len(span.generated_ids))
+    return span_bytes(span) + TEXT_BYTES_PER_TOKEN * (span.context_count + span.generated_count)
 
 
 __all__ = ["TEXT_BYTES_PER_TOKEN", "TOMBSTONE_BYTES", "span_bytes", "step_bytes"]

@@ -12,14 +12,20 @@ rebuilt only when someone needs the ids (the upstream request, an export). So
   base pointer plus the context tokens it adds itself;
 - committing stores O(new tokens), never a copy of the prefix.
 
-Compact storage: ids are ``array('i')`` (4 bytes each), logprobs ``array('f')`` when every value survives the round
-trip through float32 exactly (SGLang computes logprobs in float32, so its values always do) and ``array('d')``
-otherwise -- either way the stored values are exactly the ones received (:func:`exact_logprobs`), the context mask is ``bytes`` or None (all zeros, the default), the generated tokens' mask is implicitly 1,
-and weight versions are run-length encoded (a version changes at most at a weight update). A span's context ids
-are a separate array so siblings that encoded the same context (best-of-N over one prompt, which has no checkpoint
-to share) hold one array between them: the session deduplicates them per prompt node.
+Compact storage: a span keeps its tokens as two ``bytes`` objects, not arrays (issue 21 item 5: an ``array`` is a
+64-byte object plus a separate buffer; a ``bytes`` holds its data inline after 33 bytes, and a span had three arrays):
+``context`` holds the context ids (native int32, 4 bytes each) and ``generated`` the generated ids, then their
+logprobs, then one byte saying how the logprobs are stored (:data:`_NO_LOGPROBS`, 4: float32, 8: float64). Logprobs
+are float32 when every value survives the round trip exactly (SGLang computes logprobs in float32, so its values
+always do) and float64 otherwise -- either way the stored values are exactly the ones received
+(:func:`exact_logprobs`). ``context_ids``, ``generated_ids`` and ``logprobs`` read them back as new ``array`` copies;
+the request path copies the bytes straight into one array (:func:`path_ids`). The context mask is ``bytes`` or None
+(all zeros, the default), the generated tokens' mask is implicitly 1, and weight versions are run-length encoded (a
+version changes at most at a weight update). A span's context is a separate object so siblings that encoded the same
+context (best-of-N over one prompt, which has no checkpoint to share) hold one between them: the session deduplicates
+them per prompt node.
 
-Nothing here is mutated after construction (arrays included): a step is shared by every branch built on it.
+Nothing here is mutated after construction: a step is shared by every branch built on it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Sequence
 from itertools import groupby
+from struct import unpack_from
 from typing import Any
 
 import attrs
@@ -94,21 +101,41 @@ def expand_runs(runs: Sequence[tuple[str | None, int]]) -> list[str | None]:
     return out
 
 
+#: the last byte of a span's ``generated`` when it holds no logprobs (else the logprobs' item size: 4 or 8)
+_NO_LOGPROBS = 0
+_LOGPROB_TYPES = {4: "f", 8: "d"}
+#: ``generated`` of a span that generated nothing and has no logprobs
+_NOTHING_GENERATED = bytes([_NO_LOGPROBS])
+
+
+def _pack_generated(ids: array, logprobs: array | None) -> bytes:
+    """``generated``: the ids, their logprobs (if any), and the logprobs' item size (0 without)."""
+    if logprobs is None:
+        return ids.tobytes() + _NOTHING_GENERATED
+    return b"".join((ids.tobytes(), logprobs.tobytes(), bytes([logprobs.itemsize])))
+
+
+def _unpack(data: bytes | memoryview, typecode: str) -> array:
+    values = array(typecode)
+    values.frombytes(data)
+    return values
+
+
 @attrs.frozen(eq=False, weakref_slot=False)  # no weakrefs: 16 bytes less a span (issue 21 item 5)
 class TokenSpan:
-    """What one step adds to its base's tokens: context tokens, then generated tokens.
+    """What one step adds to its base's tokens: context tokens, then generated tokens (storage: module docstring).
 
-    ``context_ids`` may be shared with sibling steps that encoded the same context (best-of-N over one prompt:
-    the session stores the prompt's ids once). Invariants: ``context_mask`` is None or one 0/1 byte per context
-    token; ``logprobs`` is None or one value per generated token; the version runs cover the generated tokens.
+    ``context`` may be shared with sibling steps that encoded the same context (best-of-N over one prompt: the
+    session stores the prompt's ids once). Invariants: ``context_mask`` is None or one 0/1 byte per context token;
+    logprobs are none or one per generated token; the version runs cover the generated tokens.
     """
 
-    context_ids: array = attrs.field(repr=lambda a: f"<{len(a)} ids>")
-    generated_ids: array = attrs.field(factory=lambda: array("i"), repr=lambda a: f"<{len(a)} ids>")
+    # The context ids, native int32.
+    context: bytes = attrs.field(repr=lambda b: f"<{len(b) >> 2} ids>")
+    # The generated ids (native int32), their logprobs, and the logprobs' item size (0: none) as the last byte.
+    generated: bytes = attrs.field(default=_NOTHING_GENERATED, repr=lambda b: f"<{len(b)} bytes>")
     # None means 0 for every context token (spec 3.1: the default without a client-supplied mask).
     context_mask: bytes | None = None
-    # One logprob per generated token; None when absent or not aligned (all-or-none, spec 5.5).
-    logprobs: array | None = attrs.field(default=None, repr=False)
     # Run-length weight versions of the generated tokens.
     version_runs: tuple[tuple[str | None, int], ...] = ()
     routed_experts: tuple[RoutedChunk, ...] = ()
@@ -116,17 +143,48 @@ class TokenSpan:
     @property
     def context_count(self) -> int:
         """How many context tokens the span holds."""
-        return len(self.context_ids)
+        return len(self.context) >> 2
 
     @property
     def generated_count(self) -> int:
         """How many generated tokens the span holds."""
-        return len(self.generated_ids)
+        generated = self.generated
+        return (len(generated) - 1) // (4 + generated[-1])
 
     @property
     def length(self) -> int:
         """All the tokens the span adds."""
-        return len(self.context_ids) + len(self.generated_ids)
+        return self.context_count + self.generated_count
+
+    @property
+    def context_ids(self) -> array:
+        """The context ids, as a new ``array('i')``."""
+        return _unpack(self.context, "i")
+
+    @property
+    def generated_ids(self) -> array:
+        """The generated ids, as a new ``array('i')``."""
+        return _unpack(self.generated_bytes(), "i")
+
+    @property
+    def logprobs(self) -> array | None:
+        """One logprob per generated token as a new ``array`` ('f' or 'd', as stored); None when absent or not
+        aligned (all-or-none, spec 5.5)."""
+        generated = self.generated
+        itemsize = generated[-1]
+        if itemsize == _NO_LOGPROBS:
+            return None
+        ids_end = 4 * ((len(generated) - 1) // (4 + itemsize))
+        return _unpack(memoryview(generated)[ids_end:-1], _LOGPROB_TYPES[itemsize])
+
+    def generated_bytes(self) -> memoryview:
+        """The generated ids' bytes (native int32), without a copy."""
+        return memoryview(self.generated)[:4 * self.generated_count]
+
+    def last_generated_id(self) -> int | None:
+        """The last generated id; None when the span generated nothing."""
+        count = self.generated_count
+        return unpack_from("=i", self.generated, 4 * (count - 1))[0] if count else None
 
     def ids(self) -> list[int]:
         """Context then generated ids, as a new list."""
@@ -134,7 +192,7 @@ class TokenSpan:
 
     def last_ids(self) -> array:
         """The span's last tokens: its generated ids, or its context when it generated nothing."""
-        return self.generated_ids if self.generated_ids else self.context_ids
+        return self.generated_ids if self.generated_count else self.context_ids
 
     def context_mask_values(self) -> list[int]:
         """The loss mask of the context tokens."""
@@ -149,20 +207,24 @@ class TokenSpan:
     def nbytes(self, *, shared_context: bool = False) -> int:
         """Bytes of the token payload (ids, masks, logprobs, routed rows); without the context ids when they are
         shared with a sibling."""
-        size = 0 if shared_context else len(self.context_ids) * self.context_ids.itemsize
-        size += len(self.generated_ids) * self.generated_ids.itemsize + len(self.context_mask or b"")
-        size += len(self.logprobs) * self.logprobs.itemsize if self.logprobs is not None else 0
+        size = 0 if shared_context else len(self.context)
+        size += len(self.generated) - 1 + len(self.context_mask or b"")
         return size + sum(len(chunk.data) for chunk in self.routed_experts)
 
 
-def context_span(ids: Iterable[int] | array, mask: Sequence[int] | None = None) -> TokenSpan:
-    """A span holding only context tokens (a generation's private part before it commits); an ``array('i')`` is
-    kept as is (shared), anything else is copied into one."""
-    stored = ids if isinstance(ids, array) and ids.typecode == "i" else _ids(ids)
+def context_span(ids: Iterable[int] | array | bytes, mask: Sequence[int] | None = None) -> TokenSpan:
+    """A span holding only context tokens (a generation's private part before it commits); ``bytes`` (native int32
+    ids) are kept as they are (shared), anything else is copied into such bytes."""
+    if isinstance(ids, bytes):
+        stored = ids
+    elif isinstance(ids, array) and ids.typecode == "i":
+        stored = ids.tobytes()
+    else:
+        stored = _ids(ids).tobytes()
     packed = None
     if mask is not None and any(mask):
         packed = bytes(1 if value else 0 for value in mask)
-    return TokenSpan(stored, array("i"), packed)
+    return TokenSpan(stored, _NOTHING_GENERATED, packed)
 
 
 def committed_span(
@@ -174,7 +236,7 @@ def committed_span(
 ) -> TokenSpan:
     """The span a commit stores: the generation's context tokens (shared, not copied), then what it generated."""
     stored_logprobs = exact_logprobs(logprobs) if logprobs is not None else None
-    return TokenSpan(context.context_ids, _ids(generated_ids), context.context_mask, stored_logprobs,
+    return TokenSpan(context.context, _pack_generated(_ids(generated_ids), stored_logprobs), context.context_mask,
                      run_length(versions), tuple(routed_experts))
 
 
@@ -248,8 +310,9 @@ def path_ids(step: Step | None) -> array:
     """Every token id from the root to the end of ``step``: one C-level copy per span."""
     ids = array("i")
     for each in path(step):
-        ids.extend(each.span.context_ids)
-        ids.extend(each.span.generated_ids)
+        span = each.span
+        ids.frombytes(span.context)
+        ids.frombytes(span.generated_bytes())
     return ids
 
 
@@ -271,7 +334,7 @@ class WorkingTokens:
         object per token (``proxy/upstream/wire_json.py:dumps_body`` writes it to JSON the same way). O(prompt
         length) memcpy; call it outside any session lock."""
         ids = path_ids(self.base)
-        ids.extend(self.context.context_ids)
+        ids.frombytes(self.context.context)
         return ids
 
     def input_ids(self) -> list[int]:

@@ -44,7 +44,8 @@ def test_span_context_array_is_shared_not_copied_by_a_commit():
     prompt = context_span(array("i", range(100)))
     first = committed_span(prompt, [1], None, [None])
     second = committed_span(prompt, [2], None, [None])
-    assert first.context_ids is second.context_ids is prompt.context_ids
+    assert first.context is second.context is prompt.context
+    assert first.context_ids == array("i", range(100)) and first.context_ids is not first.context_ids  # copies
     assert context_span([5]).last_ids().tolist() == [5]
 
 
@@ -109,6 +110,35 @@ def test_routed_chunk_copies_any_object_with_the_three_attributes():
     chunk = RoutedChunk.of(Upstream())
     assert chunk == RoutedChunk(b"\x01\x00\x00\x00", 1, 7)
     assert RoutedChunk.of(chunk) is chunk
+
+
+@given(
+    context=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=8),
+    generated=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=8),
+    kind=st.sampled_from(["none", "float32", "float64"]),
+    data=st.data(),
+)
+def test_a_span_gives_back_exactly_the_ids_and_logprobs_it_was_given(context, generated, kind, data):
+    # A span keeps them packed in two bytes objects (tokens.py module docstring); every reader gets them back as
+    # they came, the logprobs' width and an empty list (not None) included.
+    if kind == "none":
+        logprobs = None
+    else:
+        values = st.floats(allow_nan=False, width=32 if kind == "float32" else 64)
+        logprobs = data.draw(st.lists(values, min_size=len(generated), max_size=len(generated)))
+    span = committed_span(context_span(context), generated, logprobs, [None] * len(generated))
+    assert (span.context_ids.tolist(), span.generated_ids.tolist()) == (context, generated)
+    assert (span.context_count, span.generated_count, span.length) == (
+        len(context), len(generated), len(context) + len(generated))
+    assert span.last_generated_id() == (generated[-1] if generated else None)
+    assert bytes(span.generated_bytes()) == array("i", generated).tobytes()
+    if logprobs is None:
+        assert span.logprobs is None
+    else:
+        assert span.logprobs.tolist() == logprobs
+        assert span.logprobs.typecode == ("f" if array("f", logprobs).tolist() == logprobs else "d")
+    base = step(1, None, [5], [6])
+    assert path_ids(step(2, base, context, generated)).tolist() == [5, 6, *context, *generated]
 
 
 def test_committed_span_rejects_nothing_but_keeps_logprobs_optional():
