@@ -78,6 +78,38 @@ class MessageKey:
     tool_call_id: str | None = None
 
 
+class PlainKey:
+    """The key of a message with no name, tool calls or call id (nearly every message of a conversation): a
+    :class:`MessageKey`'s role and content alone, 48 bytes where a MessageKey takes 72 (issue 21 item 5). It reads
+    like a MessageKey (the three absent fields are class attributes). :func:`message_key` builds a PlainKey exactly
+    when those fields are absent, so the two kinds never describe the same message: a PlainKey equals only a
+    PlainKey."""
+
+    __slots__ = ("role", "content")
+    name: str | None = None
+    tool_calls: tuple[ToolCallKey, ...] = ()
+    tool_call_id: str | None = None
+
+    def __init__(self, role: str, content: str | tuple[str, str]) -> None:
+        self.role, self.content = role, content
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not PlainKey:
+            return NotImplemented
+        return self.role == other.role and self.content == other.content  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((self.role, self.content))
+
+    def __repr__(self) -> str:
+        return f"PlainKey(role={self.role!r}, content={self.content!r})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if hasattr(self, "content"):  # set once, by __init__: frozen like a MessageKey
+            raise attrs.exceptions.FrozenInstanceError()
+        object.__setattr__(self, name, value)
+
+
 @attrs.frozen(cache_hash=True)
 class ContextKey:
     """The trie's first level: canonical tool schemas and effective chat-template kwargs."""
@@ -160,8 +192,9 @@ def _tool_call(call: Any, ignore_cch: bool) -> ToolCallKey:
 _ROLES = {role: role for role in ("system", "developer", "user", "assistant", "tool", "function")}
 
 
-def message_key(message: Any, *, ignore_cch: bool = False) -> MessageKey:
-    """The canonical key of one OpenAI chat message (see the module docstring); raises :class:`MessageKeyError`."""
+def message_key(message: Any, *, ignore_cch: bool = False) -> MessageKey | PlainKey:
+    """The canonical key of one OpenAI chat message (see the module docstring): a :class:`PlainKey` when it has no
+    name, tool calls or call id; raises :class:`MessageKeyError`."""
     if not _is_mapping(message):
         raise MessageKeyError(f"a message must be an object, not {type(message).__name__}")
     role = message.get("role")
@@ -175,6 +208,8 @@ def message_key(message: Any, *, ignore_cch: bool = False) -> MessageKey:
     # The common types first: the Sequence ABC check is slow.
     if type(calls) not in (list, tuple) and (isinstance(calls, (str, bytes)) or not isinstance(calls, Sequence)):
         calls = (calls,)
+    if not calls and not isinstance(name, str) and not isinstance(call_id, str):
+        return PlainKey(role, _content(message.get("content"), ignore_cch))
     return MessageKey(
         role=role,
         content=_content(message.get("content"), ignore_cch),
@@ -251,6 +286,6 @@ def context_key(
 
 
 __all__ = [
-    "CCH_PATTERN", "ContextKey", "MessageKey", "MessageKeyError", "ToolCallKey", "canonical_json", "context_key",
+    "CCH_PATTERN", "ContextKey", "MessageKey", "MessageKeyError", "PlainKey", "ToolCallKey", "canonical_json", "context_key",
     "effective_template_kwargs", "message_key", "reasoning_variant", "same_message",
 ]

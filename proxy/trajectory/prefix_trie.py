@@ -47,7 +47,7 @@ from typing import Any
 
 import attrs
 
-from proxy.trajectory.message_keys import ContextKey, MessageKey, same_message
+from proxy.trajectory.message_keys import ContextKey, MessageKey, PlainKey, same_message
 from proxy.trajectory.tokens import Step
 
 
@@ -120,11 +120,10 @@ def _stored_form(key: Any, message: Any) -> Any:
     that order whose key holds the same two strings (no name, tool calls or call id; content that the key did not
     rewrite), which :attr:`TrieNode.message` rebuilds equal; else the message itself. Most of a conversation's
     messages are plain: a dict and its table were ~184 bytes of each (issue 21 item 5)."""
-    if type(message) is not dict or len(message) != 2 or type(key) is not MessageKey:
+    if type(message) is not dict or len(message) != 2 or type(key) is not PlainKey:
         return message
     role, content = message.get("role"), message.get("content")
     if (type(role) is str and type(content) is str and role == key.role and content == key.content
-            and key.name is None and not key.tool_calls and key.tool_call_id is None
             and next(iter(message)) == "role"):
         return _FROM_KEY
     return message

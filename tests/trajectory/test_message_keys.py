@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.trajectory.message_keys import (
     MessageKeyError,
+    PlainKey,
     ToolCallKey,
     context_key,
     effective_template_kwargs,
@@ -121,3 +125,32 @@ def test_context_key_uses_effective_template_kwargs():
     )
     # Reserved variables never reach the template, so they never split a context.
     assert context_key(None, {"add_generation_prompt": False}) == context_key(None, None)
+
+
+def _fields(key):
+    return (type(key) is PlainKey, key.role, key.content, key.name, key.tool_calls, key.tool_call_id)
+
+
+_NAMES = st.one_of(st.none(), st.sampled_from(["", "bob", "cch=a1"]), st.integers(0, 1))
+_CALLS = st.one_of(st.none(), st.just([]), st.just([{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]))
+_MESSAGES = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "tool"]), "content": st.one_of(st.none(), st.sampled_from(["", "hi"]))},
+    optional={"name": _NAMES, "tool_call_id": _NAMES, "tool_calls": _CALLS})
+
+
+@given(_MESSAGES, _MESSAGES)
+def test_a_message_without_name_calls_or_call_id_gets_a_plain_key_equal_only_to_its_own_kind(first, second):
+    # PlainKey (48 bytes) for the common message; the two key kinds never describe the same message, so keys are
+    # equal exactly when every field the key compares is (issue 21 item 5).
+    a, b = message_key(first), message_key(second)
+    name, call_id = first.get("name"), first.get("tool_call_id")
+    plain = not first.get("tool_calls") and not isinstance(name, str) and not isinstance(call_id, str)
+    assert (type(a) is PlainKey) == plain
+    assert (a.name, a.tool_call_id) == (name if isinstance(name, str) else None,
+                                        call_id if isinstance(call_id, str) else None)
+    assert len(a.tool_calls) == len(first.get("tool_calls") or ())
+    assert (a == b) == (_fields(a) == _fields(b)) and (a != b) == (_fields(a) != _fields(b))
+    if a == b:
+        assert hash(a) == hash(b)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        a.content = "changed"
