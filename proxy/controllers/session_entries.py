@@ -10,6 +10,7 @@ import attrs
 import trio
 
 from proxy.controllers.idempotency import IdempotencyKeys
+from proxy.controllers.on_demand_lock import OnDemandLock
 from proxy.trajectory.session import BranchHandle, Session
 from proxy.trajectory.step_journal import JournaledRequest
 from proxy.trajectory.tokens import WorkingTokens
@@ -79,7 +80,8 @@ class LockedSession:
     records (created on first use; they live as long as the session's data, see ``idempotency_keys``)."""
 
     session: Session
-    lock: trio.Lock = attrs.field(factory=trio.Lock)
+    # (On demand: a trio.Lock only while held or awaited, see on_demand_lock.py.)
+    lock: OnDemandLock = attrs.field(factory=OnDemandLock)
     # Set when the session's current export attempt ended; each attempt creates its own (None before the first: a
     # live session holds no event, issue 21 item 5).
     export_done: trio.Event | None = None
@@ -104,7 +106,7 @@ class LockedSession:
     # journal never has a gap.
     unjournaled: list[tuple[int, bytes]] = attrs.field(factory=list)
     # Serializes the session's journal appends, so they reach the store in step order.
-    journal_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    journal_lock: OnDemandLock = attrs.field(factory=OnDemandLock)
 
     def drop_idempotency_if_freed(self) -> None:
         """Drop the Idempotency-Key records once the session freed its data (finalized, aborted)."""
