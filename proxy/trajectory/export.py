@@ -227,7 +227,7 @@ def _routed_part(step: Step, offset: int, first: bool) -> dict[str, Any] | None:
     if not chunks:
         return None
     part: dict[str, Any] = {
-        "step_id": step.step_id, "prefix_token_count": offset, "concat_token_count": step.span.length,
+        "step_id": step.step_id, "prefix_token_count": offset, "concat_token_count": step.span_length,
         "is_first_step": first, "start_len": chunks[0].start_len,
         "num_rows": chunks[-1].start_len + chunks[-1].num_rows - chunks[0].start_len,
     }

@@ -38,6 +38,8 @@ class PendingStep:
     """What the session knows of a generation's step from prepare to its commit or drop; reached only through the
     generation's handle."""
 
+    # The session's n-th generation, and its id (``tokens.py:generation_id``).
+    generation: int
     generation_id: str
     attach: TrieNode
     # Where its step will attach among the chains (the branching rule's decision at prepare).

@@ -69,7 +69,9 @@ from proxy.trajectory.session_results import (
     WaitForExport,
 )
 from proxy.trajectory.pending_step import FULL_ENCODE, BranchHandle, Moment, PendingStep
-from proxy.trajectory.tokens import RoutedChunk, Step, TokenSpan, WorkingTokens, committed_span, context_span
+from proxy.trajectory.tokens import (
+    RoutedChunk, Step, TokenSpan, WorkingTokens, committed_span, context_span, generation_id,
+)
 from proxy.trajectory.version_stamp import VersionStamp
 from statemachines import branching
 from statemachines import chain as chain_sm
@@ -161,7 +163,8 @@ class Session:
             reason = BoundaryReason(claim.closed_tip.value) if claim.closed_tip is not None else None
         self._next_generation += 1
         pending = PendingStep(
-            generation_id=f"{self.session_id}#g{self._next_generation}", attach=attach, claim=claim,
+            generation=self._next_generation, generation_id=generation_id(self.session_id, self._next_generation),
+            attach=attach, claim=claim,
             boundary_reason=reason, boundary_detail=None, turn_id=turn_id, instance_id=instance_id,
             prepared=prepared,
         )
@@ -361,10 +364,10 @@ class Session:
             boundary_reason, boundary_detail = old.boundary_reason, old.boundary_detail
         node, refreshed = self.trie.upsert_assistant(pending.attach, assistant_message, key, variant)
         self._committed += 1
-        step = Step(
-            step_id=self._committed, base=claim.base, span=span, chain_id=chain.chain_id,
-            position=placement.position, node=node,
-            generation_id=pending.generation_id, finish_reason=finish_reason, extendable=extendable,
+        step = Step.of(
+            span, step_id=self._committed, base=claim.base, chain_id=chain.chain_id,
+            position=placement.position, node=node, session_id=self.session_id,
+            generation=pending.generation, finish_reason=finish_reason, extendable=extendable,
             turn_id=pending.turn_id,
             boundary_reason=boundary_reason, boundary_detail=boundary_detail, tito_failed=pending.tito_failed,
             logprobs_invalid=logprobs_invalid,

@@ -152,8 +152,8 @@ class TokenSpan:
         return (len(generated) - 1) // (4 + generated[-1])
 
     @property
-    def length(self) -> int:
-        """All the tokens the span adds."""
+    def span_length(self) -> int:
+        """All the tokens the span adds (a :class:`Step`'s ``length`` is its whole path's)."""
         return self.context_count + self.generated_count
 
     @property
@@ -240,26 +240,10 @@ def committed_span(
                      run_length(versions), tuple(routed_experts))
 
 
-@attrs.frozen(eq=False, weakref_slot=False)  # no weakrefs: 16 bytes less a step (issue 21 item 5)
-class Step:
-    """A committed step: the checkpoint after one assistant turn. Immutable; shared by every branch built on it.
+@attrs.frozen(weakref_slot=False)
+class StepNotes:
+    """What few steps carry (a :class:`Step` holds None instead: 32 bytes less a step, issue 21 item 5)."""
 
-    ``node`` is the trie node of the assistant message this step answered with; the trie points back at the newest
-    step of each node. ``chain_id`` / ``position`` say which chain owns the step and where (1-based); the owning
-    chain is the only segment in which the step's generated tokens are trained (architecture invariant 6).
-    """
-
-    # Commit order within the session (1, 2, ...): segments are exported in this order.
-    step_id: int
-    base: Step | None
-    span: TokenSpan
-    chain_id: int
-    position: int
-    node: Any = attrs.field(repr=False)
-    generation_id: str
-    finish_reason: str
-    # False when the step did not end with the end-of-turn token: TITO can never extend it.
-    extendable: bool
     # The request's explicit turn id (X-Turn-Id), if any.
     turn_id: str | None = None
     # Why this step's tokens started from a full encode (only on steps with no base); see boundaries.py.
@@ -269,14 +253,91 @@ class Step:
     tito_failed: bool = False
     # Logprobs were requested or expected but are missing or misaligned: the span holds none.
     logprobs_invalid: bool = False
+
+
+_NO_NOTES = StepNotes()
+
+
+@attrs.frozen(eq=False, weakref_slot=False, kw_only=True)  # no weakrefs: 16 bytes less a step (issue 21 item 5)
+class Step(TokenSpan):
+    """A committed step: the checkpoint after one assistant turn. Immutable; shared by every branch built on it.
+
+    A step is its own span (it holds the :class:`TokenSpan` fields itself: one object a step instead of two;
+    ``step.span`` is the step). ``node`` is the trie node of the assistant message this step answered with; the trie
+    points back at the newest step of each node. ``chain_id`` / ``position`` say which chain owns the step and where
+    (1-based); the owning chain is the only segment in which the step's generated tokens are trained (architecture
+    invariant 6). Build one with :meth:`of`.
+    """
+
+    # Commit order within the session (1, 2, ...): segments are exported in this order.
+    step_id: int
+    base: Step | None
+    chain_id: int
+    position: int
+    node: Any = attrs.field(repr=False)
+    # The generation id is ``<session id>#g<generation>`` (built on read: the string was 56 bytes a step).
+    session_id: str
+    generation: int
+    finish_reason: str
+    # False when the step did not end with the end-of-turn token: TITO can never extend it.
+    extendable: bool
+    # The rare fields (turn id, boundary, failures), or None when all are unset.
+    notes: StepNotes | None = None
     # Total tokens from the root step through this one; number of steps on that path.
     length: int = attrs.field(init=False)
     depth: int = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         base_length, base_depth = (self.base.length, self.base.depth) if self.base is not None else (0, 0)
-        object.__setattr__(self, "length", base_length + self.span.length)
+        object.__setattr__(self, "length", base_length + self.span_length)
         object.__setattr__(self, "depth", base_depth + 1)
+
+    @classmethod
+    def of(cls, span: TokenSpan, *, step_id: int, base: Step | None, chain_id: int, position: int, node: Any,
+           session_id: str, generation: int, finish_reason: str, extendable: bool, turn_id: str | None = None,
+           boundary_reason: str | None = None, boundary_detail: str | None = None, tito_failed: bool = False,
+           logprobs_invalid: bool = False) -> Step:
+        """The step that stores ``span`` (its fields, shared, not copied)."""
+        notes = StepNotes(turn_id, boundary_reason, boundary_detail, tito_failed, logprobs_invalid)
+        return cls(context=span.context, generated=span.generated, context_mask=span.context_mask,
+                   version_runs=span.version_runs, routed_experts=span.routed_experts, step_id=step_id, base=base,
+                   chain_id=chain_id, position=position, node=node, session_id=session_id, generation=generation,
+                   finish_reason=finish_reason, extendable=extendable, notes=None if notes == _NO_NOTES else notes)
+
+    @property
+    def span(self) -> TokenSpan:
+        """The tokens this step added: the step itself."""
+        return self
+
+    @property
+    def generation_id(self) -> str:
+        """``<session id>#g<n>``: the id of the generation that committed this step."""
+        return generation_id(self.session_id, self.generation)
+
+    @property
+    def turn_id(self) -> str | None:
+        return (self.notes or _NO_NOTES).turn_id
+
+    @property
+    def boundary_reason(self) -> str | None:
+        return (self.notes or _NO_NOTES).boundary_reason
+
+    @property
+    def boundary_detail(self) -> str | None:
+        return (self.notes or _NO_NOTES).boundary_detail
+
+    @property
+    def tito_failed(self) -> bool:
+        return (self.notes or _NO_NOTES).tito_failed
+
+    @property
+    def logprobs_invalid(self) -> bool:
+        return (self.notes or _NO_NOTES).logprobs_invalid
+
+
+def generation_id(session_id: str, generation: int) -> str:
+    """The id of a session's ``generation``-th generation (1-based): unique within the session."""
+    return f"{session_id}#g{generation}"
 
 
 def path(step: Step | None) -> list[Step]:
@@ -343,6 +404,7 @@ class WorkingTokens:
 
 
 __all__ = [
-    "RoutedChunk", "Step", "TokenSpan", "WorkingTokens", "committed_span", "context_span", "expand_runs", "path",
+    "RoutedChunk", "Step", "StepNotes", "TokenSpan", "WorkingTokens", "committed_span", "context_span", "expand_runs",
+    "generation_id", "path",
     "path_ids", "routed_rows_end", "run_length",
 ]

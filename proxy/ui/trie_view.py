@@ -113,7 +113,7 @@ def live_trie(trie: PrefixTrie) -> dict[str, Any]:
             if step is not None and node.kind is NodeKind.MESSAGE:
                 drawn_node["checkpoint"] = True
                 drawn_node["step"] = {"step_id": step.step_id, "finish_reason": step.finish_reason,
-                                      "generation_id": step.generation_id, "tokens": step.span.length,
+                                      "generation_id": step.generation_id, "tokens": step.span_length,
                                       "commits": node.commits}
                 if step.boundary_reason is not None:
                     drawn_node["boundary"] = {"reason": step.boundary_reason, "detail": step.boundary_detail}

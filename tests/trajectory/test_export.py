@@ -32,8 +32,9 @@ class Builder:
                               [-0.1 * (i + 1) for i in range(len(generated))] if logprobs else None,
                               versions or ["v1"] * len(generated), routed)
         position = base.position + 1 if base is not None and base.chain_id == chain else 1
-        step = Step(self.next_id, base, span, chain, position, answer_node, f"g{self.next_id}", finish, True,
-                    boundary_reason=boundary if base is None else None, logprobs_invalid=not logprobs)
+        step = Step.of(span, step_id=self.next_id, base=base, chain_id=chain, position=position, node=answer_node,
+                       session_id="s", generation=self.next_id, finish_reason=finish, extendable=True,
+                       boundary_reason=boundary if base is None else None, logprobs_invalid=not logprobs)
         self.trie.set_checkpoint(answer_node, step)
         return answer_node, step
 
@@ -94,7 +95,7 @@ def test_export_carries_every_spec_field_and_the_finalize_arguments():
     assert [m["content"] for m in segment["messages"]] == ["q", "a1", "more", "a2"]
     record = segment["steps"][1]
     assert record == {
-        "step_id": 2, "turn_id": None, "generation_id": "g2", "trained": True, "finish_reason": "stop",
+        "step_id": 2, "turn_id": None, "generation_id": "s#g2", "trained": True, "finish_reason": "stop",
         "concat_token_ids": [4, 5, 6], "concat_response_logprobs": [0.0, -0.1, -0.2],
         "concat_response_mask": [0, 1, 1], "concat_versions": [None, "v1", "v1"],
         "concat_context_token_count": 1, "concat_output_token_count": 2, "concat_logprobs_invalid": False,

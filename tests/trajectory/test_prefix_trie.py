@@ -30,7 +30,8 @@ def commit(trie, parent, answer, base=None):
     """Upsert ``answer`` under ``parent`` with a new checkpoint; returns (node, refreshed, step)."""
     node, refreshed = trie.upsert_assistant(parent, answer, message_key(answer), reasoning_variant(answer))
     span = committed_span(context_span([1]), [2], None, [None])
-    step = Step(next(_ids), base, span, 1, 1, node, "g", "stop", True)
+    step = Step.of(span, step_id=next(_ids), base=base, chain_id=1, position=1, node=node, session_id="s",
+                   generation=1, finish_reason="stop", extendable=True)
     trie.set_checkpoint(node, step)
     return node, refreshed, step
 

@@ -24,14 +24,14 @@ from proxy.trajectory.tokens import _ONE_RUNS
 
 def step(step_id, base, context_ids, generated, *, logprobs=None, versions=None, chain=1, position=1):
     span = committed_span(context_span(context_ids), generated, logprobs, versions or [None] * len(generated))
-    return Step(step_id, base, span, chain, position, node=None, generation_id=f"g{step_id}", finish_reason="stop",
-                extendable=True)
+    return Step.of(span, step_id=step_id, base=base, chain_id=chain, position=position, node=None, session_id="s",
+                   generation=step_id, finish_reason="stop", extendable=True)
 
 
 def test_span_stores_context_then_generated_with_compact_arrays():
     span = committed_span(context_span([1, 2, 3], [0, 1, 0]), [7, 8], [-0.5, -0.25], ["v1", "v1"])
     assert span.ids() == [1, 2, 3, 7, 8] and span.context_ids.itemsize == span.generated_ids.itemsize == 4
-    assert (span.context_count, span.generated_count, span.length) == (3, 2, 5)
+    assert (span.context_count, span.generated_count, span.span_length) == (3, 2, 5)
     assert span.context_mask == b"\x00\x01\x00" and span.context_mask_values() == [0, 1, 0]
     assert span.logprobs == array("d", [-0.5, -0.25])
     assert span.generated_ids.tolist() == [7, 8] and span.versions() == ["v1", "v1"]
@@ -91,7 +91,7 @@ def test_siblings_share_their_base_without_copying_it():
     a = step(2, root, [5], [6], chain=1, position=2)
     b = step(3, root, [5], [7], chain=2)
     assert a.base is b.base is root
-    assert a.span.length == b.span.length == 2
+    assert a.span_length == b.span_length == 2
 
 
 def test_working_tokens_clone_is_a_pointer_and_input_ids_rebuild_the_prompt():
@@ -128,7 +128,7 @@ def test_a_span_gives_back_exactly_the_ids_and_logprobs_it_was_given(context, ge
         logprobs = data.draw(st.lists(values, min_size=len(generated), max_size=len(generated)))
     span = committed_span(context_span(context), generated, logprobs, [None] * len(generated))
     assert (span.context_ids.tolist(), span.generated_ids.tolist()) == (context, generated)
-    assert (span.context_count, span.generated_count, span.length) == (
+    assert (span.context_count, span.generated_count, span.span_length) == (
         len(context), len(generated), len(context) + len(generated))
     assert span.last_generated_id() == (generated[-1] if generated else None)
     assert bytes(span.generated_bytes()) == array("i", generated).tobytes()
@@ -159,3 +159,20 @@ def test_exact_logprobs_uses_float32_only_when_every_value_round_trips() -> None
     float64_only = [-0.1, -2.5]  # -0.1 is not a float32 value
     stored = exact_logprobs(float64_only)
     assert stored.typecode == "d" and stored.tolist() == float64_only
+
+
+@pytest.mark.parametrize("notes", [
+    {}, {"turn_id": "t1"}, {"boundary_reason": "new_session", "boundary_detail": "why"}, {"tito_failed": True},
+    {"logprobs_invalid": True},
+])
+def test_a_step_is_its_own_span_and_keeps_its_rare_fields_only_when_set(notes):
+    span = committed_span(context_span([1, 2], [0, 1]), [3], [-0.5], ["v"])
+    made = Step.of(span, step_id=4, base=None, chain_id=2, position=1, node=None, session_id="sess", generation=7,
+                   finish_reason="stop", extendable=True, **notes)
+    assert made.span is made and made.context is span.context and made.generated is span.generated
+    assert (made.context_mask, made.version_runs, made.routed_experts) == (b"\x00\x01", span.version_runs, ())
+    assert (made.span_length, made.length, made.depth, made.generation_id) == (3, 3, 1, "sess#g7")
+    expected = {"turn_id": None, "boundary_reason": None, "boundary_detail": None, "tito_failed": False,
+                "logprobs_invalid": False, **notes}
+    assert {name: getattr(made, name) for name in expected} == expected
+    assert (made.notes is None) == (not notes)
