@@ -149,7 +149,6 @@ class ContextInfo:
 class TrieNode:
     """One node: a context, or one message. Holds its own message only; the path is rebuilt via ``parent``."""
 
-    kind: NodeKind
     key: MessageKey | ContextKey | None
     # Reasoning of an assistant node (the variant among siblings with the same key); None otherwise.
     variant: str | None
@@ -168,15 +167,32 @@ class TrieNode:
     children: Mapping[Any, tuple[TrieNode, ...]] | TrieNode = _NO_CHILDREN
     # The newest step committed on this node (assistant answers only).
     checkpoint: Step | None = None
-    # How many steps were committed on this node (more than one: refreshed by identical answers).
-    commits: int = 0
-    # A step was committed on this node or below it: the node is no longer pending.
-    committed_below: bool = False
+    # -1: no step was committed on this node or below it (the node is pending); else how many steps were committed on
+    # this node itself (more than one: refreshed by identical answers). One slot for both (issue 21 item 5).
+    _commits: int = -1
     # The context ids generations attached here encoded, by what they extend: siblings that encode the same
     # context share one array (best-of-N over a prompt). Each entry is ``(ids, holders)``: the generations and steps
     # using it (a failed generation gives its use back; the last one out removes the entry). Created on first use;
     # one signature (the usual) is a _OneEncoding, not a dict (issue 21 item 5: about 250 bytes a step).
     encodings: Mapping[Any, tuple[Any, int]] | None = None
+
+    @property
+    def kind(self) -> NodeKind:
+        """What the node stands for, from where it is (a message node is at depth 1 or more; a node's kind was a
+        field, 8 bytes a node: issue 21 item 5)."""
+        if self.depth:
+            return NodeKind.MESSAGE
+        return NodeKind.ROOT if self.parent is None else NodeKind.CONTEXT
+
+    @property
+    def commits(self) -> int:
+        """How many steps were committed on this node (more than one: refreshed by identical answers)."""
+        return max(self._commits, 0)
+
+    @property
+    def committed_below(self) -> bool:
+        """A step was committed on this node or below it: the node is no longer pending."""
+        return self._commits >= 0
 
     @property
     def message(self) -> Any:
@@ -300,7 +316,7 @@ def _echoed_child(node: TrieNode, message: Any) -> TrieNode | None:
 class PrefixTrie:
     """One session's trie (see the module docstring)."""
 
-    root: TrieNode = attrs.field(factory=lambda: TrieNode(NodeKind.ROOT, None, None, None, None, 0, 0))
+    root: TrieNode = attrs.field(factory=lambda: TrieNode(None, None, None, None, 0, 0))
     # Nodes below the root (contexts included), and how many of the message nodes are pending.
     size: int = 0
     pending: int = 0
@@ -313,7 +329,7 @@ class PrefixTrie:
         """Create a child of ``parent`` (the caller has checked it does not exist)."""
         self._serial += 1
         depth = parent.depth + 1 if kind is NodeKind.MESSAGE else 0
-        node = TrieNode(kind, key, variant, _stored_form(key, message), parent, depth, self._serial)
+        node = TrieNode(key, variant, _stored_form(key, message), parent, depth, self._serial)
         children = parent.children
         if children is _NO_CHILDREN:
             parent.children = node
@@ -495,12 +511,13 @@ class PrefixTrie:
         if node.checkpoint is None:
             self.checkpoints += 1
         node.checkpoint = step
-        node.commits += 1
+        committed = node
         # Amortized O(1): stop at the first node already marked (everything above it is marked too).
-        while node.kind is NodeKind.MESSAGE and not node.committed_below:
-            node.committed_below = True
+        while node.depth and node._commits < 0:  # a message node, still pending
+            node._commits = 0
             self.pending -= 1
             node = node.parent
+        committed._commits += 1
 
     def statistics(self) -> TrieStatistics:
         """Sizes for the debug view."""

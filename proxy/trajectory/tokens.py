@@ -256,6 +256,26 @@ class StepNotes:
 
 
 _NO_NOTES = StepNotes()
+#: Notes without a turn id or detail are shared between steps (a session's first step carries its boundary reason:
+#: 72 bytes a session otherwise). A handful of reasons times two flags; bounded all the same.
+_SHARED_NOTES: dict[tuple[str | None, bool, bool], StepNotes] = {}
+_SHARED_NOTES_MAX = 256
+
+
+def _notes(turn_id: str | None, boundary_reason: str | None, boundary_detail: str | None, tito_failed: bool,
+           logprobs_invalid: bool) -> StepNotes | None:
+    """The notes a step keeps: None when all are unset, a shared one when only the reason and flags are set."""
+    if turn_id is not None or boundary_detail is not None:
+        return StepNotes(turn_id, boundary_reason, boundary_detail, tito_failed, logprobs_invalid)
+    if boundary_reason is None and not tito_failed and not logprobs_invalid:
+        return None
+    key = (boundary_reason, tito_failed, logprobs_invalid)
+    notes = _SHARED_NOTES.get(key)
+    if notes is None:
+        notes = StepNotes(None, boundary_reason, None, tito_failed, logprobs_invalid)
+        if len(_SHARED_NOTES) < _SHARED_NOTES_MAX:
+            _SHARED_NOTES[key] = notes
+    return notes
 
 
 @attrs.frozen(eq=False, weakref_slot=False, kw_only=True)  # no weakrefs: 16 bytes less a step (issue 21 item 5)
@@ -298,11 +318,11 @@ class Step(TokenSpan):
            boundary_reason: str | None = None, boundary_detail: str | None = None, tito_failed: bool = False,
            logprobs_invalid: bool = False) -> Step:
         """The step that stores ``span`` (its fields, shared, not copied)."""
-        notes = StepNotes(turn_id, boundary_reason, boundary_detail, tito_failed, logprobs_invalid)
+        notes = _notes(turn_id, boundary_reason, boundary_detail, tito_failed, logprobs_invalid)
         return cls(context=span.context, generated=span.generated, context_mask=span.context_mask,
                    version_runs=span.version_runs, routed_experts=span.routed_experts, step_id=step_id, base=base,
                    chain_id=chain_id, position=position, node=node, session_id=session_id, generation=generation,
-                   finish_reason=finish_reason, extendable=extendable, notes=None if notes == _NO_NOTES else notes)
+                   finish_reason=finish_reason, extendable=extendable, notes=notes)
 
     @property
     def span(self) -> TokenSpan:

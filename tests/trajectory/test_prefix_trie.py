@@ -184,3 +184,21 @@ def test_prefix_trie_shared_encoding_entries_are_counted_and_removed_by_the_last
     assert dict(attach.encodings) == {FULL_ENCODE: (one, 1)}
     attach.release_encoding(FULL_ENCODE, two)
     assert attach.encodings is None
+
+
+def test_a_node_knows_its_kind_its_commits_and_whether_a_step_was_committed_below_it():
+    # kind is derived from where the node is, and one slot holds both the commit count and the pending mark
+    # (issue 21 item 5): the walk marks every pending node above a commit and nothing else.
+    trie, ctx = new_trie()
+    attach, _ = walk_and_attach(trie, ctx, [SYS, USER])
+    assert (trie.root.kind, ctx.kind, attach.kind) == (NodeKind.ROOT, NodeKind.CONTEXT, NodeKind.MESSAGE)
+    assert (attach.commits, attach.committed_below, attach.parent.committed_below) == (0, False, False)
+    answer = {"role": "assistant", "content": "a"}
+    node, _, _ = commit(trie, attach, answer)
+    assert (node.commits, node.committed_below) == (1, True)
+    assert (attach.commits, attach.committed_below, attach.parent.committed_below) == (0, True, True)
+    commit(trie, attach, answer)  # the same answer again: a refresh of the node
+    assert node.commits == 2 and trie.statistics().pending == 0
+    sibling, _ = walk_and_attach(trie, ctx, [SYS, {"role": "user", "content": "other"}])
+    assert (sibling.commits, sibling.committed_below, sibling.parent.committed_below) == (0, False, True)
+    assert trie.statistics().pending == 1
