@@ -421,7 +421,7 @@ class PrefixTrie:
             return 0
         del self._holds[node]
         removed = 0
-        while (node.kind is NodeKind.MESSAGE and not node.committed_below and not node.children
+        while (node.depth and node._commits < 0 and not node.children  # a pending message node, unused
                and node not in self._holds):
             parent = node.parent
             self._unlink(node)
@@ -464,7 +464,7 @@ class PrefixTrie:
     @staticmethod
     def nearest_checkpoint(node: TrieNode) -> Step | None:
         """The newest step of the deepest committed node on the path from ``node`` up to its context."""
-        while node.kind is NodeKind.MESSAGE:
+        while node.depth:  # a message node (kind MESSAGE), without the property's call
             if node.checkpoint is not None:
                 return node.checkpoint
             node = node.parent
@@ -473,7 +473,7 @@ class PrefixTrie:
     @staticmethod
     def context_of(node: TrieNode) -> TrieNode:
         """The context node above ``node``."""
-        while node.kind is NodeKind.MESSAGE:
+        while node.depth:  # a message node (kind MESSAGE), without the property's call
             node = node.parent
         return node
 
@@ -481,7 +481,7 @@ class PrefixTrie:
     def messages(node: TrieNode) -> list[Any]:
         """The stored messages from the context down to ``node``."""
         found = []
-        while node.kind is NodeKind.MESSAGE:
+        while node.depth:  # a message node (kind MESSAGE), without the property's call
             found.append(node.message)
             node = node.parent
         found.reverse()
