@@ -286,6 +286,6 @@ def context_key(
 
 
 __all__ = [
-    "CCH_PATTERN", "ContextKey", "MessageKey", "MessageKeyError", "PlainKey", "ToolCallKey", "canonical_json", "context_key",
-    "effective_template_kwargs", "message_key", "reasoning_variant", "same_message",
+    "CCH_PATTERN", "ContextKey", "MessageKey", "MessageKeyError", "PlainKey", "ToolCallKey", "canonical_json",
+    "context_key", "effective_template_kwargs", "message_key", "reasoning_variant", "same_message",
 ]

@@ -425,6 +425,5 @@ class WorkingTokens:
 
 __all__ = [
     "RoutedChunk", "Step", "StepNotes", "TokenSpan", "WorkingTokens", "committed_span", "context_span", "expand_runs",
-    "generation_id", "path",
-    "path_ids", "routed_rows_end", "run_length",
+    "generation_id", "path", "path_ids", "routed_rows_end", "run_length",
 ]
