@@ -11,7 +11,9 @@
   process's CPU (utime + stime, ``/proc``) before and after: CPU per request, and per streamed token;
 - then the per-turn growth (sessions of 100 turns, ~290-token user turns, ~31.6k tokens at the end: turns 91-100
   against 1-10) and memory (RSS growth over 2,000 live 10-turn sessions; over 200 live sessions of ~20k tokens,
-  half of them generated).
+  half of them generated), measured on a proxy of its own with the default store (SQLite, in the run's temporary
+  directory): ``--store memory`` would keep every step's journal record in the process too, which is the store's
+  memory, not the sessions'.
 
 Every phase is bounded in count and in seconds; everything talks to 127.0.0.1. ``--smoke`` runs a tiny version
 (seconds) for the test suite; ``--json FILE`` writes the figures.
@@ -82,7 +84,8 @@ class Phase:
 # ---- processes ----------------------------------------------------------------------------------------------
 
 
-def start_all(procs: dict[str, subprocess.Popen], tmp: Path, answers: Path, profile: bool) -> dict[str, int]:
+def start_all(procs: dict[str, subprocess.Popen], tmp: Path, answers: Path, profile: bool, memory: bool
+              ) -> dict[str, int]:
     py = sys.executable
     bin_dir = Path(py).parent
     ports: dict[str, int] = {}
@@ -105,6 +108,10 @@ def start_all(procs: dict[str, subprocess.Popen], tmp: Path, answers: Path, prof
             procs["proxyprofile-cumulative"] = start_server(
                 [floor_report.py_spy(), "record", "--format", "raw", "--nonblocking", "--rate", "200", "--output",
                  str(tmp / "profile.txt"), "--", *proxy, "--port", str(port)], tmp / "proxyprofile.log")
+        if memory and mode == "incremental":  # the memory phases' proxy, on the store users run (run_sessions)
+            ports["proxymem-incremental"] = port = free_port()
+            on_sqlite = [f"sqlite:///{tmp / 'memory-phases.db'}" if arg == "memory" else arg for arg in proxy]
+            procs["proxymem-incremental"] = start_server([*on_sqlite, "--port", str(port)], tmp / "proxymem.log")
         if HAVE_GATEWAY:
             ports[f"gateway-{mode}"] = port = free_port()
             procs[f"gateway-{mode}"] = start_server(
@@ -205,7 +212,9 @@ async def run_sessions(args: argparse.Namespace, ports: dict[str, int], pids: di
     for target in args.memory_targets:
         if target not in targets():
             continue
-        name = f"{target}-incremental"  # a process the growth phase did not fill
+        # A process the growth phase did not fill; the proxy's with the default (SQLite) store: ``--store memory``
+        # keeps every step's journal record in the process too, which is the store's memory, not the sessions'.
+        name = "proxymem-incremental" if target == "proxy" else f"{target}-incremental"
         session_growth, session_tokens, session_failures = await floor_sessions.memory(
             ports[name], pids[name], name=f"{target}.mem", sessions=args.memory_sessions, turns=10,
             user_words=20, concurrency=args.clients)
@@ -268,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         capture(answers)
         stage("floor bodies captured from the embedded engine")
         profiling = bool(args.profile) and floor_report.py_spy() is not None
-        ports = start_all(procs, tmp, answers, profiling)
+        ports = start_all(procs, tmp, answers, profiling, not args.skip_memory)
         pids = {name: proc.pid for name, proc in procs.items()}
         stage(f"servers listening: {', '.join(procs)}")
 

@@ -27,6 +27,7 @@ from proxy.app import create_proxy_app
 from proxy.config import ConfigError, ProxyConfig, add_proxy_arguments, proxy_config_from_args, sglang_ssl_context
 from proxy.controllers.fleet_control import join_fleet
 from proxy.controllers.lifecycle import LifecycleController
+from proxy.controllers.malloc_trim import run_malloc_trim
 from proxy.controllers.store_leases import run_lease_renewal
 from proxy.export_command import export_main
 from proxy.families_command import families_main
@@ -127,6 +128,8 @@ async def run_proxy(
             services = await trio.to_thread.run_sync(ProxyServices.build, config, upstream, store)
             app = create_proxy_app(services)
             nursery.start_soon(run_reaper, services.sessions, expiry_policy(config))
+            if config.malloc_trim_interval is not None:
+                nursery.start_soon(run_malloc_trim, config.malloc_trim_interval)
             # A shared store: start paused when the fleet is, and keep the leases of busy sessions alive.
             await join_fleet(services.gate, store)
             nursery.start_soon(run_lease_renewal, services.sessions.leases)

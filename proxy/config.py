@@ -158,6 +158,8 @@ class ProxyConfig:
     tombstone_ttl: float = 86400.0
     #: approximate bytes sessions and the store may hold before /health is degraded; None: no budget
     memory_budget: int | None = 8 * 1024**3
+    #: seconds between glibc malloc_trim calls (proxy/controllers/malloc_trim.py); None: never
+    malloc_trim_interval: float | None = 60.0
     #: seconds in-flight generations get to finish on SIGTERM/SIGINT
     shutdown_grace: float = 30.0
     #: bearer keys of the agent API and of the admin (rollout control, trajectories); never shown or logged

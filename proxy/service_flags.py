@@ -91,6 +91,9 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_argument(memory, "--memory-budget", convert=optional_byte_size, default=8 * 1024**3, metavar="SIZE",
                      help="approximate bytes sessions and the store may hold before /health says degraded "
                      "(0: no budget; default 8GiB)")
+    add_env_argument(memory, "--malloc-trim-interval", convert=optional_seconds, default=60.0,
+                     help="seconds between returns of freed memory to the OS (glibc malloc_trim: large requests "
+                     "leave their peak in worker threads' arenas otherwise) (0: never; default 60)")
 
     lifecycle = parser.add_argument_group("shutdown")
     add_env_argument(lifecycle, "--shutdown-grace", convert=positive_float, default=30.0,
@@ -158,6 +161,7 @@ def service_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "session_idle_timeout": args.session_idle_timeout,
         "tombstone_ttl": args.tombstone_ttl,
         "memory_budget": args.memory_budget,
+        "malloc_trim_interval": args.malloc_trim_interval,
         "shutdown_grace": args.shutdown_grace,
         "api_key": args.api_key,
         "admin_key": args.admin_key,
