@@ -15,7 +15,11 @@ Two phases:
   (~300-token user turns, ~300-token answers): bytes per stored token, whatever a turn adds besides its tokens
   included.
 
-    .venv/bin/python bench/session_memory.py [--sessions 2000] [--token-sessions 20] [--tokens 20000]
+    .venv/bin/python bench/session_memory.py [--sessions 2000] [--token-sessions 20] [--tokens 20000] [--rss]
+
+``--rss`` reads the process's RSS growth over the same sessions instead (no tracemalloc, which costs memory of its
+own; a collection and glibc's ``malloc_trim`` before each reading): what the allocator adds to what the sessions
+hold (pymalloc rounds each block up to 16 bytes and keeps partly used pools), without the request path's churn.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import trio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from proxy.controllers.malloc_trim import find_malloc_trim  # noqa: E402
 from proxy.controllers.session_registry import SessionRegistry  # noqa: E402
 from proxy.families import load_tito_tokenizer  # noqa: E402
 from proxy.trajectory.session_config import SessionConfig  # noqa: E402
@@ -70,24 +75,38 @@ async def grow(registry: SessionRegistry, session_id: str, turns: int, user_word
     return stored
 
 
+def _rss_bytes() -> int:
+    """This process's RSS after a collection and a ``malloc_trim`` (freed memory is not counted)."""
+    gc.collect()
+    trim = find_malloc_trim()
+    if trim is not None:
+        trim(0)
+    with open("/proc/self/statm", "rb") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 async def measure(tokenizer: Any, count: int, turns: int, user_words: int, answer_words: int,
-                  top: int = 0) -> dict[str, float]:
-    """Traced bytes the registry keeps for ``count`` live sessions (built after a warm-up session and a baseline);
-    with ``top``, the allocation sites that grew most are printed (per session)."""
+                  top: int = 0, rss: bool = False) -> dict[str, float]:
+    """Traced bytes the registry keeps for ``count`` live sessions (built after a warm-up session and a baseline),
+    or with ``rss`` the process's RSS growth; with ``top``, the allocation sites that grew most are printed (per
+    session)."""
     with tempfile.TemporaryDirectory() as tmp:
         async with open_store(f"sqlite:///{tmp}/store.sqlite") as store:
             registry = SessionRegistry(tokenizer, store=store, config=SessionConfig(max_steps_per_session=None))
             await grow(registry, "warm-up", turns, user_words, answer_words)  # caches, interned strings, pages
             gc.collect()
-            tracemalloc.start(int(os.environ.get("TRACE_FRAMES", "1")))
-            before = tracemalloc.get_traced_memory()[0]
-            first = tracemalloc.take_snapshot() if top else None
+            if rss:
+                before = _rss_bytes()
+            else:
+                tracemalloc.start(int(os.environ.get("TRACE_FRAMES", "1")))
+                before = tracemalloc.get_traced_memory()[0]
+            first = tracemalloc.take_snapshot() if top and not rss else None
             began = time.perf_counter()
             tokens = 0
             for index in range(count):
                 tokens += await grow(registry, f"s{index}", turns, user_words, answer_words)
             gc.collect()
-            after = tracemalloc.get_traced_memory()[0]
+            after = _rss_bytes() if rss else tracemalloc.get_traced_memory()[0]
             if first is not None:
                 if os.environ.get("TRACE_FRAMES"):  # where one site's blocks come from, ``TRACE_FRAMES`` deep
                     for stat in tracemalloc.take_snapshot().compare_to(first, "traceback")[:top]:
@@ -98,7 +117,8 @@ async def measure(tokenizer: Any, count: int, turns: int, user_words: int, answe
                     name = frame.filename.removeprefix(f"{ROOT}/")
                     print(f"  {stat.size_diff / count:>9.0f} B/session  {stat.count_diff / count:>6.1f} blocks  "
                           f"{name}:{frame.lineno}")
-            tracemalloc.stop()
+            if not rss:
+                tracemalloc.stop()
             elapsed = time.perf_counter() - began
     grown = after - before
     return {"sessions": count, "tokens_each": tokens / count, "bytes": grown, "per_session": grown / count,
@@ -112,6 +132,7 @@ def main() -> None:
     parser.add_argument("--token-sessions", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=20_000, help="tokens each long session grows to (about)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--rss", action="store_true", help="RSS growth instead of traced bytes (module docstring)")
     parser.add_argument("--top", type=int, default=0,
                         help="print the N allocation sites that grew most (with TRACE_FRAMES=N in the environment, "
                              "their tracebacks N frames deep first)")
@@ -121,16 +142,17 @@ def main() -> None:
     for phase in args.phases.split(","):
         if phase == "sessions":
             # 10 turns of 4-word questions and 2-word answers: ~400 tokens a session, as the issue's ~394.
-            results[phase] = trio.run(measure, tokenizer, args.sessions, 10, 4, 2, args.top)
+            results[phase] = trio.run(measure, tokenizer, args.sessions, 10, 4, 2, args.top, args.rss)
         elif phase == "tokens":
             # ~300-token user turns and ~300-token answers (85 words each), half the stored tokens generated.
             turns = max(1, round(args.tokens / 620))
-            results[phase] = trio.run(measure, tokenizer, args.token_sessions, turns, 85, 85, args.top)
+            results[phase] = trio.run(measure, tokenizer, args.token_sessions, turns, 85, 85, args.top, args.rss)
         else:
             parser.error(f"unknown phase {phase!r}")
         r = results[phase]
         print(f"{phase}: {r['sessions']} live sessions of {r['tokens_each']:.0f} tokens: "
-              f"{r['bytes'] / 2**20:.1f} MiB traced, {r['per_session'] / 1024:.1f} KiB a session, "
+              f"{r['bytes'] / 2**20:.1f} MiB {'of RSS' if args.rss else 'traced'}, "
+              f"{r['per_session'] / 1024:.1f} KiB a session, "
               f"{r['per_token']:.1f} bytes a stored token ({r['seconds']:.0f} s)", flush=True)
     if args.json:
         print(json.dumps(results))
