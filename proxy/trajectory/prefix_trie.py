@@ -171,7 +171,7 @@ class TrieNode:
     # this node itself (more than one: refreshed by identical answers). One slot for both (issue 21 item 5).
     _commits: int = -1
     # The context ids generations attached here encoded, by what they extend: siblings that encode the same
-    # context share one array (best-of-N over a prompt). Each entry is ``(ids, holders)``: the generations and steps
+    # context share one copy (best-of-N over a prompt). Each entry is ``(ids, holders)``: the generations and steps
     # using it (a failed generation gives its use back; the last one out removes the entry). Created on first use;
     # one signature (the usual) is a _OneEncoding, not a dict (issue 21 item 5: about 250 bytes a step).
     encodings: Mapping[Any, tuple[Any, int]] | None = None
