@@ -13,7 +13,10 @@
   against 1-10) and memory (RSS growth over 2,000 live 10-turn sessions; over 200 live sessions of ~20k tokens,
   half of them generated), measured on a proxy of its own with the default store (SQLite, in the run's temporary
   directory): ``--store memory`` would keep every step's journal record in the process too, which is the store's
-  memory, not the sessions'.
+  memory, not the sessions'. It returns freed memory to the OS every :data:`MEMORY_TRIM_SECONDS` (the proxy's
+  ``--malloc-trim-interval``, 60 s by default), so both readings of a phase come after a trim (the first: the grid
+  ran minutes before it; the last: two intervals after the last answer): with the default interval a trim of the
+  start-up's freed memory inside a phase made its growth negative.
 
 Every phase is bounded in count and in seconds; everything talks to 127.0.0.1. ``--smoke`` runs a tiny version
 (seconds) for the test suite; ``--json FILE`` writes the figures.
@@ -51,6 +54,8 @@ from stream_modes import streamed_tokens  # noqa: E402
 BENCH = Path(__file__).resolve().parent
 HAVE_GATEWAY = all(importlib.util.find_spec(m) is not None for m in ("fastapi", "uvicorn", "httpx"))
 HAVE_LITELLM = importlib.util.find_spec("litellm") is not None
+#: seconds between the memory phases' proxy's trims of freed memory (see the module docstring)
+MEMORY_TRIM_SECONDS = 1.0
 
 
 @attrs.frozen
@@ -111,7 +116,9 @@ def start_all(procs: dict[str, subprocess.Popen], tmp: Path, answers: Path, prof
         if memory and mode == "incremental":  # the memory phases' proxy, on the store users run (run_sessions)
             ports["proxymem-incremental"] = port = free_port()
             on_sqlite = [f"sqlite:///{tmp / 'memory-phases.db'}" if arg == "memory" else arg for arg in proxy]
-            procs["proxymem-incremental"] = start_server([*on_sqlite, "--port", str(port)], tmp / "proxymem.log")
+            procs["proxymem-incremental"] = start_server(
+                [*on_sqlite, "--malloc-trim-interval", str(MEMORY_TRIM_SECONDS), "--port", str(port)],
+                tmp / "proxymem.log")
         if HAVE_GATEWAY:
             ports[f"gateway-{mode}"] = port = free_port()
             procs[f"gateway-{mode}"] = start_server(
@@ -217,10 +224,11 @@ async def run_sessions(args: argparse.Namespace, ports: dict[str, int], pids: di
         name = "proxymem-incremental" if target == "proxy" else f"{target}-incremental"
         session_growth, session_tokens, session_failures = await floor_sessions.memory(
             ports[name], pids[name], name=f"{target}.mem", sessions=args.memory_sessions, turns=10,
-            user_words=20, concurrency=args.clients)
+            user_words=20, concurrency=args.clients, settle=2 * MEMORY_TRIM_SECONDS)
         token_growth, tokens, token_failures = await floor_sessions.memory(
             ports[name], pids[name], name=f"{target}.tok", sessions=args.token_sessions, turns=10,
-            user_words=args.token_user_words, concurrency=args.clients, extra={"max_tokens": 1024})
+            user_words=args.token_user_words, concurrency=args.clients, extra={"max_tokens": 1024},
+            settle=2 * MEMORY_TRIM_SECONDS)
         out["memory"][target] = {
             "sessions": args.memory_sessions, "session_rss_growth": session_growth, "session_tokens": session_tokens,
             "token_sessions": args.token_sessions, "token_rss_growth": token_growth, "tokens": tokens,

@@ -154,8 +154,9 @@ async def growth(port: int, pid: int, *, name: str, sessions: int, turns: int, u
 
 
 async def memory(port: int, pid: int, *, name: str, sessions: int, turns: int, user_words: int,
-                 concurrency: int, extra: dict[str, Any] | None = None) -> tuple[int, int, int]:
-    """(RSS growth in bytes, tokens held at the end, failed requests) of ``sessions`` live sessions."""
+                 concurrency: int, extra: dict[str, Any] | None = None, settle: float = 0.5) -> tuple[int, int, int]:
+    """(RSS growth in bytes, tokens held at the end, failed requests) of ``sessions`` live sessions; the end is read
+    ``settle`` seconds after the last answer (the last recordings land; a proxy trimming every second has trimmed)."""
     chats = [ChatSession(f"{name}.{i}", i, user_words, dict(extra or {})) for i in range(sessions)]
     queue = iter(chats)
     before = rss_bytes(pid)
@@ -172,7 +173,7 @@ async def memory(port: int, pid: int, *, name: str, sessions: int, turns: int, u
     async with trio.open_nursery() as nursery:
         for _ in range(concurrency):
             nursery.start_soon(worker)
-    await trio.sleep(0.5)  # let the last recordings land
+    await trio.sleep(settle)
     growth_bytes = rss_bytes(pid) - before
     tokens = sum(c.prompt_tokens + c.completion_tokens for c in chats)
     return growth_bytes, tokens, sum(c.failures for c in chats)
