@@ -61,3 +61,14 @@ def test_the_in_process_session_memory_bench_counts_every_session_and_token():
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["sessions"]["sessions"] == 4 and figures["tokens"]["sessions"] == 1
     assert figures["tokens"]["tokens_each"] >= 1000 and figures["sessions"]["bytes"] > 0
+
+
+def test_the_server_floor_bench_runs_every_process_of_it():
+    # bench/server_floor.py in its smoke size: the bare server, the bare server with the upstream client, the proxy
+    # (and the gateway) each answer a phase without errors and get a figure.
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "server_floor.py"), "--smoke"],
+                            capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
+    assert result.returncode == 0, f"the server floor smoke failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and "**" in line]
+    expected = {"bare", "bare+client", "proxy"} | ({"gateway"} if HAVE_GATEWAY else set())
+    assert {row.split("|")[1].strip() for row in rows} == expected
