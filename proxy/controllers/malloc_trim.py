@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 from collections.abc import Callable
 
 import trio
@@ -40,8 +41,8 @@ def _rss_bytes() -> int | None:
     """The process's resident set (Linux ``/proc``), for the log line; None elsewhere."""
     try:
         with open("/proc/self/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * 4096
-    except (OSError, ValueError, IndexError):
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
         return None
 
 
