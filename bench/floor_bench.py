@@ -89,24 +89,37 @@ class Phase:
 # ---- processes ----------------------------------------------------------------------------------------------
 
 
+def floor_command(answers: Path, mode: str) -> list[str]:
+    """The floor (``bench/fixed_upstream.py``) replaying ``answers`` in stream ``mode``; add ``--port``."""
+    return [sys.executable, str(BENCH / "fixed_upstream.py"), "--answers", str(answers), "--mode", mode]
+
+
+def proxy_command(url: str, store: str = "memory") -> list[str]:
+    """``dressage-proxy`` in front of the upstream at ``url`` as the bench runs it: local parsers, the stream mode
+    read from the upstream, ``store``; add ``--port``."""
+    return [str(Path(sys.executable).parent / "dressage-proxy"), "--sglang-router-url", url, "--sglang-worker-urls",
+            url, "--tool-call-parse-backend", "local", "--reasoning-parse-backend", "local", "--store", store,
+            "--upstream-stream-mode", "auto"]
+
+
+def gateway_command(url: str) -> list[str]:
+    """The reference gateway (``bench/gateway.py``) in front of ``url``; add ``--port``."""
+    return [sys.executable, str(BENCH / "gateway.py"), "--upstream", url]
+
+
 def start_all(procs: dict[str, subprocess.Popen], tmp: Path, answers: Path, profile: bool, memory: bool
               ) -> dict[str, int]:
-    py = sys.executable
-    bin_dir = Path(py).parent
     ports: dict[str, int] = {}
     for mode in MODES:
         ports[f"floor-{mode}"] = port = free_port()
-        procs[f"floor-{mode}"] = start_server(
-            [py, str(BENCH / "fixed_upstream.py"), "--answers", str(answers), "--mode", mode, "--port", str(port)],
-            tmp / f"floor-{mode}.log")
+        procs[f"floor-{mode}"] = start_server([*floor_command(answers, mode), "--port", str(port)],
+                                              tmp / f"floor-{mode}.log")
     for mode in MODES:
         wait_listening(ports[f"floor-{mode}"], procs[f"floor-{mode}"], 60)
     for mode in MODES:
         url = f"http://127.0.0.1:{ports[f'floor-{mode}']}"
         ports[f"proxy-{mode}"] = port = free_port()
-        proxy = [str(bin_dir / "dressage-proxy"), "--sglang-router-url", url, "--sglang-worker-urls", url,
-                 "--tool-call-parse-backend", "local", "--reasoning-parse-backend", "local", "--store", "memory",
-                 "--upstream-stream-mode", "auto"]
+        proxy = proxy_command(url)
         procs[f"proxy-{mode}"] = start_server([*proxy, "--port", str(port)], tmp / f"proxy-{mode}.log")
         if profile and mode == "cumulative":  # a third proxy, under py-spy (it cannot attach here: it spawns)
             ports["proxyprofile-cumulative"] = port = free_port()
@@ -115,14 +128,13 @@ def start_all(procs: dict[str, subprocess.Popen], tmp: Path, answers: Path, prof
                  str(tmp / "profile.txt"), "--", *proxy, "--port", str(port)], tmp / "proxyprofile.log")
         if memory and mode == "incremental":  # the memory phases' proxy, on the store users run (run_sessions)
             ports["proxymem-incremental"] = port = free_port()
-            on_sqlite = [f"sqlite:///{tmp / 'memory-phases.db'}" if arg == "memory" else arg for arg in proxy]
             procs["proxymem-incremental"] = start_server(
-                [*on_sqlite, "--malloc-trim-interval", str(MEMORY_TRIM_SECONDS), "--port", str(port)],
-                tmp / "proxymem.log")
+                [*proxy_command(url, f"sqlite:///{tmp / 'memory-phases.db'}"), "--malloc-trim-interval",
+                 str(MEMORY_TRIM_SECONDS), "--port", str(port)], tmp / "proxymem.log")
         if HAVE_GATEWAY:
             ports[f"gateway-{mode}"] = port = free_port()
-            procs[f"gateway-{mode}"] = start_server(
-                [py, str(BENCH / "gateway.py"), "--upstream", url, "--port", str(port)], tmp / f"gateway-{mode}.log")
+            procs[f"gateway-{mode}"] = start_server([*gateway_command(url), "--port", str(port)],
+                                                    tmp / f"gateway-{mode}.log")
     for name, proc in procs.items():
         wait_listening(ports[name], proc, 180)
     return ports

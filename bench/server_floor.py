@@ -47,18 +47,17 @@ def main() -> None:
         capture(tmp / "answers.json")
         ports = {"floor-cumulative": free_port()}
         procs["floor-cumulative"] = start_server(
-            [py, str(BENCH / "fixed_upstream.py"), "--answers", str(tmp / "answers.json"), "--mode", "cumulative",
-             "--port", str(ports["floor-cumulative"])], tmp / "floor.log")
+            [*floor_bench.floor_command(tmp / "answers.json", "cumulative"), "--port", str(ports["floor-cumulative"])],
+            tmp / "floor.log")
         wait_listening(ports["floor-cumulative"], procs["floor-cumulative"], 60)
         url = f"http://127.0.0.1:{ports['floor-cumulative']}"
         commands = {
             "bare": [py, str(BENCH / "bare_server.py")],
             "bare+client": [py, str(BENCH / "bare_server.py"), "--upstream", url],
-            "proxy": [str(Path(py).parent / "dressage-proxy"), "--sglang-router-url", url, "--sglang-worker-urls", url,
-                      "--tool-call-parse-backend", "local", "--reasoning-parse-backend", "local", "--store", "memory"],
+            "proxy": floor_bench.proxy_command(url),
         }
         if floor_bench.HAVE_GATEWAY:
-            commands["gateway"] = [py, str(BENCH / "gateway.py"), "--upstream", url]
+            commands["gateway"] = floor_bench.gateway_command(url)
         for name, argv in commands.items():
             ports[f"{name}-cumulative"] = port = free_port()
             procs[f"{name}-cumulative"] = start_server([*argv, "--port", str(port)], tmp / f"{name}.log")
