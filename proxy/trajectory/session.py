@@ -39,7 +39,6 @@ A little over the house's ~500 lines: one class, each method one critical sectio
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -70,7 +69,7 @@ from proxy.trajectory.session_results import (
 )
 from proxy.trajectory.pending_step import FULL_ENCODE, BranchHandle, Moment, PendingStep
 from proxy.trajectory.tokens import (
-    RoutedChunk, Step, TokenSpan, WorkingTokens, committed_span, context_span, generation_id,
+    RoutedChunk, Step, TokenSpan, WorkingTokens, committed_span, context_span, generation_id, pack_ids,
 )
 from proxy.trajectory.version_stamp import VersionStamp
 from statemachines import branching
@@ -249,8 +248,7 @@ class Session:
         pending = self._live(handle)
         base = pending.claim.base
         signature = FULL_ENCODE if base is None else base.step_id
-        packed = ids.tobytes() if isinstance(ids, array) and ids.typecode == "i" else array("i", ids).tobytes()
-        stored = pending.attach.shared_encoding(signature, packed)
+        stored = pending.attach.shared_encoding(signature, pack_ids(ids))
         pending.context, pending.encoding = context_span(stored, mask), signature
         return WorkingTokens(base, pending.context)
 

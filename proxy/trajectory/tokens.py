@@ -31,10 +31,10 @@ Nothing here is mutated after construction: a step is shared by every branch bui
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
 from struct import unpack_from
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -64,15 +64,39 @@ def _ids(values: Iterable[int]) -> array:
     return array("i", values)
 
 
+def pack_ids(ids: Iterable[int] | array | bytes) -> bytes:
+    """Token ids as a span stores them (native int32 ``bytes``): ``bytes`` as they are, an ``array('i')`` without a
+    Python int per id, anything else through one."""
+    if isinstance(ids, bytes):
+        return ids
+    if isinstance(ids, array) and ids.typecode == "i":
+        return ids.tobytes()
+    return _ids(ids).tobytes()
+
+
 def exact_logprobs(values: Sequence[float]) -> array:
     """The smallest array that gives back exactly ``values``: float32 (4 bytes) when lossless, else float64."""
     single = array("f", values)
     return single if single.tolist() == list(values) else array("d", values)
 
 
-#: Runs of one version (nearly every step: a version changes only at a weight update) are shared between steps, as
-#: ints and strings are: a step's runs were two tuples of 112 bytes, and steps of the same length under the same
-#: version are common (issue 21 item 5). Bounded: past it a run is built per step as before.
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _shared(table: dict[K, V], key: K, build: Callable[[], V], limit: int) -> V:
+    """The one immutable value ``table`` holds for ``key`` (built on first use), as ints and strings are shared;
+    bounded: once ``table`` holds ``limit`` values, a new one is built per use (issue 21 item 5)."""
+    value = table.get(key)
+    if value is None:
+        value = build()
+        if len(table) < limit:
+            table[key] = value
+    return value
+
+
+#: Runs of one version (nearly every step: a version changes only at a weight update) are shared between steps: a
+#: step's runs were two tuples of 112 bytes, and steps of the same length under the same version are common.
 _ONE_RUNS: dict[tuple[str | None, int], tuple[tuple[str | None, int]]] = {}
 _ONE_RUNS_MAX = 4096
 
@@ -84,12 +108,7 @@ def run_length(versions: Sequence[str | None]) -> tuple[tuple[str | None, int], 
     first = versions[0]
     if versions.count(first) == len(versions):  # one version throughout, checked in C
         key = (first, len(versions))
-        runs = _ONE_RUNS.get(key)
-        if runs is None:
-            runs = (key,)
-            if len(_ONE_RUNS) < _ONE_RUNS_MAX:
-                _ONE_RUNS[key] = runs
-        return runs
+        return _shared(_ONE_RUNS, key, lambda: (key,), _ONE_RUNS_MAX)
     return tuple((version, len(list(group))) for version, group in groupby(versions))
 
 
@@ -215,12 +234,7 @@ class TokenSpan:
 def context_span(ids: Iterable[int] | array | bytes, mask: Sequence[int] | None = None) -> TokenSpan:
     """A span holding only context tokens (a generation's private part before it commits); ``bytes`` (native int32
     ids) are kept as they are (shared), anything else is copied into such bytes."""
-    if isinstance(ids, bytes):
-        stored = ids
-    elif isinstance(ids, array) and ids.typecode == "i":
-        stored = ids.tobytes()
-    else:
-        stored = _ids(ids).tobytes()
+    stored = pack_ids(ids)
     packed = None
     if mask is not None and any(mask):
         packed = bytes(1 if value else 0 for value in mask)
@@ -269,13 +283,8 @@ def _notes(turn_id: str | None, boundary_reason: str | None, boundary_detail: st
         return StepNotes(turn_id, boundary_reason, boundary_detail, tito_failed, logprobs_invalid)
     if boundary_reason is None and not tito_failed and not logprobs_invalid:
         return None
-    key = (boundary_reason, tito_failed, logprobs_invalid)
-    notes = _SHARED_NOTES.get(key)
-    if notes is None:
-        notes = StepNotes(None, boundary_reason, None, tito_failed, logprobs_invalid)
-        if len(_SHARED_NOTES) < _SHARED_NOTES_MAX:
-            _SHARED_NOTES[key] = notes
-    return notes
+    return _shared(_SHARED_NOTES, (boundary_reason, tito_failed, logprobs_invalid),
+                   lambda: StepNotes(None, boundary_reason, None, tito_failed, logprobs_invalid), _SHARED_NOTES_MAX)
 
 
 @attrs.frozen(eq=False, weakref_slot=False, kw_only=True)  # no weakrefs: 16 bytes less a step (issue 21 item 5)
@@ -431,5 +440,5 @@ class WorkingTokens:
 
 __all__ = [
     "RoutedChunk", "Step", "StepNotes", "TokenSpan", "WorkingTokens", "committed_span", "context_span", "expand_runs",
-    "generation_id", "path", "path_ids", "routed_rows_end", "run_length",
+    "generation_id", "pack_ids", "path", "path_ids", "routed_rows_end", "run_length",
 ]
