@@ -41,6 +41,7 @@ import trio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from floor_sessions import rss_bytes  # noqa: E402
 from proxy.controllers.malloc_trim import find_malloc_trim  # noqa: E402
 from proxy.controllers.session_registry import SessionRegistry  # noqa: E402
 from proxy.families import load_tito_tokenizer  # noqa: E402
@@ -81,8 +82,7 @@ def _rss_bytes() -> int:
     trim = find_malloc_trim()
     if trim is not None:
         trim(0)
-    with open("/proc/self/statm", "rb") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return rss_bytes(os.getpid())
 
 
 async def measure(tokenizer: Any, count: int, turns: int, user_words: int, answer_words: int,
