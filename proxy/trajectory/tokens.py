@@ -193,8 +193,7 @@ class TokenSpan:
         itemsize = generated[-1]
         if itemsize == _NO_LOGPROBS:
             return None
-        ids_end = 4 * ((len(generated) - 1) // (4 + itemsize))
-        return _unpack(memoryview(generated)[ids_end:-1], _LOGPROB_TYPES[itemsize])
+        return _unpack(memoryview(generated)[4 * self.generated_count:-1], _LOGPROB_TYPES[itemsize])
 
     def generated_bytes(self) -> memoryview:
         """The generated ids' bytes (native int32), without a copy."""
