@@ -57,9 +57,9 @@ async def trim_once(trim: Callable[[int], int]) -> int | None:
     return released
 
 
-async def run_malloc_trim(interval: float, trim: Callable[[int], int] | None = None) -> None:
+async def run_malloc_trim(interval: float) -> None:
     """Trim every ``interval`` seconds until cancelled (nothing where there is no ``malloc_trim``)."""
-    trim = trim or find_malloc_trim()
+    trim = find_malloc_trim()
     if trim is None:
         log.debug("no malloc_trim in this C library: freed memory stays with the allocator")
         return
