@@ -16,6 +16,20 @@ And one fix the refusals need: a connection's own events (closing it, arming its
 shielded from the app task's cancellation (:func:`_shield_connection_events`), else a ``Connection: close`` answer
 leaves the socket open and a used keep-alive connection never times out.
 
+Two savings on every exchange, same behaviour (issue 21 item 2, measured in docs/benchmarks.md, "The connection's
+own work"):
+
+- **One keep-alive timer a connection, not one a request.** hypercorn stops its timer task when a request arrives
+  and starts a new one (``TrioSingleTask.restart``: a lock, ``nursery.start``, a task) after each answer, a twentieth
+  of a short request's CPU. Here, after the first request, the connection keeps one watcher task (:meth:`_watch_idle`)
+  whose cancel scope's deadline moves: infinite while a request is in progress, ``keep_alive_timeout`` after an
+  answer. It closes the connection as hypercorn's timer did: idle past the timeout, or idle when the server shuts
+  down. (hypercorn's own timer still covers a connection until its first request.)
+- **A head and its body in one write.** hypercorn writes a response's head, its body and its (empty) end each on
+  its own; the head of a response with a ``Content-Length`` (a whole body, sent right after it) is held and written
+  with the body. A streamed answer (no length) still sends its head at once: a client sees it before the first
+  token.
+
 hypercorn builds its protocol by name (``hypercorn.protocol.ProtocolWrapper`` calls ``H11Protocol``), with no
 option to pass another class; :func:`install` rebinds that one name, short of copying ``worker_serve``. A server
 whose config is not a :class:`LimitedConfig` gets hypercorn's behaviour unchanged. HTTP/2 (TLS with ALPN, or prior
@@ -27,11 +41,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import math
+
 import h11
 import hypercorn.protocol
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.events import Closed, Event, RawData
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.worker_context import TrioSingleTask
 
@@ -56,11 +72,22 @@ class LimitedH11Protocol(H11Protocol):
         self._limits: HTTPLimits | None = getattr(self.config, "http_limits", None)
         self._head_timer = TrioSingleTask()
         self._head_timer_running = False
+        # The keep-alive watcher (module docstring): its scope while it runs; whether no request is in progress;
+        # whether hypercorn's first timer was stopped; whether the connection closed.
+        self._idle_scope: trio.CancelScope | None = None
+        self._idle = False
+        self._first_timer_stopped = False
+        self._closed = False
+        self._held_head = b""
         if self._limits is not None:
-            self.send = _shield_connection_events(self.send)
+            self._connection_send = self.send
+            self.send = _shield_connection_events(self._send_with_own_idle_timer)
 
     async def handle(self, event: Event) -> None:
         if isinstance(event, Closed):
+            self._closed = True
+            if self._idle_scope is not None:
+                self._idle_scope.cancel()  # the watcher ends now, not at its deadline
             await self._stop_head_timer()
         await super().handle(event)
         # Started only when a head is still incomplete after the data that came: a head that arrives whole (the
@@ -86,6 +113,60 @@ class LimitedH11Protocol(H11Protocol):
             await self.send(Closed())
             return
         await super()._create_stream(request)
+
+    async def _send_with_own_idle_timer(self, event: Event) -> None:
+        """The connection's ``send``, keeping hypercorn's keep-alive timer events (``Updated``) to this connection's
+        one watcher once hypercorn's first timer is stopped (module docstring)."""
+        if not isinstance(event, Updated):
+            await self._connection_send(event)
+        elif not event.idle:  # a request head arrived
+            self._idle = False
+            if self._idle_scope is not None:
+                self._idle_scope.deadline = math.inf
+            if not self._first_timer_stopped:
+                self._first_timer_stopped = True
+                await self._connection_send(event)
+        elif self.context.terminated.is_set():  # answered while the server shuts down: close now, as hypercorn
+            await self._connection_send(Closed())
+        else:
+            self._idle = True
+            deadline = trio.current_time() + self.config.keep_alive_timeout
+            if self._idle_scope is not None:
+                self._idle_scope.deadline = deadline
+            elif not self._closed:
+                self._idle_scope = trio.CancelScope(deadline=deadline)
+                self.task_group.spawn(self._watch_idle, self._idle_scope)
+
+    async def _watch_idle(self, scope: trio.CancelScope) -> None:
+        """Close the connection when ``scope``'s deadline passes while it is idle, or when the server shuts down
+        while it is idle; end without closing when the connection closed, or when a request came in first (the
+        next answer starts a new watcher)."""
+        with scope:
+            await self.context.terminated.wait()
+        if self._idle_scope is scope:
+            self._idle_scope = None
+        if self._idle and not self._closed:
+            with trio.CancelScope(shield=True):
+                await self._connection_send(Closed())
+
+    async def _send_h11_event(self, event: Any) -> None:
+        """hypercorn's, writing the head of a response with a ``Content-Length`` together with what follows it
+        (module docstring), and no empty write for an end of message that has no bytes."""
+        if self._limits is None:
+            await super()._send_h11_event(event)
+            return
+        try:
+            data = self.connection.send(event)
+        except h11.LocalProtocolError:
+            if self.connection.their_state != h11.ERROR:
+                raise
+            return
+        if self._held_head:
+            data, self._held_head = self._held_head + data, b""
+        if type(event) is h11.Response and event.status_code >= 200 and _has_length(event):
+            self._held_head = data
+        elif data:
+            await self.send(RawData(data=data))
 
     async def _stop_head_timer(self) -> None:
         if self._head_timer_running:
@@ -141,6 +222,11 @@ class LimitedH11Protocol(H11Protocol):
 def install() -> None:
     """Make hypercorn build :class:`LimitedH11Protocol` for HTTP/1.1 connections (idempotent)."""
     hypercorn.protocol.H11Protocol = LimitedH11Protocol  # type: ignore[misc]
+
+
+def _has_length(response: h11.Response) -> bool:
+    """Whether ``response`` says its body's length (a whole body, sent right after the head)."""
+    return any(name == b"content-length" for name, _ in response.headers)  # h11 lower-cases the names
 
 
 def _head_size(request: h11.Request) -> int:
