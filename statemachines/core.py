@@ -106,11 +106,15 @@ class Transition:
     event: type
     action: Callable[[Any, Any, Any], Goto]
     branches: tuple[Branch, ...]
-    # (target, effect types) per branch, for the check on every step (built once: this runs per event).
-    allowed: tuple[tuple[enum.Enum, frozenset[type]], ...] = attrs.field(init=False, eq=False, repr=False)
+    # target -> the effect types of each branch going there, for the check on every step (built once: this runs
+    # per event; a step without effects, the usual one, needs only the target looked up).
+    allowed: Mapping[enum.Enum, tuple[frozenset[type], ...]] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "allowed", tuple((b.target, frozenset(b.effects)) for b in self.branches))
+        allowed: dict[enum.Enum, tuple[frozenset[type], ...]] = {}
+        for branch in self.branches:
+            allowed[branch.target] = (*allowed.get(branch.target, ()), frozenset(branch.effects))
+        object.__setattr__(self, "allowed", allowed)
 
 
 def on(state: enum.Enum, event: type, action: Callable[[Any, Any, Any], Goto], *branches: Branch) -> Transition:
@@ -219,21 +223,30 @@ class TransitionTable:
         except Refused as refusal:
             raise IllegalTransition(self.machine, state, event, refusal.reason) from None
         # The table is the spec: the action may only take a branch that the row declares.
-        emitted = {type(effect) for effect in goto.effects}
-        target = goto.target
-        if not any(allowed_target is target and emitted <= effects for allowed_target, effects in row.allowed):
+        declared = row.allowed.get(goto.target)
+        if declared is None or (goto.effects and not _declares(declared, goto.effects)):
+            emitted = sorted({type(effect).__name__ for effect in goto.effects})
             raise TableError(
                 f"{self.machine}: ({state.name}, {type(event).__name__}) went to {goto.target.name} emitting "
-                f"{sorted(t.__name__ for t in emitted)}, which no branch of its row declares"
+                f"{emitted}, which no branch of its row declares"
             )
-        self._check(goto.target, goto.data, f"after {type(event).__name__} in {state.name}")
+        self._check(goto.target, goto.data, (type(event), state))
         return goto
 
-    def _check(self, state: enum.Enum, data: Any, where: str) -> None:
-        """Run the machine's own (state, data) invariant, if it declares one."""
+    def _check(self, state: enum.Enum, data: Any, after: tuple[type, enum.Enum] | None = None) -> None:
+        """Run the machine's own (state, data) invariant, if it declares one; ``after``: the event and state of the
+        step that reached it (None: a snapshot to restore). The failure's text is built only on failure (this runs
+        on every step)."""
         broken = self.check(state, data) if self.check is not None else None
         if broken is not None:
+            where = "in the snapshot to restore" if after is None else f"after {after[0].__name__} in {after[1].name}"
             raise TableError(f"{self.machine}: invariant broken {where}: {broken}")
+
+
+def _declares(declared: tuple[frozenset[type], ...], effects: tuple[Any, ...]) -> bool:
+    """Whether one branch (its effect types in ``declared``) may emit all of ``effects``."""
+    emitted = {type(effect) for effect in effects}
+    return any(emitted <= types_ for types_ in declared)
 
 
 @attrs.frozen
@@ -273,7 +286,7 @@ class Machine:
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> Machine:
         """A machine in exactly this state, after checking that the (state, data) pair is possible."""
-        cls.table._check(snapshot.state, snapshot.data, "in the snapshot to restore")
+        cls.table._check(snapshot.state, snapshot.data)
         return cls(snapshot.state, snapshot.data)
 
     def snapshot(self) -> Snapshot:

@@ -167,6 +167,14 @@ def test_core_action_result_not_declared_by_the_row_is_a_TableError():
         table.apply(State.UNLOCKED, 0, Push())
 
 
+def test_core_action_going_where_no_branch_goes_is_a_TableError_also_without_effects():
+    # The row declares LOCKED only; a step to UNLOCKED with no effects is checked like one with effects.
+    wanderer = on(State.UNLOCKED, Push, lambda s, d, e: Goto(State.UNLOCKED, d), Branch(State.LOCKED, [Passed]))
+    table = _table().overriding(wanderer)
+    with pytest.raises(TableError, match="went to UNLOCKED emitting \\[\\], which no branch of its row declares"):
+        table.apply(State.UNLOCKED, 0, Push())
+
+
 def test_core_check_hook_runs_after_every_transition_and_on_restore():
     table = _table(check=lambda state, coins: "too many coins" if coins > 1 else None)
     with pytest.raises(TableError, match="invariant broken after Coin in LOCKED: too many coins"):
