@@ -15,11 +15,11 @@ handler, and the generation driver the handler starts in the app's nursery, all 
 from __future__ import annotations
 
 import contextvars
-import uuid
 from collections.abc import MutableMapping
 from typing import Any
 
 from proxy.asgi_wrapper import HttpExchangeWrapper
+from proxy.random_ids import random_hex
 
 #: the response header (lower case, as ASGI sends header names)
 REQUEST_ID_HEADER = "x-request-id"
@@ -29,7 +29,7 @@ _current: contextvars.ContextVar[str | None] = contextvars.ContextVar("dressage_
 
 def new_request_id() -> str:
     """A fresh id in OpenAI's format: ``req_`` + 32 lower-case hex digits."""
-    return f"req_{uuid.uuid4().hex}"
+    return f"req_{random_hex()}"
 
 
 def current_request_id() -> str | None:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -48,6 +47,7 @@ from proxy.controllers.generation import GenerationController
 from proxy.controllers.generation_driver import Generation
 from proxy.controllers.response_output import ResponseChannel
 from proxy.controllers.step_output import ChoiceSlot
+from proxy.random_ids import new_completion_id
 
 log = logging.getLogger("dressage_proxy.choices")
 
@@ -82,7 +82,7 @@ class ChoiceSet:
     ) -> ChoiceSet:
         """Start the ``request.n`` choices (and, streaming, the merger) in ``nursery``; raises the first refusal
         (``ApiError``) or cancellation after releasing the choices already started."""
-        completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        completion_id, created = new_completion_id(), int(time.time())
         generations: list[Generation] = []
         try:
             for index in range(request.n):

@@ -21,7 +21,6 @@ What differs from the bytes the first request would have received (``docs/api.md
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +28,7 @@ from proxy.api import ChatCompletionRequest, CompletionMeta, Usage, dumps
 from proxy.controllers.idempotency import RecordedResponse
 from proxy.controllers.response_render import ResponseRenderer
 from proxy.parsing import ContentDelta, ParsedMessage, ReasoningDelta, ToolCall, ToolCallDelta
+from proxy.random_ids import new_completion_id
 from proxy.trajectory.session_replay import KeyedStep
 from proxy.trajectory.tokens import expand_runs
 from proxy.upstream.events import Token
@@ -64,7 +64,7 @@ def render_committed(
     *, token_ids_default: bool,
 ) -> RecordedResponse:
     """The answer of ``step`` to ``request`` (its repeat), as the bytes to send and to remember under its key."""
-    meta = CompletionMeta(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model)
+    meta = CompletionMeta(new_completion_id(), int(time.time()), model)
     render = ResponseRenderer(request, meta, tokenizer, end_ids, token_ids_default=token_ids_default)
     message = parsed_message(step.assistant_message)
     ids = step.generated_ids.tolist()

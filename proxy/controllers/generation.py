@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import time
-import uuid
 
 import attrs
 import trio
@@ -41,6 +40,7 @@ from proxy.controllers.step_output import ChoiceSlot, StepOutput
 from proxy.controllers.upstream_request import UpstreamRequest
 from proxy.observability.metrics import NO_METRICS, MetricsHooks
 from proxy.parsing import MessageParser
+from proxy.random_ids import new_completion_id
 from proxy.tokenization import TitoTokenizer
 from proxy.upstream.client import SGLangClient
 from proxy.upstream.errors import UpstreamError
@@ -139,7 +139,7 @@ class GenerationController:
         """A generation and its parts: its output (rendered under the answer's id and time: one choice of several
         shares its answer's) and its upstream requests."""
         if choice is None:
-            completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+            completion_id, created = new_completion_id(), int(time.time())
         else:
             completion_id, created = choice.completion_id, choice.created
         config, tokenizer = self.config, self.tokenizer

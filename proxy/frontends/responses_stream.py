@@ -25,17 +25,17 @@ reasoning or tool-call deltas are not text and are not listed (the exported traj
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from proxy.frontends.responses_items import encrypt_reasoning, item_id
+from proxy.random_ids import random_hex
 
 #: chat ``finish_reason`` values that make a Response ``incomplete``, with OpenAI's reason
 INCOMPLETE = {"length": "max_output_tokens"}
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
+    return f"{prefix}_{random_hex()}"
 
 
 class ResponseEvents:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.random_ids import new_completion_id, random_hex
+from proxy.request_id import new_request_id
 from proxy.upstream.request_ids import RID_LENGTH, check_rid, is_valid_rid, new_rid
 
 valid_rids = st.from_regex(r"[0-9a-f]{32}", fullmatch=True)
@@ -36,3 +40,13 @@ def test_prefix_unsafe_examples_are_refused(rid):
     assert not is_valid_rid(rid)
     with pytest.raises(ValueError):
         check_rid(rid)
+
+
+def test_every_random_id_of_a_request_has_the_shape_its_reader_expects():
+    # The request id (OpenAI's ``req_`` + 32 hex), the completion id (``chatcmpl-`` + 32 hex) and the rid all come
+    # from proxy.random_ids: 32 lower-case hex digits, fresh each time.
+    ids = [random_hex() for _ in range(1000)]
+    assert len(set(ids)) == 1000 and all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
+    assert re.fullmatch(r"req_[0-9a-f]{32}", new_request_id())
+    assert re.fullmatch(r"chatcmpl-[0-9a-f]{32}", new_completion_id())
+    assert is_valid_rid(new_rid())
