@@ -36,6 +36,15 @@ def test_an_id_array_is_written_as_the_same_bytes_as_its_list(ids, extra, typeco
     assert json.loads(dumps_body(body))["input_ids"] == ids
 
 
+@settings(max_examples=200, deadline=None)
+@given(members=st.lists(st.tuples(st.text(max_size=4), st.one_of(_JSON, st.lists(_INT32, max_size=20).map(
+    lambda ids: array("i", ids)))), max_size=8, unique_by=lambda member: member[0]))
+def test_arrays_anywhere_among_the_members_give_the_standard_librarys_bytes(members):
+    # dumps_body writes the members between arrays a run at a time: any order, any number of arrays and runs.
+    body = dict(members)
+    assert dumps_body(body) == reference(body)
+
+
 def test_the_generate_body_keeps_the_session_array_and_encodes_it_identically():
     ids = array("i", range(-5, 40_000, 7))
     body = _generate_body(ids, {"max_new_tokens": 8, "temperature": 0.5}, rid="r1", stream=True,
