@@ -10,7 +10,7 @@ layers that enforce it (docs/operations.md, "Limits and timeouts", is the operat
 | ``body_read_timeout`` | Quart's ``BODY_TIMEOUT`` around the body read every request does first | 408 ``request_timeout`` |
 | ``max_header_bytes`` | hypercorn's ``h11_max_incomplete_size`` (h11 refuses a head that outgrows its buffer) | 431 ``headers_too_large`` |
 | ``header_read_timeout`` | ``serving/limited_h11.py``: a timer from a head's first byte | 408 ``request_timeout`` |
-| ``keep_alive_timeout`` | hypercorn's ``keep_alive_timeout``: a connection without a request in progress | closed, no answer |
+| ``keep_alive_timeout`` | hypercorn's ``keep_alive_timeout`` (its timer until the first request, then ``serving/limited_h11.py``'s watcher): a connection without a request in progress | closed, no answer |
 
 Every answer here closes the connection (``Connection: close``): the rest of a refused request may still be on its
 way, and nothing after it can be read as a request.

@@ -86,8 +86,9 @@ def body_refusal_parts(kind: str, limits: HTTPLimits) -> tuple[int, bytes, dict[
 
 def hypercorn_config(host: str, port: int, limits: HTTPLimits | None = None) -> HypercornConfig:
     """hypercorn's config for ``limits`` (default: :class:`HTTPLimits`'s generous ones). The idle keep-alive
-    timeout is hypercorn's own; the head's size and read time are ``serving/limited_h11.py``'s. hypercorn's
-    ``read_timeout`` stays off: it bounds every receive, also while a long response streams to a silent client."""
+    timeout is hypercorn's setting (kept by ``serving/limited_h11.py`` after a connection's first request); the
+    head's size and read time are ``serving/limited_h11.py``'s. hypercorn's ``read_timeout`` stays off: it bounds
+    every receive, also while a long response streams to a silent client."""
     limited_h11.install()
     config = limited_h11.LimitedConfig(limits or HTTPLimits())
     config.bind = [f"{host}:{port}"]
