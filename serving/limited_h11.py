@@ -38,10 +38,9 @@ knowledge) has hypercorn's own limits only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
-
-import math
 
 import h11
 import hypercorn.protocol

@@ -114,7 +114,7 @@ class Transition:
         allowed: dict[enum.Enum, tuple[frozenset[type], ...]] = {}
         for branch in self.branches:
             allowed[branch.target] = (*allowed.get(branch.target, ()), frozenset(branch.effects))
-        object.__setattr__(self, "allowed", allowed)
+        object.__setattr__(self, "allowed", types.MappingProxyType(allowed))
 
 
 def on(state: enum.Enum, event: type, action: Callable[[Any, Any, Any], Goto], *branches: Branch) -> Transition:
