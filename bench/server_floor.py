@@ -9,7 +9,12 @@ engine), interleaved round by round, CPU per request from ``/proc`` (utime + sti
 - ``gateway`` (when the ``bench`` extra is installed): ``bench/gateway.py``, FastAPI + httpx re-rendering the chat
   template each turn, the reference of item 2.
 
-    .venv/bin/python bench/server_floor.py [--rounds 3] [--requests 1600] [--smoke]
+``--trees base=/path/a,this=/path/b`` runs one proxy per source checkout instead (``proxy-base``, ``proxy-this``;
+``servers.start_server(source_tree=)``), each round in turn with the others (the order reversed every other round),
+and prints each tree's CPU over the first's round by round: a before/after of a change under this load in the same
+minutes (the machine's drift between separate runs is larger than most changes).
+
+    .venv/bin/python bench/server_floor.py [--rounds 3] [--requests 1600] [--trees label=path,...] [--smoke]
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import floor_bench  # noqa: E402
 from fixed_upstream import capture  # noqa: E402
-from servers import free_port, start_server, stop_servers, wait_listening  # noqa: E402
+from servers import free_port, source_trees, start_server, stop_servers, wait_listening  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 
@@ -37,6 +42,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1600, help="requests per phase")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=15.0, help="bound of each phase")
+    parser.add_argument("--trees", default="", help="label=path,...: one proxy per source checkout, compared")
     parser.add_argument("--smoke", action="store_true", help="a tiny run (seconds), for the test suite")
     args = parser.parse_args()
     if args.smoke:
@@ -54,13 +60,16 @@ def main() -> None:
         commands = {
             "bare": [py, str(BENCH / "bare_server.py")],
             "bare+client": [py, str(BENCH / "bare_server.py"), "--upstream", url],
-            "proxy": floor_bench.proxy_command(url),
         }
+        trees = {("proxy" if label == "this" and path is None else f"proxy-{label}"): path
+                 for label, path in source_trees(args.trees)}
+        commands.update(dict.fromkeys(trees, floor_bench.proxy_command(url)))
         if floor_bench.HAVE_GATEWAY:
             commands["gateway"] = floor_bench.gateway_command(url)
         for name, argv in commands.items():
             ports[f"{name}-cumulative"] = port = free_port()
-            procs[f"{name}-cumulative"] = start_server([*argv, "--port", str(port)], tmp / f"{name}.log")
+            procs[f"{name}-cumulative"] = start_server([*argv, "--port", str(port)], tmp / f"{name}.log",
+                                                       source_tree=trees.get(name))
         for name, proc in procs.items():
             wait_listening(ports[name], proc, 180)
         pids = {name: proc.pid for name, proc in procs.items()}
@@ -69,7 +78,7 @@ def main() -> None:
 
         async def run() -> None:
             for round_index in range(args.rounds + 1):  # round 0 warms up
-                for name in commands:
+                for name in list(commands)[::-1 if round_index % 2 else 1]:
                     phase = await floor_bench.run_phase(
                         shape, name, ports, pids, clients=args.clients, streams=0, seconds=args.seconds,
                         ns_requests=args.clients * 4 if round_index == 0 else args.requests)
@@ -83,10 +92,15 @@ def main() -> None:
         stop_servers(procs)
     print(f"\n## CPU per non-streaming request (ms, /proc), {args.rounds} interleaved rounds, {args.clients} clients\n")
     print("| process | rounds | median | / proxy |\n|---|---|---:|---:|")
-    proxy = statistics.median(per_request["proxy"])
+    first, *others = trees
+    proxy = statistics.median(per_request[first])
     for name, values in per_request.items():
         median = statistics.median(values)
         print(f"| {name} | {' '.join(f'{v:.3f}' for v in values)} | **{median:.3f}** | {median / proxy:.2f} |")
+    for name in others:  # round by round: both met the same minutes of the machine
+        ratios = [mine / theirs for mine, theirs in zip(per_request[name], per_request[first])]
+        print(f"\n{name} / {first}, round by round: {' '.join(f'{r:.3f}' for r in ratios)}; "
+              f"median **{statistics.median(ratios):.3f}**")
 
 
 if __name__ == "__main__":

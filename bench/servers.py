@@ -48,9 +48,19 @@ def cpu_since(pid: int, before: dict[str, float]) -> float:
     return sum(seconds - before.get(thread, 0.0) for thread, seconds in now.items())
 
 
-def start_server(argv: list[str], log: Path | None = None) -> subprocess.Popen:
-    """Start a server process; its stderr goes to ``log`` (or nowhere)."""
+def source_trees(text: str) -> list[tuple[str, str | None]]:
+    """``--trees`` (``label=path,...``: source checkouts to compare in one run) as (label, path) pairs; an empty
+    text is this checkout alone, ``[("this", None)]``."""
+    return [(label, path) for label, _, path in (item.partition("=") for item in text.split(",") if item)] \
+        or [("this", None)]
+
+
+def start_server(argv: list[str], log: Path | None = None, *, source_tree: str | None = None) -> subprocess.Popen:
+    """Start a server process; its stderr goes to ``log`` (or nowhere). ``source_tree``: a source checkout put first
+    on its PYTHONPATH, so that the installed commands run that checkout's code (a before/after run)."""
     env = dict(os.environ, TRANSFORMERS_VERBOSITY="error")
+    if source_tree:
+        env["PYTHONPATH"] = source_tree
     stderr = log.open("w") if log is not None else subprocess.DEVNULL
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
 

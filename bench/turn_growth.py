@@ -49,7 +49,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import floor_sessions  # noqa: E402
 from loadgen import Connection  # noqa: E402
 from servers import (  # noqa: E402
-    cpu_since, free_port, start_server, stop_servers, thread_cpu_seconds, wait_listening,
+    cpu_since, free_port, source_trees, start_server, stop_servers, thread_cpu_seconds, wait_listening,
 )
 
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
@@ -87,19 +87,10 @@ def start_pair(procs: dict, tmp: Path, answers: list[str], store: str, tree: str
     wait_listening(engine_port, procs["engine"], 120)
     url = f"http://127.0.0.1:{engine_port}"
     store_url = f"sqlite:///{tmp / 'store.db'}" if store == "sqlite" else store
-    saved = os.environ.get("PYTHONPATH")
-    if tree:
-        os.environ["PYTHONPATH"] = tree
-    try:
-        procs["proxy"] = start_server(
-            [str(bin_dir / "dressage-proxy"), "--port", str(proxy_port), "--sglang-router-url", url,
-             "--sglang-worker-urls", url, "--tool-call-parse-backend", "local", "--reasoning-parse-backend", "local",
-             "--store", store_url], tmp / "proxy.log")
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+    procs["proxy"] = start_server(
+        [str(bin_dir / "dressage-proxy"), "--port", str(proxy_port), "--sglang-router-url", url,
+         "--sglang-worker-urls", url, "--tool-call-parse-backend", "local", "--reasoning-parse-backend", "local",
+         "--store", store_url], tmp / "proxy.log", source_tree=tree)
     wait_listening(proxy_port, procs["proxy"], 120)
     return proxy_port
 
@@ -410,7 +401,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=300, help="repeat: requests timed at each length")
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args()
-    trees = [tuple(item.split("=", 1)) for item in args.trees.split(",") if item] or [("this", None)]
+    trees = source_trees(args.trees)
     for name in args.phases.split(","):
         if name == "paired":
             run_paired(args, trees)

@@ -66,9 +66,23 @@ def test_the_in_process_session_memory_bench_counts_every_session_and_token():
 def test_the_server_floor_bench_runs_every_process_of_it():
     # bench/server_floor.py in its smoke size: the bare server, the bare server with the upstream client, the proxy
     # (and the gateway) each answer a phase without errors and get a figure.
-    result = subprocess.run([sys.executable, str(ROOT / "bench" / "server_floor.py"), "--smoke"],
+    # Two source trees (this checkout twice): one proxy each, and their round-by-round ratio.
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "server_floor.py"), "--smoke",
+                             "--trees", f"base={ROOT},this={ROOT}"],
                             capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
     assert result.returncode == 0, f"the server floor smoke failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and "**" in line]
-    expected = {"bare", "bare+client", "proxy"} | ({"gateway"} if HAVE_GATEWAY else set())
+    expected = {"bare", "bare+client", "proxy-base", "proxy-this"} | ({"gateway"} if HAVE_GATEWAY else set())
     assert {row.split("|")[1].strip() for row in rows} == expected
+    assert "proxy-this / proxy-base, round by round:" in result.stdout
+
+
+def test_source_trees_name_the_checkouts_to_compare_or_this_one_alone():
+    # bench/servers.py is a script's module, not a package's: loaded from its file.
+    spec = importlib.util.spec_from_file_location("bench_servers", ROOT / "bench" / "servers.py")
+    assert spec is not None and spec.loader is not None
+    servers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(servers)
+    source_trees = servers.source_trees
+    assert source_trees("") == [("this", None)]
+    assert source_trees("base=/a,this=/b") == [("base", "/a"), ("this", "/b")]
