@@ -402,7 +402,11 @@ def main() -> None:
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args()
     trees = source_trees(args.trees)
-    for name in args.phases.split(","):
+    phases = args.phases.split(",")
+    if {"paired", "repeat"} & set(phases) and args.turns < 11:
+        # both compare a session of 5 turns with one of --turns - 5: the two lengths must differ
+        parser.error(f"--turns {args.turns}: the paired and repeat phases need at least 11 (5 against turns - 5)")
+    for name in phases:
         if name == "paired":
             run_paired(args, trees)
             continue
