@@ -13,7 +13,7 @@ answer:
   starts at a head's first byte, stops when the head is complete, and answers 408 and closes when it fires.
 
 And one fix the refusals need: a connection's own events (closing it, arming its keep-alive timer) are sent
-shielded from the app task's cancellation (:func:`_shield_connection_events`), else a ``Connection: close`` answer
+shielded from the app task's cancellation (:meth:`LimitedH11Protocol._send`), else a ``Connection: close`` answer
 leaves the socket open and a used keep-alive connection never times out.
 
 Two savings on every exchange, same behaviour (issue 21 item 2, measured in docs/benchmarks.md, "The connection's
@@ -39,7 +39,6 @@ knowledge) has hypercorn's own limits only.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import h11
@@ -80,7 +79,7 @@ class LimitedH11Protocol(H11Protocol):
         self._held_head = b""
         if self._limits is not None:
             self._connection_send = self.send
-            self.send = _shield_connection_events(self._send_with_own_idle_timer)
+            self.send = self._send
 
     async def handle(self, event: Event) -> None:
         if isinstance(event, Closed):
@@ -113,9 +112,26 @@ class LimitedH11Protocol(H11Protocol):
             return
         await super()._create_stream(request)
 
-    async def _send_with_own_idle_timer(self, event: Event) -> None:
-        """The connection's ``send``, keeping hypercorn's keep-alive timer events (``Updated``) to this connection's
-        one watcher once hypercorn's first timer is stopped (module docstring)."""
+    async def _send(self, event: Event) -> None:
+        """The connection's ``send``: bytes straight to the socket (hypercorn shields its data sends itself); the
+        connection's own events (closing it, the keep-alive timer's) shielded from cancellation.
+
+        Both are sent from inside the app's task at the end of an exchange: hypercorn's ``_maybe_recycle`` first
+        tells the app the exchange is over (``http.disconnect``), on which quart-trio cancels the app's nursery, and
+        then, from that same, now cancelled, task, closes the socket (a response with ``Connection: close``, as
+        every refusal here has) or arms the keep-alive timer (``Updated(idle=True)``). Cut at its first checkpoint,
+        the close would leave the socket open, and a client waiting for the end of the answer would wait forever;
+        the timer would never start, and an idle keep-alive connection would never be closed. Shielded, both run
+        to their end; neither can block (a socket shutdown and close; moving a deadline or starting a task)."""
+        if isinstance(event, RawData):
+            await self._connection_send(event)
+            return
+        with trio.CancelScope(shield=True):
+            await self._connection_event(event)
+
+    async def _connection_event(self, event: Event) -> None:
+        """A connection event: hypercorn's keep-alive timer events (``Updated``) go to this connection's one
+        watcher once hypercorn's first timer is stopped (module docstring); anything else to the socket side."""
         if not isinstance(event, Updated):
             await self._connection_send(event)
         elif not event.idle:  # a request head arrived
@@ -235,26 +251,3 @@ def _head_size(request: h11.Request) -> int:
     for name, value in request.headers.raw_items():
         size += len(name) + len(value) + 4
     return size
-
-
-def _shield_connection_events(send: Callable[[Event], Awaitable[None]]) -> Callable[[Event], Awaitable[None]]:
-    """``send`` with the connection's own events (closing it, arming its keep-alive timer) shielded from
-    cancellation.
-
-    Both are sent from inside the app's task at the end of an exchange: hypercorn's ``_maybe_recycle`` first tells
-    the app the exchange is over (``http.disconnect``), on which quart-trio cancels the app's nursery, and then,
-    from that same, now cancelled, task, closes the socket (a response with ``Connection: close``, as every
-    refusal here has) or restarts the keep-alive timer (``Updated(idle=True)``). Cut at its first checkpoint, the
-    close leaves the socket open, and a client waiting for the end of the answer waits forever; the timer task
-    is cancelled as it starts, and an idle keep-alive connection is never closed. Shielded, both run to their
-    end; neither can block (a socket shutdown and close; starting a task). hypercorn shields its data sends
-    itself."""
-
-    async def send_shielded(event: Event) -> None:
-        if isinstance(event, RawData):
-            await send(event)
-        else:
-            with trio.CancelScope(shield=True):
-                await send(event)
-
-    return send_shielded
