@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from .determinism import prompt_logprob, stable_hash
+from .determinism import as_float32, prompt_logprob, stable_hash
 from .request_state import RequestState
 from .routed_experts import encode_routed_experts
 from .scheduler import Engine
@@ -29,7 +29,7 @@ def _alternatives(engine: Engine, position: int, token_id: int, logprob: float, 
     while len(pairs) < count:
         alt = stable_hash("alt", engine.config.seed, position, token_id, k) % vocab
         if alt != token_id and all(alt != other for _, other in pairs):
-            pairs.append((round(logprob - 0.5 * len(pairs) - 0.05, 6), alt))
+            pairs.append((as_float32(round(logprob - 0.5 * len(pairs) - 0.05, 6)), alt))
         k += 1
     return pairs
 
@@ -71,8 +71,8 @@ def _logprob_lists(engine: Engine, state: RequestState, start: int, end: int) ->
 
         def row(position: int, sampled: int, sampled_lp: float) -> list[list[Any]]:
             return [
-                _triple(engine, sampled_lp if t == sampled else -round(
-                    sampled_lp * -1 + 1 + (stable_hash("tid", seed, position, t) % 1000) / 100, 6), t, with_text)
+                _triple(engine, sampled_lp if t == sampled else as_float32(-round(
+                    sampled_lp * -1 + 1 + (stable_hash("tid", seed, position, t) % 1000) / 100, 6)), t, with_text)
                 for t in wanted
             ]
 

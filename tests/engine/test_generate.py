@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from array import array
 from functools import partial
 
 import httpx
@@ -229,6 +230,20 @@ async def test_prompt_logprobs_and_top_logprobs(client: httpx.AsyncClient, engin
     later = (await client.post("/generate", json={
         "input_ids": ids, "return_logprob": True, "logprob_start_len": 5})).json()["meta_info"]
     assert [t[1] for t in later["input_token_logprobs"]] == ids[5:]
+
+
+async def test_every_logprob_is_a_float32_value_as_sglangs_are(client: httpx.AsyncClient, engine: EngineHandle) -> None:
+    """SGLang's logprobs are float32 tensors turned into lists: each value survives a float32 round trip, which is
+    what lets a client store them in 4 bytes (``proxy/trajectory/tokens.py:exact_logprobs``). The engine's too:
+    output, prompt, top and requested-id logprobs."""
+    ids = engine.engine.tokenizer.encode(CHAT_PROMPT)
+    meta = (await client.post("/generate", json={
+        "input_ids": ids, "return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": 3,
+        "token_ids_logprob": [ids[0]]})).json()["meta_info"]
+    values = [t[0] for t in meta["output_token_logprobs"] + meta["input_token_logprobs"][1:]]
+    values += [t[0] for top in meta["output_top_logprobs"] + meta["output_token_ids_logprobs"] for t in top]
+    assert len(values) > 3 * len(meta["output_token_logprobs"])
+    assert array("f", values).tolist() == values
 
 
 async def test_logprob_start_len_past_prompt_aborts(client: httpx.AsyncClient, engine: EngineHandle) -> None:
