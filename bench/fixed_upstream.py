@@ -37,6 +37,8 @@ INFO_PATHS = ("/server_info", "/get_server_info", "/model_info", "/get_model_inf
 PROMPT = [151644, 872, 198, 13048, 151645, 198, 151644, 77091, 198]
 #: the 8-token answer: seven text tokens and ``<|im_end|>`` (finish ``stop``)
 SHORT_ANSWER = "The value found is forty-two."
+#: one Qwen3 token (a long non-streaming answer's words; ``capture`` checks every answer's token count)
+LONG_ANSWER_WORD = " more"
 
 _STREAM = re.compile(rb'"stream":\s*(true|false)')
 _MAX_NEW = re.compile(rb'"max_new_tokens":\s*(\d+)')
@@ -46,9 +48,19 @@ _MAX_NEW = re.compile(rb'"max_new_tokens":\s*(\d+)')
 
 
 def _script(short_output: str) -> list[dict[str, Any]]:
-    """One script entry per captured answer, keyed by its routing key (long answers: filler to the length)."""
-    return [{"session": f"{'s' if stream else 'ns'}{tokens}", "output": short_output if tokens == 8 else "Filler",
-             "eos": tokens == 8} for stream, tokens in ANSWERS]
+    """One script entry per captured answer, keyed by its routing key. Streams: "Filler" and the engine's filler text
+    to the length. Non-streaming answers end their turn: their last token is ``<|im_end|>`` (SGLang reports
+    ``length`` all the same when that token is the ``max_new_tokens``-th), so the memory phases' sessions go on by
+    TITO as an agent's conversation does; a long one is "Filler" (two tokens) and one-token words up to the end
+    token. (A turn cut short of its end token starts a new segment with a full encode, spec 5.4: with such answers
+    every turn of those sessions stored its whole prompt again.)"""
+    def output(stream: bool, tokens: int) -> str:
+        if tokens == 8:
+            return short_output
+        return "Filler" if stream else "Filler" + LONG_ANSWER_WORD * (tokens - 3)
+
+    return [{"session": f"{'s' if stream else 'ns'}{tokens}", "output": output(stream, tokens),
+             "eos": tokens == 8 or not stream} for stream, tokens in ANSWERS]
 
 
 async def _capture_mode(incremental: bool, tokenizer_path: Path) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -86,3 +87,25 @@ def test_source_trees_name_the_checkouts_to_compare_or_this_one_alone():
     source_trees = servers.source_trees
     assert source_trees("") == [("this", None)]
     assert source_trees("base=/a,this=/b") == [("base", "/a"), ("this", "/b")]
+
+
+def test_the_floors_non_streaming_answers_end_their_turn_with_float32_logprobs(tmp_path: Path):
+    """The memory phases' sessions must go on by TITO (each turn's answer ends with ``<|im_end|>``: a turn cut
+    short starts a new segment that stores its whole prompt again, spec 5.4) and carry logprobs as SGLang's are
+    (float32 values, stored in 4 bytes): otherwise the bench's bytes per token measure neither."""
+    answers = tmp_path / "answers.json"
+    # the bench's scripts run with their folder on sys.path (as ./dev bench runs them): a process of its own
+    script = ("import sys; from pathlib import Path; sys.path.insert(0, 'bench'); from fixed_upstream import capture; "
+              "capture(Path(sys.argv[1]))")
+    result = subprocess.run([sys.executable, "-c", script, str(answers)], capture_output=True, text=True,
+                            timeout=600, cwd=ROOT, check=False)
+    assert result.returncode == 0, f"the capture failed:\n{result.stderr[-3000:]}"
+    captured = json.loads(answers.read_text())
+    end_of_turn = 151645  # Qwen3's <|im_end|>
+    for mode in ("cumulative", "incremental"):
+        for key in ("ns8", "ns1024"):
+            meta = json.loads(captured[mode]["generate"][key])["meta_info"]
+            triples = meta["output_token_logprobs"]
+            assert len(triples) == int(key[2:]) and triples[-1][1] == end_of_turn, (mode, key)
+            values = [t[0] for t in triples]
+            assert array("f", values).tolist() == values, (mode, key)
