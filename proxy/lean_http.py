@@ -17,7 +17,9 @@ What the lean path keeps of quart's, so that both answer alike (``tests/e2e/test
   413 for a ``Content-Length`` or a chunked body over ``--max-body-bytes``, 408 past ``--body-read-timeout``, both
   with ``Connection: close``);
 - the route's rule in the scope for the metric and access line (``proxy/observability/exchanges.py``);
-- a client that disconnects cancels the handler (quart-trio's disconnect watcher: one task here, not two);
+- a client that disconnects cancels the handler: under the proxy's server the connection cancels the request's
+  scope (``serving/limited_h11.py:CLIENT_GONE_KEY``, no task); under another, quart-trio's disconnect watcher (one
+  task here, not two);
 - every exception is answered through the app's one mapping (``proxy/api/error_mapping.py:api_error_for``);
 - a streaming body is closed (``aclose``) however the exchange ends, as quart closes the body it sent.
 
@@ -39,8 +41,9 @@ from proxy.api import ApiError
 from proxy.api.error_mapping import api_error_for
 from proxy.asgi_wrapper import HttpExchangeWrapper
 from proxy.observability.exchanges import ROUTE_KEY
-from serving.http_server import LIMITS_KEY, body_refusal_parts
 from serving.http_limits import HTTPLimits
+from serving.http_server import LIMITS_KEY, body_refusal_parts
+from serving.limited_h11 import CLIENT_GONE_KEY
 
 #: where an app keeps its lean routes: (method, path) -> (rule, handler)
 LEAN_ROUTES_KEY = "dressage_lean_routes"
@@ -134,14 +137,16 @@ class LeanRoutes(HttpExchangeWrapper):
         body = await self._read_body(receive, send, self._config[LIMITS_KEY], headers)
         if body is None:
             return
+        client_gone = scope.get(CLIENT_GONE_KEY)
+        if client_gone is not None:
+            # The connection cancels this scope when its client leaves (serving/limited_h11.py): no watcher task.
+            with client_gone:
+                await _answer(handler, headers, body, scope, send)
+            return
         async with trio.open_nursery() as nursery:
-            # quart-trio's disconnect watcher: a client that leaves cancels the handler (and a stream's body)
+            # Under another server, quart-trio's way: a task that reads the disconnect and cancels the handler.
             nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-            try:
-                answer = await handler(headers, body, scope)
-            except Exception as error:  # every error through the app's one mapping, as quart's handler does
-                answer = error_answer(api_error_for(error))
-            await _send_answer(send, answer)
+            await _answer(handler, headers, body, scope, send)
             nursery.cancel_scope.cancel()
 
     @staticmethod
@@ -155,9 +160,13 @@ class LeanRoutes(HttpExchangeWrapper):
         chunks: list[bytes] = []
         size = 0
         timeout = limits.body_read_timeout
+        queued = _queued_messages(receive)
         with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
             while True:
-                message = await receive()
+                try:
+                    message = queued()
+                except trio.WouldBlock:
+                    message = await receive()
                 if message["type"] != "http.request":
                     return None  # http.disconnect: nobody to answer
                 chunk = message.get("body", b"")
@@ -177,6 +186,30 @@ class LeanRoutes(HttpExchangeWrapper):
 def _refusal(kind: str, limits: HTTPLimits) -> Answer:
     status, body, headers = body_refusal_parts(kind, limits)
     return Answer(status, "application/json", body, headers)
+
+
+async def _answer(handler: Handler, headers: ScopeHeaders, body: bytes, scope: MutableMapping[str, Any],
+                  send: Any) -> None:
+    """Run the route's handler and send its answer (a stream's body too); a client that leaves cancels it."""
+    try:
+        answer = await handler(headers, body, scope)
+    except Exception as error:  # every error through the app's one mapping, as quart's handler does
+        answer = error_answer(api_error_for(error))
+    await _send_answer(send, answer)
+
+
+def _no_message() -> dict[str, Any]:
+    raise trio.WouldBlock
+
+
+def _queued_messages(receive: Any) -> Callable[[], dict[str, Any]]:
+    """What takes a message the server already queued without waiting (``trio.WouldBlock`` when none is queued).
+
+    hypercorn's ``receive`` is a memory channel's ``receive``, and a request's body is queued before its app runs:
+    its ``receive_nowait`` takes it without the checkpoint ``receive`` adds (a task step each; two a request, issue
+    21 item 2). Any other ``receive`` is awaited as it is."""
+    channel = getattr(receive, "__self__", None)
+    return channel.receive_nowait if isinstance(channel, trio.MemoryReceiveChannel) else _no_message
 
 
 async def _cancel_on_disconnect(receive: Any, cancel_scope: trio.CancelScope) -> None:

@@ -25,6 +25,11 @@ own work"):
   whose cancel scope's deadline moves: infinite while a request is in progress, ``keep_alive_timeout`` after an
   answer. It closes the connection as hypercorn's timer did: idle past the timeout, or idle when the server shuts
   down. (hypercorn's own timer still covers a connection until its first request.)
+- **The app hears a client leave without a task of its own.** An ASGI app learns of it from an
+  ``http.disconnect`` message, so an app that waits for something else (a generation) needs a second task reading
+  its messages. Here each request's scope carries a ``trio.CancelScope`` (:data:`CLIENT_GONE_KEY`) that the
+  connection cancels when it closes before the answer is complete, exactly when hypercorn sends the app
+  ``http.disconnect``; an app that runs inside that scope is cancelled then (``proxy/lean_http.py``).
 - **A head and its body in one write.** hypercorn writes a response's head, its body and its (empty) end each on
   its own; the head of a response with a ``Content-Length`` (a whole body, sent right after it) is held and written
   with the body. A streamed answer (no length) still sends its head at once: a client sees it before the first
@@ -52,6 +57,10 @@ from hypercorn.trio.worker_context import TrioSingleTask
 from serving.http_limits import HEADERS_TOO_LARGE, MALFORMED, TIMEOUT, HTTPLimits
 
 
+#: the scope key of a request's "client gone" cancel scope (module docstring); absent under any other server
+CLIENT_GONE_KEY = "dressage.client_gone"
+
+
 class LimitedConfig(HypercornConfig):
     """hypercorn's config and the :class:`HTTPLimits` its connections apply."""
 
@@ -77,6 +86,8 @@ class LimitedH11Protocol(H11Protocol):
         self._first_timer_stopped = False
         self._closed = False
         self._held_head = b""
+        # The current request's "client gone" scope (module docstring), None before the first request.
+        self._client_gone: trio.CancelScope | None = None
         if self._limits is not None:
             self._connection_send = self.send
             self.send = self._send
@@ -84,6 +95,8 @@ class LimitedH11Protocol(H11Protocol):
     async def handle(self, event: Event) -> None:
         if isinstance(event, Closed):
             self._closed = True
+            if self.stream is not None and self._client_gone is not None:
+                self._client_gone.cancel()  # gone before its answer was complete (hypercorn's http.disconnect)
             if self._idle_scope is not None:
                 self._idle_scope.cancel()  # the watcher ends now, not at its deadline
             await self._stop_head_timer()
@@ -111,6 +124,9 @@ class LimitedH11Protocol(H11Protocol):
             await self.send(Closed())
             return
         await super()._create_stream(request)
+        scope = getattr(self.stream, "scope", None)  # an HTTP stream's scope, the dict its app got (not started yet)
+        if self._limits is not None and isinstance(scope, dict):
+            self._client_gone = scope[CLIENT_GONE_KEY] = trio.CancelScope()
 
     async def _send(self, event: Event) -> None:
         """The connection's ``send``: bytes straight to the socket (hypercorn shields its data sends itself); the

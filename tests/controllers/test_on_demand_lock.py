@@ -71,3 +71,23 @@ async def test_release_by_another_task_or_unheld_is_refused():
         nursery.start_soon(other)
     lock.release()
     assert lock._lock is None
+
+
+async def test_a_free_lock_is_taken_without_a_checkpoint_a_held_one_is_awaited():
+    """A free lock costs no task step (issue 21 item 2); a contended acquire still waits and checkpoints."""
+    lock = OnDemandLock()
+    with trio.testing.assert_no_checkpoints():
+        await lock.acquire()
+    got: list[str] = []
+
+    async def second() -> None:
+        with trio.testing.assert_checkpoints():
+            async with lock:
+                got.append("second")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(second)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []
+        lock.release()
+    assert got == ["second"] and lock._lock is None

@@ -20,7 +20,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 
 from serving.http_limits import HTTPLimits
-from serving.limited_h11 import LimitedConfig, LimitedH11Protocol
+from serving.limited_h11 import CLIENT_GONE_KEY, LimitedConfig, LimitedH11Protocol
 
 KEEP_ALIVE = 10.0
 GET = b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
@@ -135,3 +135,30 @@ async def test_an_idle_connection_closes_at_shutdown_and_a_busy_one_after_its_an
         release.set()
         await trio.testing.wait_all_tasks_blocked()
         assert len(busy.writes()) == 2 and busy.closed()
+
+
+async def test_a_client_that_leaves_before_its_answer_cancels_the_requests_scope_and_only_then(autojump_clock) -> None:
+    """The app hears a client leave through the scope's CLIENT_GONE_KEY cancel scope, with no task of its own: the
+    connection cancels it when it closes before the answer is complete, never after a complete answer."""
+    ended: list[str] = []
+
+    async def waits(scope: Any, receive: Any, send: Any) -> None:
+        with scope[CLIENT_GONE_KEY]:
+            if scope["path"] == "/slow":
+                await trio.sleep_forever()
+            await whole_answer(scope, receive, send)
+            await trio.sleep(1)  # still running after its complete answer
+        ended.append(scope["path"])
+
+    async with TaskGroup() as task_group:
+        answered = Connection(waits, task_group, WorkerContext(None))
+        await answered.request()
+        await answered.protocol.handle(Closed())  # the client leaves after its answer
+        slow = Connection(waits, task_group, WorkerContext(None))
+        await slow.request(GET.replace(b"/x", b"/slow"))
+        assert ended == [] and slow.writes() == []
+        await slow.protocol.handle(Closed())  # the client leaves while its request waits
+        await trio.testing.wait_all_tasks_blocked()
+        assert ended == ["/slow"]
+        await trio.sleep(2)
+        assert ended == ["/slow", "/x"] and len(answered.writes()) == 1
