@@ -16,7 +16,7 @@ And one fix the refusals need: a connection's own events (closing it, arming its
 shielded from the app task's cancellation (:meth:`LimitedH11Protocol._send`), else a ``Connection: close`` answer
 leaves the socket open and a used keep-alive connection never times out.
 
-Two savings on every exchange, same behaviour (issue 21 item 2, measured in docs/benchmarks.md, "The connection's
+Four savings on every exchange, same behaviour (issue 21 item 2, measured in docs/benchmarks.md, "The connection's
 own work"):
 
 - **One keep-alive timer a connection, not one a request.** hypercorn stops its timer task when a request arrives
@@ -30,6 +30,10 @@ own work"):
   its messages. Here each request's scope carries a ``trio.CancelScope`` (:data:`CLIENT_GONE_KEY`) that the
   connection cancels when it closes before the answer is complete, exactly when hypercorn sends the app
   ``http.disconnect``; an app that runs inside that scope is cancelled then (``proxy/lean_http.py``).
+- **A write the socket takes at once costs no task step.** hypercorn's send takes a lock and writes through trio's
+  stream: two checkpoints a write, even when the kernel takes every byte. Here, when nobody else is sending, the
+  bytes go to the non-blocking socket in one ``os.write`` (:meth:`LimitedH11Protocol._idle_socket`); only what it
+  does not take goes through hypercorn's send, which waits for room and handles a broken connection as before.
 - **A head and its body in one write.** hypercorn writes a response's head, its body and its (empty) end each on
   its own; the head of a response with a ``Content-Length`` (a whole body, sent right after it) is held and written
   with the body. A streamed answer (no length) still sends its head at once: a client sees it before the first
@@ -44,6 +48,7 @@ knowledge) has hypercorn's own limits only.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import h11
@@ -88,9 +93,16 @@ class LimitedH11Protocol(H11Protocol):
         self._held_head = b""
         # The current request's "client gone" scope (module docstring), None before the first request.
         self._client_gone: trio.CancelScope | None = None
+        # hypercorn's send lock and the socket it guards, for the direct write (:meth:`_idle_socket`)
+        self._direct: tuple[trio.Lock, Any] | None = None
         if self._limits is not None:
             self._connection_send = self.send
             self.send = self._send
+            server = getattr(self._connection_send, "__self__", None)
+            lock = getattr(server, "send_lock", None)
+            socket = getattr(getattr(server, "stream", None), "socket", None)
+            if isinstance(lock, trio.Lock) and socket is not None:
+                self._direct = (lock, socket)
 
     async def handle(self, event: Event) -> None:
         if isinstance(event, Closed):
@@ -140,10 +152,33 @@ class LimitedH11Protocol(H11Protocol):
         the timer would never start, and an idle keep-alive connection would never be closed. Shielded, both run
         to their end; neither can block (a socket shutdown and close; moving a deadline or starting a task)."""
         if isinstance(event, RawData):
+            data = event.data
+            socket = self._idle_socket()
+            if socket is not None:
+                try:
+                    sent = os.write(socket.fileno(), data)
+                except OSError:  # would block, or broken: hypercorn's send below waits, or meets the error
+                    sent = 0
+                if sent == len(data):
+                    return
+                event = RawData(data[sent:])
             await self._connection_send(event)
             return
         with trio.CancelScope(shield=True):
             await self._connection_event(event)
+
+    def _idle_socket(self) -> Any:
+        """The connection's socket when nobody is sending on it, else None (hypercorn's send then orders the bytes).
+
+        hypercorn's ``TCPServer.protocol_send`` takes a lock and sends through trio's stream, two checkpoints (task
+        steps) for every write, each answer and each streamed chunk, even when the kernel takes the bytes at once
+        (issue 21 item 2). A write here is one ``os.write`` on the non-blocking socket, synchronous, so nothing can
+        interleave with it; whatever the kernel does not take at once goes through hypercorn's send. None as well
+        when the socket side is not hypercorn's ``TCPServer`` (a test's recorder)."""
+        direct = self._direct
+        if direct is None or direct[0].locked():
+            return None
+        return direct[1]
 
     async def _connection_event(self, event: Event) -> None:
         """A connection event: hypercorn's keep-alive timer events (``Updated``) go to this connection's one

@@ -15,6 +15,7 @@ cases.
 
 from __future__ import annotations
 
+import os
 import ssl
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -147,15 +148,27 @@ class Connection:
         if scope.cancelled_caught:
             raise trio.TooSlowError
 
+    # The plain path writes and reads the (non-blocking) socket's descriptor itself and waits only when the kernel
+    # says it would block: trio's ``send``/``recv`` checkpoint even when they did not wait, a task step each, two a
+    # request (issue 21 item 2). A wait is trio's (cancellable; a socket closed under it raises
+    # ClosedResourceError); a read or write after ``close`` meets the closed descriptor (-1) and raises OSError.
+
     async def _send_all(self, data: bytes) -> None:
-        sent = await self.sock.send(data)
+        try:
+            sent = os.write(self.sock.fileno(), data)
+        except BlockingIOError:
+            sent = 0
         if sent < len(data):  # only bodies larger than the socket buffer
             with memoryview(data) as view:
                 while sent < len(data):
                     sent += await self.sock.send(view[sent:])
 
     async def _receive_some(self) -> bytes:
-        return await self.sock.recv(RECEIVE_SIZE)
+        while True:
+            try:
+                return os.read(self.sock.fileno(), RECEIVE_SIZE)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self.sock)
 
     async def receive(self, timeout: float | None) -> None:
         """One receive into h11 (an empty read tells h11 the peer closed). ``timeout`` bounds this receive."""

@@ -162,3 +162,52 @@ async def test_a_client_that_leaves_before_its_answer_cancels_the_requests_scope
         assert ended == ["/slow"]
         await trio.sleep(2)
         assert ended == ["/slow", "/x"] and len(answered.writes()) == 1
+
+
+class SocketSide:
+    """hypercorn's ``TCPServer`` as the protocol sees it (``send_lock``, ``stream.socket``, ``protocol_send``) over a
+    real socket pair; records what reached ``protocol_send``."""
+
+    def __init__(self) -> None:
+        self.socket, self.peer = trio.socket.socketpair()
+        self.stream = trio.SocketStream(self.socket)
+        self.send_lock = trio.Lock()
+        self.sent: list[Any] = []
+
+    async def protocol_send(self, event: Any) -> None:
+        self.sent.append(event)
+        if isinstance(event, RawData):
+            async with self.send_lock:
+                await self.stream.send_all(event.data)
+
+
+async def test_bytes_the_socket_takes_at_once_are_written_without_a_checkpoint_else_through_hypercorns_send() -> None:
+    side = SocketSide()
+    async with TaskGroup() as task_group:
+        protocol = LimitedH11Protocol(
+            ASGIWrapper(whole_answer), LimitedConfig(HTTPLimits()), WorkerContext(None), task_group,
+            ConnectionState({}), False, ("127.0.0.1", 1), ("127.0.0.1", 2), side.protocol_send,
+        )
+        with trio.testing.assert_no_checkpoints():
+            await protocol._send(RawData(b"answer"))
+        assert side.sent == [] and await side.peer.recv(100) == b"answer"
+        async with trio.open_nursery() as nursery:
+            async with side.send_lock:  # somebody is sending: the bytes wait their turn in hypercorn's send
+                nursery.start_soon(protocol._send, RawData(b"later"))
+                await trio.testing.wait_all_tasks_blocked()
+                assert [event.data for event in side.sent] == [b"later"]
+        assert await side.peer.recv(100) == b"later"
+        big = b"x" * (4 << 20)  # more than the socket takes at once: the rest through hypercorn's send
+        received = 0
+
+        async def drain() -> None:
+            nonlocal received
+            while received < len(big):
+                received += len(await side.peer.recv(1 << 16))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain)
+            await protocol._send(RawData(big))
+        assert received == len(big) and len(side.sent) == 2 and 0 < len(side.sent[1].data) < len(big)
+    side.socket.close()
+    side.peer.close()
