@@ -110,13 +110,15 @@ def runs(draw: st.DrawFn) -> Run:
     return Run(budget, tuple(ops))
 
 
-async def record_run(tokenizer_path: Path, run: Run, *, workers: bool) -> list[MachineTrace]:
+async def record_run(tokenizer_path: Path, run: Run, *, workers: bool, encode_off_loop: bool = False
+                     ) -> list[MachineTrace]:
     """Run the real stack on ``run`` (partial rollout on), every machine observed; the traces of its machines."""
     recorder = Recorder()
     token = OBSERVER.set(recorder)
     try:
         await run_scenario(tokenizer_path, list(run.ops), partial_rollout=True, workers=workers,
-                           check=lambda scenario: None, scenario=ConformanceScenario)
+                           check=lambda scenario: None, scenario=ConformanceScenario,
+                           encode_off_loop=encode_off_loop)
     finally:
         OBSERVER.reset(token)
     return recorder.traces()

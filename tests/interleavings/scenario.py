@@ -326,10 +326,11 @@ def _sse_payloads(raw: bytes) -> list[Any]:
 
 async def run_scenario(
     tokenizer_path: Path, ops: list[Any], *, partial_rollout: bool, workers: bool, check: Any,
-    scenario: type[Scenario] = Scenario,
+    scenario: type[Scenario] = Scenario, encode_off_loop: bool = False,
 ) -> Scenario:
     """Serve the stack, run ``ops`` in a ``scenario`` (a subclass may choose the conversations), call
-    ``check(scenario)`` while the stack is still up, then tear it down."""
+    ``check(scenario)`` while the stack is still up, then tear it down. ``encode_off_loop``: every encode runs in a
+    worker thread, as a long prompt's does (the request's task waits for it, and may be cancelled meanwhile)."""
     async with trio.open_nursery() as nursery:
         handle = await nursery.start(serve_engine, EngineConfig(
             port=0, tokenizer_path=tokenizer_path, token_rate=TOKEN_RATE, weight_version="v0",
@@ -342,6 +343,8 @@ async def run_scenario(
         )
         async with SGLangClient(handle.url, config.sglang_worker_urls) as real:
             services = ProxyServices.build(config, real)
+            if encode_off_loop:
+                services.sessions.config = attrs.evolve(services.sessions.config, thread_encode_chars=0)
             upstream = RecordingUpstream(real, services.gate)
             controller = GenerationController(
                 config, services.sessions, upstream, services.parser, services.tokenizer, services.gate,
