@@ -174,7 +174,8 @@ class LimitedH11Protocol(H11Protocol):
         steps) for every write, each answer and each streamed chunk, even when the kernel takes the bytes at once
         (issue 21 item 2). A write here is one ``os.write`` on the non-blocking socket, synchronous, so nothing can
         interleave with it; whatever the kernel does not take at once goes through hypercorn's send. None as well
-        when the socket side is not hypercorn's ``TCPServer`` (a test's recorder)."""
+        when the socket side is not hypercorn's ``TCPServer`` over a plain socket (a test's recorder; a TLS stream
+        has no ``socket``: its bytes must go through the TLS layer)."""
         direct = self._direct
         if direct is None or direct[0].locked():
             return None
