@@ -162,7 +162,7 @@ class CommitRejected:
 
 @attrs.frozen
 class ClientDisconnected:
-    """The client went away (the disconnect watcher fired)."""
+    """The client went away: its connection closed before the answer was complete."""
 
 
 @attrs.frozen
