@@ -37,6 +37,7 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from proxy import channel_steps
 from proxy.api import ApiError
 from proxy.api.error_mapping import api_error_for
 from proxy.asgi_wrapper import HttpExchangeWrapper
@@ -160,13 +161,10 @@ class LeanRoutes(HttpExchangeWrapper):
         chunks: list[bytes] = []
         size = 0
         timeout = limits.body_read_timeout
-        queued = _queued_messages(receive)
+        channel = _server_channel(receive)
         with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
             while True:
-                try:
-                    message = queued()
-                except trio.WouldBlock:
-                    message = await receive()
+                message = await (channel_steps.receive(channel) if channel is not None else receive())
                 if message["type"] != "http.request":
                     return None  # http.disconnect: nobody to answer
                 chunk = message.get("body", b"")
@@ -198,18 +196,14 @@ async def _answer(handler: Handler, headers: ScopeHeaders, body: bytes, scope: M
     await _send_answer(send, answer)
 
 
-def _no_message() -> dict[str, Any]:
-    raise trio.WouldBlock
+def _server_channel(receive: Any) -> trio.MemoryReceiveChannel[Any] | None:
+    """The memory channel behind hypercorn's ``receive`` (a channel's bound ``receive``), else None.
 
-
-def _queued_messages(receive: Any) -> Callable[[], dict[str, Any]]:
-    """What takes a message the server already queued without waiting (``trio.WouldBlock`` when none is queued).
-
-    hypercorn's ``receive`` is a memory channel's ``receive``, and a request's body is queued before its app runs:
-    its ``receive_nowait`` takes it without the checkpoint ``receive`` adds (a task step each; two a request, issue
-    21 item 2). Any other ``receive`` is awaited as it is."""
+    A request's body is queued before its app runs: taken from the channel without the checkpoint ``receive`` adds
+    (``proxy/channel_steps.py``; a task step each, two a request, issue 21 item 2). Any other ``receive`` is awaited
+    as it is."""
     channel = getattr(receive, "__self__", None)
-    return channel.receive_nowait if isinstance(channel, trio.MemoryReceiveChannel) else _no_message
+    return channel if isinstance(channel, trio.MemoryReceiveChannel) else None
 
 
 async def _cancel_on_disconnect(receive: Any, cancel_scope: trio.CancelScope) -> None:

@@ -33,7 +33,7 @@ tokens of a try a restart discards ends with a ``generation_restarted`` SSE erro
 proxy's shutdown (:meth:`Generation.shut_down`, once ``--shutdown-grace`` ran out) ends a generation on the
 client-left path too, answering ``shutting_down`` instead of nobody.
 
-At about 560 lines this module is a little over the house's ~500: every effect lands here, and the effects' session
+At about 600 lines this module is over the house's ~500: every effect lands here, and the effects' session
 side (prepare, commit) stays with their dispatch rather than in a fourth class of a few dozen lines.
 """
 
@@ -49,6 +49,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from proxy import channel_steps
 from proxy.api import ApiError, ChatCompletionRequest
 from proxy.api.error_mapping import api_error_for
 from proxy.api.errors import ErrorCode
@@ -413,13 +414,7 @@ class Generation:
         await self._flush_while_idle()
         while True:
             if self._wait_began is None:
-                try:
-                    # Queued work is taken without the checkpoint ``receive`` adds (a task step each, four a request:
-                    # issue 21 item 2). The loop still waits, and sees a cancellation, whenever nothing is queued:
-                    # every item comes from another task or from this one's own step.
-                    return self._work_recv.receive_nowait()
-                except trio.WouldBlock:
-                    return await self._work_recv.receive()
+                return await channel_steps.receive(self._work_recv)  # queued work: no task step (4 a request)
             deadline = self._wait_began + self.host.config.pause_wait_timeout
             with trio.move_on_at(deadline):
                 return await self._work_recv.receive()

@@ -22,6 +22,7 @@ from typing import Any
 
 import trio
 
+from proxy import channel_steps
 from proxy.api import ApiError
 
 #: items in the channel (each: everything one token produced); a slow client blocks the driver after this many
@@ -60,7 +61,7 @@ class ResponseChannel:
                 if count > 1:
                     item = b"".join(pending[index] for index in range(count))
             try:
-                await _send(self._send, item)
+                await channel_steps.send(self._send, item)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self.closed = True
                 pending.clear()
@@ -74,7 +75,7 @@ class ResponseChannel:
         if self.closed:
             return
         try:
-            await _send(self._send, item)
+            await channel_steps.send(self._send, item)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.closed = True
 
@@ -132,15 +133,6 @@ class ResponseChannel:
         finally:
             if not complete:
                 on_gone()
-
-
-async def _send(channel: trio.MemorySendChannel[Any], item: Any) -> None:
-    """``channel.send(item)``, without its checkpoint when the item fits at once (a waiting reader or buffer room):
-    a task step saved per answer (issue 21 item 2). A full channel still blocks, and sees a cancellation, as before."""
-    try:
-        channel.send_nowait(item)
-    except trio.WouldBlock:
-        await channel.send(item)
 
 
 __all__ = ["OUTPUT_BUFFER", "ResponseChannel"]
