@@ -25,6 +25,8 @@ import httpx
 import openai
 import pytest
 
+from proxy.cli import YOUNG_COLLECTION_THRESHOLD
+
 EXE = Path(sys.executable).parent / "dressage-proxy"
 #: a hang guard, not a performance bound: loading the tokenizer and the engine takes seconds, more under load
 START_BOUND = 180.0
@@ -281,6 +283,8 @@ def test_the_start_up_heap_is_frozen_once_the_process_serves(tmp_path: Path) -> 
     (frozen,) = [line for line in lines if line["message"].startswith("froze the start-up heap")]
     # transformers, the tokenizer's Python side and jinja alone are over a hundred thousand tracked objects
     assert frozen["frozen_objects"] > 100_000
+    # and the youngest generation is collected less often than CPython's default (700); the older ones as before
+    assert frozen["gc_threshold"] == [YOUNG_COLLECTION_THRESHOLD, 10, 10]
     listening = next(index for index, line in enumerate(lines) if "listening on" in line["message"])
     assert lines.index(frozen) > listening
     assert len(sent) == 2 * len(SESSIONS) + 1
