@@ -243,10 +243,19 @@ class TransitionTable:
             raise TableError(f"{self.machine}: invariant broken {where}: {broken}")
 
 
+#: ``_declares``' answers by (declared, emitted types in order): both come from finite sets (a table's rows, its
+#: effect classes), and the check runs on every step (issue 21 item 2: the set and the scan were ~2% of a request).
+_DECLARES: dict[tuple[Any, ...], bool] = {}
+
+
 def _declares(declared: tuple[frozenset[type], ...], effects: tuple[Any, ...]) -> bool:
     """Whether one branch (its effect types in ``declared``) may emit all of ``effects``."""
-    emitted = {type(effect) for effect in effects}
-    return any(emitted <= types_ for types_ in declared)
+    key = (declared, *map(type, effects))
+    known = _DECLARES.get(key)
+    if known is None:
+        emitted = {type(effect) for effect in effects}
+        known = _DECLARES[key] = any(emitted <= types_ for types_ in declared)
+    return known
 
 
 @attrs.frozen
