@@ -138,13 +138,16 @@ class Connection:
             self.sock.close()
 
     async def send_all(self, data: bytes, timeout: float | None) -> None:
+        sent = self._write_now(data)
+        if sent == len(data):
+            return  # the kernel took it all without a wait: nothing for a timeout to bound (a scope is ~7 µs)
         if timeout is None:
-            await self._send_all(data)
+            await self._send_rest(data, sent)
             return
         # move_on_after is a bare CancelScope; fail_after is a generator context manager around one, which costs
-        # more than the send itself on this path (every request).
+        # more than the send itself.
         with trio.move_on_after(timeout) as scope:
-            await self._send_all(data)
+            await self._send_rest(data, sent)
         if scope.cancelled_caught:
             raise trio.TooSlowError
 
@@ -153,15 +156,17 @@ class Connection:
     # request (issue 21 item 2). A wait is trio's (cancellable; a socket closed under it raises
     # ClosedResourceError); a read or write after ``close`` meets the closed descriptor (-1) and raises OSError.
 
-    async def _send_all(self, data: bytes) -> None:
+    def _write_now(self, data: bytes) -> int:
+        """How much of ``data`` the kernel took at once (all of it, unless the body outgrows the socket buffer)."""
         try:
-            sent = os.write(self.sock.fileno(), data)
+            return os.write(self.sock.fileno(), data)
         except BlockingIOError:
-            sent = 0
-        if sent < len(data):  # only bodies larger than the socket buffer
-            with memoryview(data) as view:
-                while sent < len(data):
-                    sent += await self.sock.send(view[sent:])
+            return 0
+
+    async def _send_rest(self, data: bytes, sent: int) -> None:
+        with memoryview(data) as view:
+            while sent < len(data):
+                sent += await self.sock.send(view[sent:])
 
     async def _receive_some(self) -> bytes:
         while True:
@@ -212,8 +217,11 @@ class TLSConnection(Connection):
         super().__init__(sock, key)
         self.tls = tls
 
-    async def _send_all(self, data: bytes) -> None:
-        await self.tls.send_all(data)
+    def _write_now(self, data: bytes) -> int:
+        return 0  # every byte goes through the TLS stream
+
+    async def _send_rest(self, data: bytes, sent: int) -> None:
+        await self.tls.send_all(data[sent:])
 
     async def _receive_some(self) -> bytes:
         return await self.tls.receive_some(RECEIVE_SIZE)
