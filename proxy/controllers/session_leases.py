@@ -14,7 +14,10 @@ The registry's side of the contract:
 - ``append_step(..., fence=grant.epoch)`` on commit (None: no fence); a ``LeaseLostError`` from it means the copy is
   stale: the commit fails (the agent retries on the session's owner) and the copy is dropped.
 - ``leases.generation_started(session_id)`` / ``await leases.generation_ended(session_id)`` around each
-  generation (renewal, and the release when none is left).
+  generation (renewal, and the release when none is left). ``generation_ended`` is awaited from cleanup paths,
+  often in a task being cancelled: an implementation runs to its end regardless, shielding whatever it waits for
+  (``StoreLeases`` shields its release; ``SoleOwner`` never waits). The registry adds no shield of its own: the
+  usual implementation waits for nothing, and a scope is a cost on every request (issue 21 item 2).
 """
 
 from __future__ import annotations

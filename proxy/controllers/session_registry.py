@@ -341,10 +341,10 @@ class SessionRegistry(SessionUpkeep):
         return entry[1] if entry is not None and entry[0] is handle else None
 
     async def _generation_ended(self, locked: LockedSession, handle: BranchHandle) -> None:
-        """A generation committed, was rejected or dropped: forget its request, tell the leases (shielded)."""
+        """A generation committed, was rejected or dropped: forget its request, tell the leases (which finish even
+        in a cancelled task: see ``SessionLeases``; no shield here, a scope a request for nothing to wait for)."""
         locked.requests.pop(handle.generation_id, None)
-        with trio.CancelScope(shield=True):
-            await self.leases.generation_ended(handle.session_id)
+        await self.leases.generation_ended(handle.session_id)
 
     @staticmethod
     def committed_step(handle: BranchHandle) -> int | None:
