@@ -158,27 +158,59 @@ class LeanRoutes(HttpExchangeWrapper):
         if length is not None and length.isdigit() and int(length) > limit:
             await _send_answer(send, _refusal("too_large", limits))
             return None
-        chunks: list[bytes] = []
-        size = 0
-        timeout = limits.body_read_timeout
+        body = _BodyParts(limit)
         channel = _server_channel(receive)
-        with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
-            while True:
-                message = await (channel_steps.receive(channel) if channel is not None else receive())
-                if message["type"] != "http.request":
-                    return None  # http.disconnect: nobody to answer
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:
-                    await _send_answer(send, _refusal("too_large", limits))
-                    return None
-                chunks.append(chunk)
-                if not message.get("more_body", False):
+        if channel is not None:
+            # A body that came with its head is queued whole: taken without a wait, so without the read timeout's
+            # scope (~7 µs a request, issue 21 item 2). Whatever is missing is waited for below, bounded.
+            while body.wants_more:
+                try:
+                    message = channel.receive_nowait()
+                except trio.WouldBlock:
                     break
-        if scope.cancelled_caught:
-            await _send_answer(send, _refusal("timeout", limits))
+                body.take(message)
+        if body.wants_more:
+            timeout = limits.body_read_timeout
+            with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
+                while body.wants_more:
+                    body.take(await (channel_steps.receive(channel) if channel is not None else receive()))
+            if scope.cancelled_caught:
+                await _send_answer(send, _refusal("timeout", limits))
+                return None
+        if body.too_large:
+            await _send_answer(send, _refusal("too_large", limits))
             return None
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return body.joined()
+
+
+@attrs.define(eq=False)
+class _BodyParts:
+    """The ``http.request`` messages of one body, taken one by one: complete, over ``limit``, or the client left."""
+
+    limit: int
+    chunks: list[bytes] = attrs.field(factory=list)
+    size: int = 0
+    wants_more: bool = True
+    too_large: bool = False
+    gone: bool = False
+
+    def take(self, message: Mapping[str, Any]) -> None:
+        if message["type"] != "http.request":
+            self.gone, self.wants_more = True, False  # http.disconnect: nobody to answer
+            return
+        chunk = message.get("body", b"")
+        self.size += len(chunk)
+        if self.size > self.limit:
+            self.too_large, self.wants_more = True, False
+            return
+        self.chunks.append(chunk)
+        self.wants_more = bool(message.get("more_body", False))
+
+    def joined(self) -> bytes | None:
+        """The body (None when the client left)."""
+        if self.gone:
+            return None
+        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
 
 
 def _refusal(kind: str, limits: HTTPLimits) -> Answer:
