@@ -149,8 +149,10 @@ class LimitedH11Protocol(H11Protocol):
         then, from that same, now cancelled, task, closes the socket (a response with ``Connection: close``, as
         every refusal here has) or arms the keep-alive timer (``Updated(idle=True)``). Cut at its first checkpoint,
         the close would leave the socket open, and a client waiting for the end of the answer would wait forever;
-        the timer would never start, and an idle keep-alive connection would never be closed. Shielded, both run
-        to their end; neither can block (a socket shutdown and close; moving a deadline or starting a task)."""
+        the timer would never start, and an idle keep-alive connection would never be closed. The timer is this
+        connection's own synchronous bookkeeping (:meth:`_keep_alive`: nothing there can be cut); what still goes to
+        hypercorn (a close, the event that stops its first timer) is shielded and runs to its end (neither can
+        block: a socket shutdown and close, stopping a timer)."""
         if isinstance(event, RawData):
             data = event.data
             socket = self._idle_socket()
@@ -164,8 +166,10 @@ class LimitedH11Protocol(H11Protocol):
                 event = RawData(data[sent:])
             await self._connection_send(event)
             return
-        with trio.CancelScope(shield=True):
-            await self._connection_event(event)
+        forward = self._keep_alive(event) if isinstance(event, Updated) else event
+        if forward is not None:  # the keep-alive bookkeeping alone never waits: no scope (two a request)
+            with trio.CancelScope(shield=True):
+                await self._connection_send(forward)
 
     def _idle_socket(self) -> Any:
         """The connection's socket when nobody is sending on it, else None (hypercorn's send then orders the bytes).
@@ -181,28 +185,28 @@ class LimitedH11Protocol(H11Protocol):
             return None
         return direct[1]
 
-    async def _connection_event(self, event: Event) -> None:
-        """A connection event: hypercorn's keep-alive timer events (``Updated``) go to this connection's one
-        watcher once hypercorn's first timer is stopped (module docstring); anything else to the socket side."""
-        if not isinstance(event, Updated):
-            await self._connection_send(event)
-        elif not event.idle:  # a request head arrived
+    def _keep_alive(self, event: Updated) -> Event | None:
+        """hypercorn's keep-alive timer events go to this connection's one watcher once hypercorn's first timer is
+        stopped (module docstring); what hypercorn itself must still be sent (the event that stops its first timer,
+        or a close while the server shuts down), else None. Synchronous: moving a deadline, starting a task."""
+        if not event.idle:  # a request head arrived
             self._idle = False
             if self._idle_scope is not None:
                 self._idle_scope.deadline = math.inf
             if not self._first_timer_stopped:
                 self._first_timer_stopped = True
-                await self._connection_send(event)
-        elif self.context.terminated.is_set():  # answered while the server shuts down: close now, as hypercorn
-            await self._connection_send(Closed())
-        else:
-            self._idle = True
-            deadline = trio.current_time() + self.config.keep_alive_timeout
-            if self._idle_scope is not None:
-                self._idle_scope.deadline = deadline
-            elif not self._closed:
-                self._idle_scope = trio.CancelScope(deadline=deadline)
-                self.task_group.spawn(self._watch_idle, self._idle_scope)
+                return event
+            return None
+        if self.context.terminated.is_set():  # answered while the server shuts down: close now, as hypercorn
+            return Closed()
+        self._idle = True
+        deadline = trio.current_time() + self.config.keep_alive_timeout
+        if self._idle_scope is not None:
+            self._idle_scope.deadline = deadline
+        elif not self._closed:
+            self._idle_scope = trio.CancelScope(deadline=deadline)
+            self.task_group.spawn(self._watch_idle, self._idle_scope)
+        return None
 
     async def _watch_idle(self, scope: trio.CancelScope) -> None:
         """Close the connection when ``scope``'s deadline passes while it is idle, or when the server shuts down
