@@ -1,10 +1,10 @@
 """One HTTP/1.1 connection of the upstream HTTP client (``_httplib``): a trio socket (or a TLS stream over it), its
-h11 state machine and the timeouts of one send or receive; and :func:`translate`, the one place where the
-exceptions of sockets, TLS, h11 and our timeouts become :mod:`proxy.upstream.errors` classes.
+HTTP/1.1 state (``http1.ClientConnection``) and the timeouts of one send or receive; and :func:`translate`, the one
+place where the exceptions of sockets, TLS, the HTTP codec and our timeouts become :mod:`proxy.upstream.errors` classes.
 
 The pool (``_httplib.HTTPClient``) decides which connection serves a request, when one is reused, retried or
 closed; a connection only moves bytes and raises the raw errors of :data:`IO_ERRORS`, which the pool translates.
-The two modules are the package's whole HTTP layer: no other module touches sockets, TLS or h11
+The two modules are the package's whole HTTP layer: no other module touches sockets, TLS or the HTTP codec
 (``tests/upstream/test_errors.py`` checks it).
 
 https (an SGLang behind a TLS gateway or ingress) goes through ``trio.SSLStream`` over the same TCP connection:
@@ -20,9 +20,9 @@ import ssl
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import h11
 import trio
 
+from proxy.upstream import http1
 from proxy.upstream.errors import (
     UpstreamError,
     UpstreamProtocolError,
@@ -44,20 +44,20 @@ RECEIVE_SIZE = 65536
 
 #: What a socket exchange can raise besides cancellation: socket errors (trio raises OSError on its raw sockets,
 #: Broken/ClosedResourceError when a socket is closed under a waiting task; an SSLStream raises
-#: BrokenResourceError from the ``ssl.SSLError``), our own timeouts (``TooSlowError``), and h11's protocol errors.
+#: BrokenResourceError from the ``ssl.SSLError``), our own timeouts (``TooSlowError``), and the codec's protocol errors.
 #: Everything else (``trio.Cancelled`` above all) passes through untouched.
-IO_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, h11.ProtocolError)
+IO_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, http1.ProtocolError)
 
 
 def translate(
     exc: BaseException, *, url: str, phase: Phase, partial: Partial | None = None, eof: bool = False
 ) -> UpstreamError:
-    """The one place where a socket, h11 or timeout error becomes an :class:`UpstreamError`.
+    """The one place where a socket, HTTP codec or timeout error becomes an :class:`UpstreamError`.
 
     ``phase`` is where it happened: waiting for a pool slot, connecting, sending the request, or reading the
     response (head or body). ``partial`` is given only while a stream's body is being read: a connection lost
     there is an :class:`UpstreamStreamCut`; lost anywhere before (or during a non-streaming body) it is
-    :class:`UpstreamUnavailable`. ``eof`` says the peer had closed the connection: h11 then reports the
+    :class:`UpstreamUnavailable`. ``eof`` says the peer had closed the connection: the codec then reports the
     incomplete message as a protocol error, but it is a lost connection, not a malformed one.
 
     TLS: an SSLStream raises ``trio.BrokenResourceError`` from the ``ssl.SSLError``; the detail is then the TLS
@@ -73,7 +73,7 @@ def translate(
         detail += f" ({'; '.join(str(e) for e in exc.__cause__.exceptions)})"
     if isinstance(exc, trio.TooSlowError):
         return UpstreamTimeout(f"SGLang {phase} timeout", phase=phase, url=url, partial=partial)
-    if isinstance(exc, h11.ProtocolError) and not eof:
+    if isinstance(exc, http1.ProtocolError) and not eof:
         return UpstreamProtocolError(f"HTTP protocol error ({detail})", url=url, partial=partial)
     if phase == "connect":
         if tls is not None or isinstance(exc, trio.BrokenResourceError):
@@ -88,7 +88,7 @@ def is_connection_loss(exc: BaseException, eof: bool) -> bool:
     """A dead connection (reset, broken pipe, EOF mid-message), as opposed to a timeout or a malformed reply."""
     if isinstance(exc, (OSError, trio.BrokenResourceError)):
         return True
-    return eof and isinstance(exc, h11.RemoteProtocolError)
+    return eof and isinstance(exc, http1.RemoteProtocolError)
 
 
 #: A pool key: (scheme, host, port). The scheme keeps plain and TLS connections apart.
@@ -117,13 +117,13 @@ class Target:
 
 
 class Connection:
-    """One TCP connection and its h11 state machine. Raises raw socket/h11/timeout errors (see IO_ERRORS)."""
+    """One TCP connection and its HTTP/1.1 state. Raises raw socket/protocol/timeout errors (see IO_ERRORS)."""
 
-    __slots__ = ("sock", "h11", "key", "idle_since", "eof", "got_bytes", "closed")
+    __slots__ = ("sock", "http", "key", "idle_since", "eof", "got_bytes", "closed")
 
     def __init__(self, sock: trio.socket.SocketType, key: PoolKey) -> None:
         self.sock = sock
-        self.h11 = h11.Connection(h11.CLIENT)
+        self.http = http1.ClientConnection()
         self.key = key
         self.idle_since = 0.0
         self.eof = False  # the peer closed its side
@@ -176,7 +176,7 @@ class Connection:
                 await trio.lowlevel.wait_readable(self.sock)
 
     async def receive(self, timeout: float | None) -> None:
-        """One receive into h11 (an empty read tells h11 the peer closed). ``timeout`` bounds this receive."""
+        """One receive into the codec (an empty read tells it the peer closed). ``timeout`` bounds this receive."""
         if timeout is None:
             data = await self._receive_some()
         else:
@@ -189,19 +189,19 @@ class Connection:
             self.got_bytes = True
         else:
             self.eof = True
-        self.h11.receive_data(data)
+        self.http.receive_data(data)
 
     async def next_event(self, timeout: float | None) -> Any:
-        h = self.h11
+        h = self.http
         while True:
             event = h.next_event()
-            if event is not h11.NEED_DATA:
+            if event is not http1.NEED_DATA:
                 return event
             await self.receive(timeout)
 
 
 class TLSConnection(Connection):
-    """A connection through TLS: the same, with a ``trio.SSLStream`` between h11 and the socket. Only the send and
+    """A connection through TLS: the same, with a ``trio.SSLStream`` between the codec and the socket. Only the send and
     the receive differ (a subclass, so the plain path pays nothing for TLS).
 
     ``sock`` is the transport socket: the idle check (``is_readable()``: a readable idle TLS connection holds a

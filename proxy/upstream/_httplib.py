@@ -1,16 +1,16 @@
-"""The HTTP/1.1 client behind the SGLang client: trio sockets + h11, and nothing else.
+"""The HTTP/1.1 client behind the SGLang client: trio sockets + a small HTTP/1.1 codec (``http1``), and nothing else.
 
-This module is the pool (:class:`HTTPClient`) and the responses it returns; one connection (socket, TLS, h11 state,
+This module is the pool (:class:`HTTPClient`) and the responses it returns; one connection (socket, TLS, HTTP state,
 timeouts) is ``_http_connection``'s, and so is :func:`~proxy.upstream._http_connection.translate`, the only place
-where socket, TLS and h11 exceptions (and our timeouts) become :mod:`proxy.upstream.errors` classes. No other module
-of the package touches sockets or h11.
+where socket, TLS and protocol exceptions (and our timeouts) become :mod:`proxy.upstream.errors` classes. No other
+module of the package touches sockets or the codec.
 
 Why not httpx/httpx2. py-spy on ``bench/overhead.py`` put httpx2's layers (client -> auth -> redirects ->
 transport -> pool -> httpcore connection, six nested async generators per response body, Request/Response
 models, an ``is_readable`` scan) at 20-25 % of the proxy's CPU per request. The proxy needs far less: one kind
 of server (SGLang's uvicorn, or the embedded engine's hypercorn), plain HTTP/1.1, JSON request bodies, and
 responses that are either a Content-Length JSON body or a chunked SSE stream. So these two modules are that and
-only that: a keep-alive pool of TCP connections, h11 for the protocol (the parser hypercorn itself uses), explicit
+only that: a keep-alive pool of TCP connections, the client side of HTTP/1.1 it needs (``http1``), explicit
 timeouts, and one error translation. ``bench/upstream_client.py`` measures it against httpx2.
 
 https: the TLS context is ``ssl.create_default_context()`` (system CAs, hostname verification, ALPN
@@ -18,10 +18,9 @@ https: the TLS context is ``ssl.create_default_context()`` (system CAs, hostname
 
 What it deliberately does not do: proxies, redirects, cookies, compression, HTTP/2, ``Expect: 100-continue``.
 
-Cost notes (measured on the 2-core bench machine): building and serializing a request with h11 costs ~16 us,
-pre-formatting the bytes by hand ~1 us, but h11's state machine has to see the request to parse the response
-(framing, keep-alive), and feeding it a hand-made request needs h11 internals; ~15 us is about 1 % of the
-per-request budget, so requests go through h11's public API. A whole h11 request/response cycle is ~40 us.
+Cost notes (measured on the 2-core bench machine): a whole h11 request/response cycle was ~64 us, 4% of a
+non-streaming request's CPU once the rest had been trimmed (issue 21 item 2); ``http1``'s is ~5 us (its docstring
+says what it reads and refuses; docs/benchmarks.md has the figures).
 
 At about 500 lines: the pool and the two kinds of response body it returns (Content-Length and chunked SSE) share
 the connection's life cycle (checked out, drained, returned or closed), which one module keeps in one place.
@@ -37,9 +36,9 @@ from ssl import SSLContext
 from typing import Any
 
 import attrs
-import h11
 import trio
 
+from proxy.upstream import http1
 from proxy.upstream._http_connection import (
     IO_ERRORS,
     Connection,
@@ -79,7 +78,7 @@ class Response:
 
     def __init__(self, status: int, headers: list[tuple[bytes, bytes]], content: bytes) -> None:
         self.status = status
-        self.headers = headers  # h11's: lowercase names, bytes
+        self.headers = headers  # lowercase names, bytes (``http1.Response.headers``)
         self.content = content
 
     def header(self, name: str) -> str | None:
@@ -106,8 +105,8 @@ class HTTPClient:
       cannot have been answered, and a server closing an idle connection has not read it. A timeout or a
       malformed response is never retried, nor is anything on a new connection.
     - Timeouts: connect, write and pool per client; read per request (generation requests have none).
-    - A connection returns to the pool only after its response was read to the end and h11 says both sides
-      can start a new cycle (no ``Connection: close``, no trailing bytes); any other end closes it.
+    - A connection returns to the pool only after its response was read to the end and the codec says it can
+      carry another request (HTTP/1.1, no ``Connection: close``, no trailing bytes); any other end closes it.
     - ``https://`` URLs connect through TLS with ``ssl_context``; by default ``ssl.create_default_context()``
       (the system CA store, certificate and hostname verification), made on the first TLS connection. The
       handshake is part of connecting (bounded by ``connect_timeout``); its failure is UpstreamUnavailable.
@@ -184,17 +183,16 @@ class HTTPClient:
         await self._acquire(url)
         try:
             conn, head = await self._start(target, method, body, headers, read_timeout, url)
-            pieces: list[bytearray] = []
+            pieces: list[bytes] = []
             try:
                 while True:
                     event = await conn.next_event(read_timeout)
-                    kind = type(event)
-                    if kind is h11.Data:
-                        pieces.append(event.data)
-                    elif kind is h11.EndOfMessage:
+                    if type(event) is bytes:
+                        pieces.append(event)
+                    elif event is http1.END:
                         break
                     else:
-                        raise h11.RemoteProtocolError(f"unexpected {event!r} in a response body")
+                        raise http1.RemoteProtocolError(f"unexpected {event!r} in a response body")
             except IO_ERRORS as exc:
                 self._discard(conn)
                 raise translate(exc, url=url, phase="read", eof=conn.eof) from exc
@@ -262,7 +260,7 @@ class HTTPClient:
         headers: Mapping[str, str] | None,
         read_timeout: float | None,
         url: str,
-    ) -> tuple[Connection, h11.Response]:
+    ) -> tuple[Connection, http1.Response]:
         """Send the request and read the response head, with the stale-connection retry. The connection is in
         ``_active`` on return; on an exception it is closed."""
         fields = [(b"host", target.host_header)]
@@ -276,11 +274,11 @@ class HTTPClient:
         if headers:
             fields.extend((name.lower().encode("ascii"), value.encode("ascii")) for name, value in headers.items())
         try:
-            request = h11.Request(method=method.encode("ascii"), target=target.path, headers=fields)
-        except h11.LocalProtocolError as exc:  # e.g. a header value with a newline
+            head = http1.request_head(method.encode("ascii"), target.path, fields)
+        except http1.LocalProtocolError as exc:  # e.g. a header value with a newline
             raise translate(exc, url=url, phase="write") from exc
-        data = None if payload is None else h11.Data(data=payload)
-        end = h11.EndOfMessage()
+        out = head if payload is None else head + payload
+        head_only = method == "HEAD"
 
         conn = self._take_idle(target.key)
         may_retry = conn is not None
@@ -290,19 +288,13 @@ class HTTPClient:
             self._active.add(conn)
             phase: Phase = "write"
             try:
-                h = conn.h11
-                out = h.send(request)
-                if data is not None:
-                    out += h.send(data)
-                out += h.send(end)
+                conn.http.sent_request(head_only=head_only)
                 await conn.send_all(out, self._write_timeout)
                 phase = "read"
-                while True:
-                    event = await conn.next_event(read_timeout)
-                    if type(event) is h11.Response:
-                        return conn, event
-                    if type(event) is not h11.InformationalResponse:  # 1xx: wait for the real one
-                        raise h11.RemoteProtocolError(f"unexpected {event!r} before the response")
+                event = await conn.next_event(read_timeout)  # the final response's head (1xx are skipped)
+                if type(event) is not http1.Response:
+                    raise http1.RemoteProtocolError(f"unexpected {event!r} before the response")
+                return conn, event
             except IO_ERRORS as exc:
                 self._discard(conn)
                 if may_retry and not conn.got_bytes and not self._closed and is_connection_loss(exc, conn.eof):
@@ -383,14 +375,14 @@ class HTTPClient:
             excess -= 1
 
     def _finish(self, conn: Connection) -> None:
-        """A response was read to its end: back to the pool if h11 allows another cycle, else close."""
+        """A response was read to its end: back to the pool if the codec allows another cycle, else close."""
         self._active.discard(conn)
-        h = conn.h11
-        if conn.closed or self._closed or conn.eof or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
-            conn.close()  # includes Connection: close (h11 then says MUST_CLOSE)
+        h = conn.http
+        if conn.closed or self._closed or conn.eof or not h.reusable:
+            conn.close()  # includes Connection: close, HTTP/1.0 and a body that ran to the end of the connection
             return
         h.start_next_cycle()
-        if h.trailing_data[0]:  # bytes after the response that nobody asked for
+        if h.trailing_data:  # bytes after the response that nobody asked for
             conn.close()
             return
         conn.idle_since = now = trio.current_time()
@@ -424,7 +416,7 @@ class StreamResponse:
         self,
         pool: HTTPClient,
         conn: Connection,
-        head: h11.Response,
+        head: http1.Response,
         url: str,
         partial: Callable[[], Partial] | None,
         read_timeout: float | None = None,
@@ -446,7 +438,7 @@ class StreamResponse:
         return self._done
 
     async def receive(self) -> bytes | None:
-        """The body bytes of the next receive (every h11 piece already parsed, joined), or None at the end.
+        """The body bytes of the next receive (every piece already parsed, joined), or None at the end.
 
         Raises UpstreamStreamCut / UpstreamProtocolError / UpstreamTimeout (with ``partial``) and trio.Cancelled;
         after an error the connection is closed. The read timeout (if any) bounds each receive; usually there is
@@ -456,23 +448,22 @@ class StreamResponse:
         if self._done or self._closed:
             return None
         conn = self._conn
-        h = conn.h11
-        pieces: list[bytearray] = []
+        h = conn.http
+        pieces: list[bytes] = []
         try:
             while True:
                 event = h.next_event()
-                kind = type(event)
-                if kind is h11.Data:
-                    pieces.append(event.data)
-                elif event is h11.NEED_DATA:
+                if type(event) is bytes:
+                    pieces.append(event)
+                elif event is http1.NEED_DATA:
                     if pieces:
                         break
                     await conn.receive(self._read_timeout)
-                elif kind is h11.EndOfMessage:
+                elif event is http1.END:
                     self._done = True
                     break
                 else:
-                    raise h11.RemoteProtocolError(f"unexpected {event!r} in a response body")
+                    raise http1.RemoteProtocolError(f"unexpected {event!r} in a response body")
         except IO_ERRORS as exc:
             self.close()  # broken: close it now, whatever comes next
             if not pieces:

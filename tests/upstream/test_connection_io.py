@@ -4,11 +4,11 @@ bytes, a wait that sees the data arrive, and the errors of a closed or reset soc
 
 from __future__ import annotations
 
-import h11
 import pytest
 import trio
 import trio.testing
 
+from proxy.upstream import http1
 from proxy.upstream._http_connection import IO_ERRORS, Connection
 
 
@@ -22,19 +22,19 @@ async def test_a_send_and_a_receive_that_do_not_wait_take_no_checkpoint():
     with trio.testing.assert_no_checkpoints():
         await connection.send_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", None)
     assert await peer.recv(100) == b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
-    connection.h11.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
+    connection.http.sent_request()
     await peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
     with trio.testing.assert_no_checkpoints():
         await connection.receive(None)
-    assert isinstance(connection.h11.next_event(), h11.Response)
-    assert connection.h11.next_event().data == b"ok"
+    assert isinstance(connection.http.next_event(), http1.Response)
+    assert connection.http.next_event() == b"ok"
     connection.close()
     peer.close()
 
 
 async def test_a_receive_waits_for_data_and_a_large_send_for_room():
     connection, peer = _pair()
-    connection.h11.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
+    connection.http.sent_request()
 
     async def answer_later() -> None:
         await trio.sleep(0.01)
@@ -44,7 +44,7 @@ async def test_a_receive_waits_for_data_and_a_large_send_for_room():
         nursery.start_soon(answer_later)
         with trio.testing.assert_checkpoints():
             await connection.receive(None)
-    assert isinstance(connection.h11.next_event(), h11.Response)
+    assert isinstance(connection.http.next_event(), http1.Response)
     big = bytes(range(256)) * 40_000  # more than a socket buffer holds
 
     received = bytearray()

@@ -1,15 +1,14 @@
-"""Error translation: socket, h11 and timeout errors and error bodies become the project's errors; trio.Cancelled
+"""Error translation: socket, protocol and timeout errors and error bodies become the project's errors; trio.Cancelled
 never does. (Each translation is also provoked over real sockets in ``test_httplib.py``.)"""
 
 from __future__ import annotations
 
 import socket
 
-import h11
 import pytest
 import trio
 
-from proxy.upstream import _http_connection, _httplib
+from proxy.upstream import _http_connection, _httplib, http1
 from proxy.upstream._http_connection import translate
 from proxy.upstream.client import SGLangClient
 from proxy.upstream.errors import (
@@ -95,19 +94,19 @@ def test_lost_connection_is_a_stream_cut_only_inside_a_stream(exc):
 
 
 def test_eof_inside_a_message_is_a_lost_connection_not_a_protocol_error():
-    """h11 reports a body cut short by EOF as a RemoteProtocolError; after EOF it means the connection was lost."""
-    incomplete = h11.RemoteProtocolError("peer closed connection without sending complete message body")
+    """The codec reports a body cut short by EOF as a RemoteProtocolError; after EOF it means the connection was lost."""
+    incomplete = http1.RemoteProtocolError("peer closed connection without sending complete message body")
     cut = translate(incomplete, url="http://x", phase="read", partial=PARTIAL, eof=True)
     assert isinstance(cut, UpstreamStreamCut) and cut.partial == PARTIAL
     assert type(translate(incomplete, url="http://x", phase="read", eof=True)) is UpstreamUnavailable
 
 
 def test_protocol_violations_are_protocol_errors():
-    garbage = h11.RemoteProtocolError("illegal status line")
+    garbage = http1.RemoteProtocolError("illegal status line")
     assert type(translate(garbage, url="http://x", phase="read")) is UpstreamProtocolError
     in_stream = translate(garbage, url="http://x", phase="read", partial=PARTIAL)
     assert type(in_stream) is UpstreamProtocolError and in_stream.partial == PARTIAL
-    bad_header = h11.LocalProtocolError("Illegal header value")
+    bad_header = http1.LocalProtocolError("illegal header value")
     assert type(translate(bad_header, url="http://x", phase="write")) is UpstreamProtocolError
 
 
@@ -145,14 +144,14 @@ def test_error_bodies_are_parsed():
     assert isinstance(sglang, UpstreamHTTPError) and "HTTP 400" in str(sglang)
 
 
-def test_sockets_and_h11_are_used_in_the_http_layer_only():
-    """Only the HTTP layer (``_httplib``, the pool, and ``_http_connection``) touches sockets, h11 or an HTTP
-    library; the rest of the client speaks its API."""
+def test_sockets_and_the_http_codec_are_used_in_the_http_layer_only():
+    """Only the HTTP layer (``_httplib``, the pool, and ``_http_connection``) touches sockets, the HTTP/1.1
+    codec (``http1``) or an HTTP library; the rest of the client speaks its API."""
     import pathlib
     import re
 
     package = pathlib.Path(_httplib.__file__).parent
-    io = re.compile(r"^\s*(import|from) (h11|httpx|httpx2|httpcore|socket|ssl)\b|trio\.socket|open_tcp_stream|SocketStream")
+    io = re.compile(r"^\s*(import|from) (h11|httpx|httpx2|httpcore|socket|ssl)\b|^\s*from proxy\.upstream import .*\bhttp1\b|trio\.socket|open_tcp_stream|SocketStream")
     users = sorted(
         p.name for p in package.glob("*.py") if any(io.search(line) for line in p.read_text().splitlines())
     )
