@@ -1,4 +1,5 @@
-"""Benchmark: CPU cost of the SGLang client's HTTP layer (trio sockets + h11) against httpx2 and httpcore, in one run.
+"""Benchmark: CPU cost of the SGLang client's HTTP layer (trio sockets + ``http1``) against httpx2 and httpcore, in
+one run.
 
 The embedded engine (``dressage-engine``, its own process, as fast as it can) serves ``/generate``; this process
 runs the clients, one phase at a time, and measures its own CPU time (``time.process_time``) per request and per

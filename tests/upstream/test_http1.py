@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from proxy.upstream import http1
 
 
-def read_all(data: bytes, cuts: list[int] = (), *, head_only: bool = False, eof: bool = False) -> tuple[Any, bytes, Any]:
+def read_all(data: bytes, cuts: list[int] = (), *, head_only: bool = False,
+             eof: bool = False) -> tuple[Any, bytes, Any]:
     """(head, body, the connection) of ``data`` fed in pieces cut at ``cuts``; ``eof`` after the last piece."""
     conn = http1.ClientConnection()
     conn.sent_request(head_only=head_only)
