@@ -180,6 +180,9 @@ class ClientConnection:
     def _head(self) -> Any:
         buffer = self._buffer
         while True:
+            # Blank lines before a status line are ignored (RFC 9112 section 2.2).
+            while buffer[:1] == b"\n" or buffer[:2] == b"\r\n":
+                del buffer[:1 if buffer[:1] == b"\n" else 2]
             found = _HEAD_END.search(buffer)
             if found is None:
                 if len(buffer) > MAX_HEAD_BYTES:

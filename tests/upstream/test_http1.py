@@ -147,6 +147,14 @@ def test_http_1_0_and_connection_close_are_not_reused():
         assert body == b"ok" and not conn.reusable
 
 
+def test_blank_lines_before_a_status_line_are_ignored():
+    response = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+    for data in (b"\r\n" + response, b"\n\r\n" + response):
+        for cut in range(1, len(data)):
+            head, body, _ = read_all(data, [cut])
+            assert (head.status_code, body) == (200, b"ok")
+
+
 def test_bare_newlines_are_read_as_h11_reads_them():
     data = b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok"
     head, body, _ = read_all(data)
