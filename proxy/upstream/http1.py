@@ -117,7 +117,7 @@ class ClientConnection:
     """One connection's HTTP/1.1 state: a request in flight (:meth:`sent_request`), its response parsed from the
     bytes fed in (:meth:`receive_data`, ``b""`` for the end of the connection) by :meth:`next_event`."""
 
-    __slots__ = ("_buffer", "_state", "_remaining", "_no_body", "_keep_alive", "_eof")
+    __slots__ = ("_buffer", "_state", "_remaining", "_no_body", "_keep_alive", "_eof", "_scanned")
 
     def __init__(self) -> None:
         self._buffer = bytearray()
@@ -126,6 +126,9 @@ class ClientConnection:
         self._no_body = False
         self._keep_alive = False
         self._eof = False
+        # How much of the buffer a head's end was looked for in, in vain: a head arriving in many pieces is searched
+        # once overall, not once a piece (a trickling peer would make that quadratic).
+        self._scanned = 0
 
     # -- our side ---------------------------------------------------------------------------------------------------
 
@@ -183,8 +186,10 @@ class ClientConnection:
             # Blank lines before a status line are ignored (RFC 9112 section 2.2).
             while buffer[:1] == b"\n" or buffer[:2] == b"\r\n":
                 del buffer[:1 if buffer[:1] == b"\n" else 2]
-            found = _HEAD_END.search(buffer)
+                self._scanned = 0
+            found = _HEAD_END.search(buffer, max(0, self._scanned - 2))  # the end is 2-3 bytes: overlap the last
             if found is None:
+                self._scanned = len(buffer)
                 if len(buffer) > MAX_HEAD_BYTES:
                     raise RemoteProtocolError(f"response head over {MAX_HEAD_BYTES} bytes")
                 if self._eof:
@@ -192,6 +197,7 @@ class ClientConnection:
                 return NEED_DATA
             head = bytes(buffer[:found.start()])
             del buffer[:found.end()]
+            self._scanned = 0
             if len(head) > MAX_HEAD_BYTES:
                 raise RemoteProtocolError(f"response head over {MAX_HEAD_BYTES} bytes")
             response = _parse_head(head)

@@ -155,6 +155,17 @@ def test_blank_lines_before_a_status_line_are_ignored():
             assert (head.status_code, body) == (200, b"ok")
 
 
+def test_a_head_arriving_byte_by_byte_is_read_whole():
+    """The head's end is looked for only in the bytes not searched yet (one search overall): every split of the
+    blank line that ends it, bare newlines included, is still found."""
+    long_head = b"HTTP/1.1 200 OK\r\nx: " + b"a" * 300 + b"\r\ncontent-length: 2\r\n\r\nok"
+    for data in (b"HTTP/1.1 100 Continue\r\n\r\n" + long_head, b"HTTP/1.1 200 OK\nx: y\ncontent-length: 2\n\nok",
+                 b"HTTP/1.1 200 OK\r\nx: y\ncontent-length: 2\n\r\nok"):
+        head, body, _ = read_all(data, list(range(1, len(data))))
+        assert (head.status_code, body) == (200, b"ok")
+        assert dict(head.headers)[b"content-length"] == b"2"
+
+
 def test_bare_newlines_are_read_as_h11_reads_them():
     data = b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok"
     head, body, _ = read_all(data)
