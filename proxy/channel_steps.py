@@ -16,6 +16,14 @@ import trio
 T = TypeVar("T")
 
 
+def queued(channel: trio.MemoryReceiveChannel[T]) -> T | None:
+    """The next item if one is queued, else None at once (for channels whose items are never None)."""
+    try:
+        return channel.receive_nowait()
+    except trio.WouldBlock:
+        return None
+
+
 async def receive(channel: trio.MemoryReceiveChannel[T]) -> T:
     """``channel.receive()``, without a checkpoint when an item is already queued."""
     try:
@@ -32,4 +40,4 @@ async def send(channel: trio.MemorySendChannel[T], item: T) -> None:
         await channel.send(item)
 
 
-__all__ = ["receive", "send"]
+__all__ = ["queued", "receive", "send"]

@@ -163,11 +163,7 @@ class LeanRoutes(HttpExchangeWrapper):
         if channel is not None:
             # A body that came with its head is queued whole: taken without a wait, so without the read timeout's
             # scope (~7 µs a request, issue 21 item 2). Whatever is missing is waited for below, bounded.
-            while body.wants_more:
-                try:
-                    message = channel.receive_nowait()
-                except trio.WouldBlock:
-                    break
+            while body.wants_more and (message := channel_steps.queued(channel)) is not None:
                 body.take(message)
         if body.wants_more:
             timeout = limits.body_read_timeout
