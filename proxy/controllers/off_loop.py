@@ -9,7 +9,7 @@ The O(request size) steps of the request path therefore run here when their inpu
 - rendering the chat template and encoding a step's context (``SessionRegistry`` in
   ``proxy/controllers/session_registry.py``), and exporting a long session's segments.
 
-Why threads and not a process pool: the HF tokenizer releases the GIL while it encodes (through ``encode_batch``,
+Why threads and not a process pool: the HF tokenizer releases the GIL while it encodes (through ``encode_batch_fast``,
 see ``proxy/tokenization/tito.py:TitoTokenizer.encode_text``), and that is where nearly all the time of a large
 request goes (about 2.5 s per MB of text here, against ~6 ms per MB for ``json.loads``). Python code in a thread
 (the template render, the id conversion in slices) hands the GIL back to the loop every ``sys.getswitchinterval()``

@@ -76,6 +76,9 @@ class RecordingTokenizer:
     def encode_batch(self, *args: Any, **kwargs: Any) -> Any:
         return self._watched("encode_batch", lambda a: max(a[0], key=len), *args, **kwargs)
 
+    def encode_batch_fast(self, *args: Any, **kwargs: Any) -> Any:
+        return self._watched("encode_batch_fast", lambda a: max(a[0], key=len), *args, **kwargs)
+
 
 def watch_tokenizer(proxy: Proxy, monkeypatch: Any, threshold: int) -> RecordingTokenizer:
     tito = proxy.handle.services.sessions.tokenizer
