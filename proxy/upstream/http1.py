@@ -13,11 +13,11 @@ part and nothing else (~13 µs a cycle where h11's took ~64, timeit):
   coding accepted; chunk extensions and trailers are read and dropped); else ``Content-Length`` (repeated values
   must agree); else the body runs to the end of the connection. A response is reusable (keep-alive) when it is
   HTTP/1.1, has no ``Connection: close`` and its body was framed by length or chunks.
-- **Refused** (``RemoteProtocolError``; the pool then closes the connection): a malformed status or header line (a
-  line folded onto the previous one is unfolded, as RFC 9112 asks of a client), a head over
-  :data:`MAX_HEAD_BYTES`, a malformed chunk, conflicting lengths, an unknown transfer coding, and the end of the
-  connection before the end of a response (``_http_connection.is_connection_loss`` reads that one as a lost
-  connection).
+- **Refused** (``RemoteProtocolError``; the pool then closes the connection): a malformed status or header line
+  (header lines read as h11 reads them, :func:`serving.http1_wire.header_fields`: a line folded onto the previous
+  one is unfolded, as RFC 9112 asks of a client), a head over :data:`MAX_HEAD_BYTES`, a malformed chunk,
+  conflicting lengths, an unknown transfer coding, and the end of the connection before the end of a response
+  (``_http_connection.is_connection_loss`` reads that one as a lost connection).
 
 Events from :meth:`ClientConnection.next_event`: a :class:`Response` (the head), ``bytes`` (a piece of the body, as
 much as has arrived), :data:`END` (the body is complete), or :data:`NEED_DATA` (feed
@@ -29,6 +29,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+# The errors, markers and header field lines are the server codec's too (serving/http1_wire.py).
+from serving.http1_wire import (
+    END, NEED_DATA, TOKEN, LocalProtocolError, ProtocolError, RemoteProtocolError, header_fields,
+)
+
 __all__ = [
     "END", "MAX_HEAD_BYTES", "NEED_DATA", "ClientConnection", "LocalProtocolError", "ProtocolError",
     "RemoteProtocolError", "Response", "request_head",
@@ -39,35 +44,6 @@ __all__ = [
 #: the buffer without bound.
 MAX_HEAD_BYTES = 64 * 1024
 MAX_LINE_BYTES = 8 * 1024
-
-
-class ProtocolError(Exception):
-    """Base of both protocol errors."""
-
-
-class LocalProtocolError(ProtocolError):
-    """A request this codec will not send (a header name that is not a token, a value with CR, LF or NUL), or a call
-    out of turn."""
-
-
-class RemoteProtocolError(ProtocolError):
-    """A response this codec cannot read."""
-
-
-class _Marker:
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-#: the response's body is complete
-END: Any = _Marker("END")
-#: nothing more can be parsed before more bytes arrive
-NEED_DATA: Any = _Marker("NEED_DATA")
 
 
 class Response:
@@ -86,7 +62,6 @@ class Response:
         return f"Response(status_code={self.status_code}, http_version={self.http_version!r})"
 
 
-_TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(rb"[\x00\r\n]")
 _STATUS_LINE = re.compile(rb"HTTP/(1\.[01]) ([0-9]{3})(?: ([^\x00]*))?")
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;.*)?")
@@ -96,10 +71,10 @@ _NO_BODY_STATUSES = frozenset((204, 304))
 
 def request_head(method: bytes, target: bytes, fields: list[tuple[bytes, bytes]]) -> bytes:
     """A request's head (request line, fields, blank line); ``LocalProtocolError`` for a field it will not send."""
-    if not _TOKEN.fullmatch(method) or not target or _BAD_VALUE.search(target) or b" " in target:
+    if not TOKEN.fullmatch(method) or not target or _BAD_VALUE.search(target) or b" " in target:
         raise LocalProtocolError(f"illegal request line: {method!r} {target!r}")
     for name, value in fields:
-        if not _TOKEN.fullmatch(name):
+        if not TOKEN.fullmatch(name):
             raise LocalProtocolError(f"illegal header name {name!r}")
         if _BAD_VALUE.search(value):
             raise LocalProtocolError(f"illegal header value {value!r}")
@@ -306,7 +281,7 @@ class ClientConnection:
             if not line:
                 self._state = _DONE
                 return END
-            _parse_field(line)  # checked, then dropped: nothing here reads trailers
+            header_fields([line])  # checked, then dropped: nothing here reads trailers
 
     def _until_close(self) -> Any:
         buffer = self._buffer
@@ -326,30 +301,9 @@ def _parse_head(head: bytes) -> Response:
     match = _STATUS_LINE.fullmatch(status_line)
     if match is None:
         raise RemoteProtocolError(f"illegal status line {status_line[:64]!r}")
-    fields: list[tuple[bytes, bytes]] = []
-    for line in lines[1:]:
-        line = line[:-1] if line.endswith(b"\r") else line
-        if line[:1] in (b" ", b"\t"):  # obs-fold: a user agent replaces it with a space (RFC 9112 section 5.2)
-            if not fields:
-                raise RemoteProtocolError("a response head starts with a folded line")
-            name, value = fields[-1]
-            fields[-1] = (name, _checked_value(value + b" " + line.strip(b" \t"), line))
-            continue
-        fields.append(_parse_field(line))
+    lines = [line[:-1] if line.endswith(b"\r") else line for line in lines[1:]]
+    fields = [(name.lower(), value) for name, value in header_fields(lines)]
     return Response(int(match.group(2)), fields, match.group(1), match.group(3) or b"")
-
-
-def _parse_field(line: bytes) -> tuple[bytes, bytes]:
-    name, colon, value = line.partition(b":")
-    if not colon or not _TOKEN.fullmatch(name):
-        raise RemoteProtocolError(f"illegal header line {line[:64]!r}")
-    return name.lower(), _checked_value(value.strip(b" \t"), line)
-
-
-def _checked_value(value: bytes, line: bytes) -> bytes:
-    if _BAD_VALUE.search(value):
-        raise RemoteProtocolError(f"illegal header value in {line[:64]!r}")
-    return value
 
 
 def _tokens(fields: list[tuple[bytes, bytes]], wanted: bytes) -> list[bytes]:
