@@ -18,7 +18,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["END", "NEED_DATA", "TOKEN", "LocalProtocolError", "ProtocolError", "RemoteProtocolError", "header_fields"]
+__all__ = [
+    "END", "NEED_DATA", "TOKEN", "LocalProtocolError", "Marker", "ProtocolError", "RemoteProtocolError", "header_fields",
+]
 
 
 class ProtocolError(Exception):
@@ -38,7 +40,9 @@ class RemoteProtocolError(ProtocolError):
     """Something the peer sent that this side cannot read."""
 
 
-class _Marker:
+class Marker:
+    """A named event marker (compared by identity)."""
+
     __slots__ = ("name",)
 
     def __init__(self, name: str) -> None:
@@ -49,9 +53,9 @@ class _Marker:
 
 
 #: the message's body is complete
-END: Any = _Marker("END")
+END: Any = Marker("END")
 #: nothing more can be parsed before more bytes arrive
-NEED_DATA: Any = _Marker("NEED_DATA")
+NEED_DATA: Any = Marker("NEED_DATA")
 
 #: RFC 9110 token (a method, a header name)
 TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
