@@ -51,7 +51,7 @@ import re
 from typing import Any
 
 from serving.http1_wire import (
-    END, NEED_DATA, TOKEN, LocalProtocolError, ProtocolError, RemoteProtocolError, Marker, header_fields,
+    END, NEED_DATA, TOKEN, LocalProtocolError, ProtocolError, RemoteProtocolError, Marker, header_block,
 )
 
 __all__ = [
@@ -88,6 +88,8 @@ _CHUNK_HEADER = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;.*)?[ \t]*\r\n")
 _DIGITS = re.compile(rb"[0-9]+")
 #: a header value h11 will send: visible bytes (NUL and ``\s`` excepted) with single runs of spaces and tabs between
 _FIELD_VALUE = re.compile(rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?")
+_NAMES = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+(?:\n[-!#$%&'*+.^_`|~0-9A-Za-z]+)*")
+_VALUES = re.compile(rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?(?:\n(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?)*")
 _FRAMING_NAMES = (b"content-length", b"transfer-encoding")
 #: the names whose fields change framing or the connection (looked for in every header)
 _SPECIAL = frozenset((b"content-length", b"transfer-encoding", b"host", b"connection", b"upgrade", b"expect"))
@@ -114,6 +116,12 @@ def _normalized(fields: list[tuple[bytes, bytes]], error: type[ProtocolError],
     """(name as sent, lower-cased name, value) of ``fields`` as h11's ``normalize_and_validate`` keeps them:
     Content-Length once (repeats must agree), Transfer-Encoding only ``chunked`` (lower-cased); with ``check``, each
     name and value checked first (as h11 checks headers it is given, one field after the other)."""
+    if check and fields:
+        # Every name and value at once (two regular expressions); only a failure checks them one by one, so that
+        # the first bad field raises first, as in h11.
+        names = b"\n".join([name for name, _ in fields])
+        values = b"\n".join([value for _, value in fields])
+        check = not (_NAMES.fullmatch(names) and _VALUES.fullmatch(values))
     out = []
     length = None
     coded = False
@@ -150,7 +158,12 @@ def _normalized(fields: list[tuple[bytes, bytes]], error: type[ProtocolError],
 def _head(status_code: int, reason: bytes, fields: list[tuple[bytes, bytes, bytes]]) -> bytes:
     """A response head as h11 writes it: any Host line first."""
     lines = [b"HTTP/1.1 %d %s\r\n" % (status_code, reason)]
-    lines += [b"%s: %s\r\n" % (raw, value) for raw, name, value in fields if name == b"host"]
+    if any(name == b"host" for _, name, _ in fields):
+        lines += [b"%s: %s\r\n" % (raw, value) for raw, name, value in fields if name == b"host"]
+    else:
+        lines += [b"%s: %s\r\n" % (raw, value) for raw, name, value in fields]
+        lines.append(b"\r\n")
+        return b"".join(lines)
     lines += [b"%s: %s\r\n" % (raw, value) for raw, name, value in fields if name != b"host"]
     lines.append(b"\r\n")
     return b"".join(lines)
@@ -312,17 +325,16 @@ class ServerConnection:
             if buffer and buffer[0] < 0x21:
                 raise RemoteProtocolError("illegal request line")
             return None
-        head = bytes(buffer[:found.start()])
+        # The request line, and the field lines with their line endings (one CR before each LF is dropped: h11).
+        end = found.start() + 1
+        first = buffer.find(b"\n")
+        request_line = bytes(buffer[:first - 1 if first and buffer[first - 1] == 13 else first])
+        block = bytes(buffer[first + 1:end])
         del buffer[:found.end()]
         self._scanned = 0
-        # The lines without their line endings; one CR before each LF is dropped (h11).
-        if head.endswith(b"\r") and head.count(b"\n") == head.count(b"\r\n"):
-            lines = head[:-1].split(b"\r\n")
-        else:
-            lines = [line[:-1] if line.endswith(b"\r") else line for line in head.split(b"\n")]
-        match = _REQUEST_LINE.fullmatch(lines[0])
+        match = _REQUEST_LINE.fullmatch(request_line)
         if match is None:
-            raise RemoteProtocolError(f"illegal request line: {lines[0][:64]!r}")
+            raise RemoteProtocolError(f"illegal request line: {request_line[:64]!r}")
         method, target, version = match.groups()
         headers = []
         raw_headers = []
@@ -330,7 +342,7 @@ class ServerConnection:
         coded = False
         hosts = 0
         connection = upgrade = expect = None
-        for raw_name, value in header_fields(lines[1:]):
+        for raw_name, value in header_block(block):
             name = raw_name.lower()
             if name in _SPECIAL:
                 if name == b"content-length":
@@ -424,11 +436,10 @@ class ServerConnection:
             if found is None:
                 self._scanned = max(0, len(buffer) - 2)
                 return None
-            block = bytes(buffer[:found.start()])
+            block = bytes(buffer[:found.start() + 1])
             del buffer[:found.end()]
             self._scanned = 0
-            lines = [line[:-1] if line.endswith(b"\r") else line for line in block.split(b"\n")]
-            _normalized(header_fields(lines), RemoteProtocolError)  # checked as h11 checks them, then dropped
+            _normalized(header_block(block), RemoteProtocolError)  # checked as h11 checks them, then dropped
             return self._ended()
         if self._discard:
             piece = bytes(buffer[:len(self._discard)])

@@ -19,7 +19,8 @@ import re
 from typing import Any
 
 __all__ = [
-    "END", "NEED_DATA", "TOKEN", "LocalProtocolError", "Marker", "ProtocolError", "RemoteProtocolError", "header_fields",
+    "END", "NEED_DATA", "TOKEN", "LocalProtocolError", "Marker", "ProtocolError", "RemoteProtocolError", "header_block",
+    "header_fields",
 ]
 
 
@@ -62,6 +63,25 @@ TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 #: bytes no received header value may hold once its surrounding spaces and tabs are stripped (h11's field-vchar is
 #: anything but NUL and ``\s``; between them only spaces and tabs)
 _BAD_IN_VALUE = re.compile(rb"[\x00\n\r\x0b\x0c]")
+
+
+_VALUE_BYTE = rb"[^\x00\n\r\x0b\x0c]"
+_EDGE_BYTE = rb"[^\x00\n\r\x0b\x0c \t]"
+#: one unfolded, valid field line with its line ending: the name, then the value without surrounding spaces or tabs
+_FIELD_LINE = re.compile(rb"([-!#$%&'*+.^_`|~0-9A-Za-z]+):[ \t]*((?:" + _EDGE_BYTE + rb"(?:" + _VALUE_BYTE + rb"*"
+                         + _EDGE_BYTE + rb")?)?)[ \t]*\r?\n")
+_FIELD_BLOCK = re.compile(rb"(?:[-!#$%&'*+.^_`|~0-9A-Za-z]+:[ \t]*(?:" + _EDGE_BYTE + rb"(?:" + _VALUE_BYTE + rb"*"
+                          + _EDGE_BYTE + rb")?)?[ \t]*\r?\n)*")
+
+
+def header_block(block: bytes) -> list[tuple[bytes, bytes]]:
+    """:func:`header_fields` of ``block``, the field lines each with its line ending (``\n`` or ``\r\n``): two
+    regular expressions over the whole block when every line is valid and none is folded (the usual head)."""
+    if _FIELD_BLOCK.fullmatch(block):
+        return _FIELD_LINE.findall(block)
+    lines = block.split(b"\n")
+    lines.pop()
+    return header_fields([line[:-1] if line.endswith(b"\r") else line for line in lines])
 
 
 def header_fields(lines: list[bytes]) -> list[tuple[bytes, bytes]]:
