@@ -232,6 +232,11 @@ class ServerConnection:
     def their_error(self) -> bool:
         return self._their == _ERROR
 
+    @property
+    def their_idle(self) -> bool:
+        """No request head of this cycle is complete yet (h11's their_state IDLE): the protocol's head timer runs."""
+        return self._their == _IDLE
+
     def _settle(self) -> None:
         """h11's state-triggered transitions, to their fixed point."""
         their, our = self._their, self._our

@@ -56,14 +56,14 @@ def h11_next(conn: h11.Connection) -> Any:
 
 
 def ours_state(conn: ServerConnection) -> tuple:
-    return (conn.can_respond, conn.our_done, conn.their_done, conn.their_error,
+    return (conn.can_respond, conn.our_done, conn.their_done, conn.their_error, conn.their_idle,
             conn.they_are_waiting_for_100_continue, conn.trailing_data)
 
 
 def h11_state(conn: h11.Connection) -> tuple:
     return (conn.our_state in (h11.IDLE, h11.SEND_RESPONSE), conn.our_state is h11.DONE,
-            conn.their_state is h11.DONE, conn.their_state is h11.ERROR, conn.they_are_waiting_for_100_continue,
-            conn.trailing_data)
+            conn.their_state is h11.DONE, conn.their_state is h11.ERROR, conn.their_state is h11.IDLE,
+            conn.they_are_waiting_for_100_continue, conn.trailing_data)
 
 
 def ours_do(conn: ServerConnection, op: tuple) -> Any:
