@@ -111,6 +111,27 @@ def _comma_tokens(value: bytes) -> list[bytes]:
     return [token for token in (part.strip() for part in value.lower().split(b",")) if token]
 
 
+def _content_length(value: bytes, error: type[ProtocolError]) -> bytes:
+    """One Content-Length field's value as h11 keeps it: comma-separated repeats must agree; 1-20 digits."""
+    lengths = {part.strip() for part in value.split(b",")}
+    if len(lengths) != 1:
+        raise error("conflicting Content-Length headers")
+    value = lengths.pop()
+    if not _DIGITS.fullmatch(value) or len(value) > 20:
+        raise error("bad Content-Length")
+    return value
+
+
+def _transfer_coding(value: bytes, coded: bool, error: type[ProtocolError]) -> bytes:
+    """One Transfer-Encoding field's value as h11 keeps it (lower-cased): only ``chunked``, and only once (501)."""
+    if coded:
+        raise error("multiple Transfer-Encoding headers", 501)
+    value = value.lower()
+    if value != b"chunked":
+        raise error("Only Transfer-Encoding: chunked is supported", 501)
+    return value
+
+
 def _normalized(fields: list[tuple[bytes, bytes]], error: type[ProtocolError],
                 check: bool = False) -> list[tuple[bytes, bytes, bytes]]:
     """(name as sent, lower-cased name, value) of ``fields`` as h11's ``normalize_and_validate`` keeps them:
@@ -133,23 +154,14 @@ def _normalized(fields: list[tuple[bytes, bytes]], error: type[ProtocolError],
                 raise error(f"Illegal header value {value!r}")
         name = raw_name.lower()
         if name == b"content-length":
-            lengths = {part.strip() for part in value.split(b",")}
-            if len(lengths) != 1:
-                raise error("conflicting Content-Length headers")
-            value = lengths.pop()
-            if not _DIGITS.fullmatch(value) or len(value) > 20:
-                raise error("bad Content-Length")
+            value = _content_length(value, error)
             if length is not None:
                 if length != value:
                     raise error("conflicting Content-Length headers")
                 continue
             length = value
         elif name == b"transfer-encoding":
-            if coded:
-                raise error("multiple Transfer-Encoding headers", 501)
-            value = value.lower()
-            if value != b"chunked":
-                raise error("Only Transfer-Encoding: chunked is supported", 501)
+            value = _transfer_coding(value, coded, error)
             coded = True
         out.append((raw_name, name, value))
     return out
@@ -157,14 +169,10 @@ def _normalized(fields: list[tuple[bytes, bytes]], error: type[ProtocolError],
 
 def _head(status_code: int, reason: bytes, fields: list[tuple[bytes, bytes, bytes]]) -> bytes:
     """A response head as h11 writes it: any Host line first."""
-    lines = [b"HTTP/1.1 %d %s\r\n" % (status_code, reason)]
     if any(name == b"host" for _, name, _ in fields):
-        lines += [b"%s: %s\r\n" % (raw, value) for raw, name, value in fields if name == b"host"]
-    else:
-        lines += [b"%s: %s\r\n" % (raw, value) for raw, name, value in fields]
-        lines.append(b"\r\n")
-        return b"".join(lines)
-    lines += [b"%s: %s\r\n" % (raw, value) for raw, name, value in fields if name != b"host"]
+        fields = [field for field in fields if field[1] == b"host"] + [field for field in fields if field[1] != b"host"]
+    lines = [b"HTTP/1.1 %d %s\r\n" % (status_code, reason)]
+    lines += [b"%s: %s\r\n" % (raw, value) for raw, _, value in fields]
     lines.append(b"\r\n")
     return b"".join(lines)
 
@@ -351,23 +359,14 @@ class ServerConnection:
             name = raw_name.lower()
             if name in _SPECIAL:
                 if name == b"content-length":
-                    lengths = {part.strip() for part in value.split(b",")}
-                    if len(lengths) != 1:
-                        raise RemoteProtocolError("conflicting Content-Length headers")
-                    value = lengths.pop()
-                    if not _DIGITS.fullmatch(value) or len(value) > 20:
-                        raise RemoteProtocolError("bad Content-Length")
+                    value = _content_length(value, RemoteProtocolError)
                     if length is not None:
                         if length != value:
                             raise RemoteProtocolError("conflicting Content-Length headers")
                         continue
                     length = value
                 elif name == b"transfer-encoding":
-                    if coded:
-                        raise RemoteProtocolError("multiple Transfer-Encoding headers", 501)
-                    value = value.lower()
-                    if value != b"chunked":
-                        raise RemoteProtocolError("Only Transfer-Encoding: chunked is supported", 501)
+                    value = _transfer_coding(value, coded, RemoteProtocolError)
                     coded = True
                 elif name == b"host":
                     hosts += 1
