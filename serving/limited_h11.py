@@ -39,10 +39,19 @@ own work"):
   with the body. A streamed answer (no length) still sends its head at once: a client sees it before the first
   token.
 
+And the wire itself: **HTTP/1.1 is read and written by the project's own codec** (``serving/http1_server.py``), not
+by h11. Measured inside the proxy under load, h11's server-side calls took ~140 us a request (its per-event state
+machine and header validation, ~7% of a short request's CPU; docs/benchmarks.md, "The client-facing codec"); the
+codec gives the same events and writes the same bytes (its tests run h11 beside it as the oracle). What changes
+with it: a WebSocket upgrade request is answered as a plain HTTP request (the app's HTTP answer: no route here
+speaks WebSocket), where hypercorn would have opened a WebSocket stream. An ``h2c`` upgrade and HTTP/2 prior
+knowledge are handed to hypercorn's HTTP/2 protocol as before.
+
 hypercorn builds its protocol by name (``hypercorn.protocol.ProtocolWrapper`` calls ``H11Protocol``), with no
-option to pass another class; :func:`install` rebinds that one name, short of copying ``worker_serve``. A server
-whose config is not a :class:`LimitedConfig` gets hypercorn's behaviour unchanged. HTTP/2 (TLS with ALPN, or prior
-knowledge) has hypercorn's own limits only.
+option to pass another class; :func:`install` rebinds that one name (to a function that builds this class for a
+:class:`LimitedConfig`, hypercorn's own otherwise), short of copying ``worker_serve``. A server whose config is not
+a :class:`LimitedConfig` gets hypercorn's behaviour unchanged. HTTP/2 (TLS with ALPN, or prior knowledge) has
+hypercorn's own limits only.
 """
 
 from __future__ import annotations
@@ -51,19 +60,27 @@ import math
 import os
 from typing import Any
 
-import h11
 import hypercorn.protocol
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData, Updated
-from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.events import Body, Data, EndBody, Request, Response, StreamClosed
+from hypercorn.protocol.h11 import (
+    STREAM_ID, H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol,
+)
+from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.trio.worker_context import TrioSingleTask
 
+from serving import http1_server
+from serving.http1_server import CLOSED, END, NEED_DATA, PAUSED, LocalProtocolError, RemoteProtocolError, ServerConnection
 from serving.http_limits import HEADERS_TOO_LARGE, MALFORMED, TIMEOUT, HTTPLimits
 
 
 #: the scope key of a request's "client gone" cancel scope (module docstring); absent under any other server
 CLIENT_GONE_KEY = "dressage.client_gone"
+
+#: hypercorn's own HTTP/1.1 protocol, for a server whose config is not a :class:`LimitedConfig` (:func:`install`)
+_HYPERCORN_H11 = H11Protocol
 
 
 class LimitedConfig(HypercornConfig):
@@ -77,11 +94,13 @@ class LimitedConfig(HypercornConfig):
 
 
 class LimitedH11Protocol(H11Protocol):
-    """One HTTP/1.1 connection: hypercorn's, plus the head timer and OpenAI-shaped refusals."""
+    """One HTTP/1.1 connection: hypercorn's, on the project's codec, plus the head timer and OpenAI-shaped refusals."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._limits: HTTPLimits | None = getattr(self.config, "http_limits", None)
+        self._limits: HTTPLimits = self.config.http_limits
+        # The wire (module docstring): hypercorn's h11 connection, made by its __init__, is replaced.
+        self.connection: ServerConnection = ServerConnection(self.config.h11_max_incomplete_size)  # type: ignore[assignment]
         self._head_timer = TrioSingleTask()
         self._head_timer_running = False
         # The keep-alive watcher (module docstring): its scope while it runs; whether no request is in progress;
@@ -95,50 +114,172 @@ class LimitedH11Protocol(H11Protocol):
         self._client_gone: trio.CancelScope | None = None
         # hypercorn's send lock and the socket it guards, for the direct write (:meth:`_idle_socket`)
         self._direct: tuple[trio.Lock, Any] | None = None
-        if self._limits is not None:
-            self._connection_send = self.send
-            self.send = self._send
-            server = getattr(self._connection_send, "__self__", None)
-            lock = getattr(server, "send_lock", None)
-            socket = getattr(getattr(server, "stream", None), "socket", None)
-            if isinstance(lock, trio.Lock) and socket is not None:
-                self._direct = (lock, socket)
+        self._connection_send = self.send
+        self.send = self._send
+        server = getattr(self._connection_send, "__self__", None)
+        lock = getattr(server, "send_lock", None)
+        socket = getattr(getattr(server, "stream", None), "socket", None)
+        if isinstance(lock, trio.Lock) and socket is not None:
+            self._direct = (lock, socket)
+
+    # -- reading ---------------------------------------------------------------------------------------------------
 
     async def handle(self, event: Event) -> None:
-        if isinstance(event, Closed):
+        if isinstance(event, RawData):
+            self.connection.receive_data(event.data)
+            await self._handle_events()
+            # Started only when a head is still incomplete after the data that came: a head that arrives whole (the
+            # usual case) costs no timer task.
+            if (
+                event.data
+                and self.stream is None
+                and not self._head_timer_running
+                and self._limits.header_read_timeout is not None
+                and self.connection.their_idle
+            ):
+                self._head_timer_running = True
+                await self._head_timer.restart(self.task_group, self._head_deadline)
+        elif isinstance(event, Closed):
             self._closed = True
             if self.stream is not None and self._client_gone is not None:
                 self._client_gone.cancel()  # gone before its answer was complete (hypercorn's http.disconnect)
             if self._idle_scope is not None:
                 self._idle_scope.cancel()  # the watcher ends now, not at its deadline
             await self._stop_head_timer()
-        await super().handle(event)
-        # Started only when a head is still incomplete after the data that came: a head that arrives whole (the
-        # usual case) costs no timer task.
-        if (
-            isinstance(event, RawData)
-            and event.data
-            and self.stream is None
-            and not self._head_timer_running
-            and self._limits is not None
-            and self._limits.header_read_timeout is not None
-            and self.connection.their_state is h11.IDLE
-        ):
-            self._head_timer_running = True
-            await self._head_timer.restart(self.task_group, self._head_deadline)
+            if self.stream is not None:
+                await self._close_stream()
 
-    async def _create_stream(self, request: h11.Request) -> None:
+    async def _handle_events(self) -> None:
+        """hypercorn's loop over the connection's events, on the codec's (``http1_server``: the same events as h11's)."""
+        connection = self.connection
+        while True:
+            if connection.they_are_waiting_for_100_continue:
+                await self._write(connection.informational, 100, self.config.response_headers("h11"))
+            try:
+                event = connection.next_event()
+            except RemoteProtocolError as error:
+                if connection.can_respond:
+                    await self._send_error_response(error.error_status_hint)
+                await self.send(Closed())
+                break
+            if type(event) is http1_server.Request:
+                await self.send(Updated(idle=False))
+                await self._check_protocol(event)
+                await self._create_stream(event)
+            elif event is PAUSED:
+                await self.can_read.clear()
+                await self.can_read.wait()
+            elif event is CLOSED or event is NEED_DATA or self.stream is None:
+                break
+            elif event is END:
+                await self.stream.handle(EndBody(stream_id=STREAM_ID))
+            else:
+                await self.stream.handle(Body(stream_id=STREAM_ID, data=event))
+
+    async def _check_protocol(self, request: http1_server.Request) -> None:  # type: ignore[override]
+        """hypercorn's: an ``h2c`` upgrade without a body, or HTTP/2 prior knowledge, hands the connection to its
+        HTTP/2 protocol (``ProtocolWrapper`` catches the two errors)."""
+        upgrade = b""
+        has_body = False
+        for name, value in request.headers:
+            if name == b"upgrade":
+                upgrade = value.strip()
+            elif name in (b"content-length", b"transfer-encoding"):
+                has_body = True
+        if upgrade.lower() == b"h2c" and not has_body:
+            headers = [*self.config.response_headers("h11"), (b"connection", b"upgrade"), (b"upgrade", b"h2c")]
+            await self._write(self.connection.informational, 101, headers)
+            raise H2CProtocolRequiredError(self.connection.trailing_data[0], request)  # type: ignore[arg-type]
+        if request.method == b"PRI" and request.target == b"*" and request.http_version == b"2.0":
+            raise H2ProtocolAssumedError(b"PRI * HTTP/2.0\r\n\r\n" + self.connection.trailing_data[0])
+
+    async def _create_stream(self, request: http1_server.Request) -> None:  # type: ignore[override]
+        """hypercorn's HTTP stream for ``request`` (never a WebSocket one: module docstring), its app's scope given
+        the "client gone" scope."""
         await self._stop_head_timer()  # the head is complete
-        # h11 bounds only an incomplete head: one that arrives whole in a single receive (64 KiB) passes its
-        # buffer check, so a complete head is measured again here.
-        if self._limits is not None and _head_size(request) > self._limits.max_header_bytes:
+        # The codec bounds only an incomplete head (as h11): one that arrives whole in a single receive (64 KiB)
+        # passes its buffer check, so a complete head is measured again here.
+        if _head_size(request) > self._limits.max_header_bytes:
             await self._refuse_large_head()
             await self.send(Closed())
             return
-        await super()._create_stream(request)
-        scope = getattr(self.stream, "scope", None)  # an HTTP stream's scope, the dict its app got (not started yet)
-        if self._limits is not None and isinstance(scope, dict):
+        self.stream = HTTPStream(
+            self.app, self.config, self.context, self.task_group, self.ssl, self.client, self.server, self.stream_send,
+            STREAM_ID,
+        )
+        await self.stream.handle(
+            Request(
+                stream_id=STREAM_ID,
+                headers=request.raw_headers if self.config.h11_pass_raw_headers else request.headers,
+                http_version=request.http_version.decode(),
+                method=request.method.decode("ascii").upper(),
+                raw_path=request.target,
+                state=self.connection_state,
+            )
+        )
+        self.keep_alive_requests += 1
+        await self.context.mark_request()
+        scope = getattr(self.stream, "scope", None)  # the HTTP stream's scope, the dict its app got (not started yet)
+        if isinstance(scope, dict):
             self._client_gone = scope[CLIENT_GONE_KEY] = trio.CancelScope()
+
+    # -- writing ---------------------------------------------------------------------------------------------------
+
+    async def stream_send(self, event: Any) -> None:
+        """hypercorn's, on the codec: what the HTTP stream sends (the app's answer), as bytes on the connection."""
+        connection = self.connection
+        if isinstance(event, Body):
+            await self._write(connection.data, event.data)
+        elif isinstance(event, EndBody):
+            await self._write(connection.end)
+        elif isinstance(event, Response):
+            headers = [*event.headers, *self.config.response_headers("h11")]
+            if event.status_code < 200:
+                await self._write(connection.informational, event.status_code, headers)
+                return
+            if self.keep_alive_requests >= self.config.keep_alive_max_requests:
+                headers.append((b"connection", b"close"))
+            await self._write(connection.response, event.status_code, headers, hold=_has_length(headers))
+        elif isinstance(event, StreamClosed):
+            await self._maybe_recycle()
+        elif isinstance(event, Data):  # a WebSocket stream's bytes; none is opened here (module docstring)
+            await self.send(RawData(data=event.data))
+        # An InformationalResponse (ignored for HTTP/1, as hypercorn does) and EndData: nothing to write.
+
+    async def _write(self, produce: Any, *args: Any, hold: bool = False) -> None:
+        """The bytes ``produce(*args)`` frames, sent; the head of a response with a ``Content-Length`` (``hold``) is
+        held and written with what follows it (module docstring), and an empty piece is not written. A write the
+        codec refuses after the client broke the protocol is dropped (as hypercorn: nothing more can be said)."""
+        try:
+            data = produce(*args)
+        except LocalProtocolError:
+            if not self.connection.their_error:
+                raise
+            return
+        if self._held_head:
+            data, self._held_head = self._held_head + data, b""
+        if hold:
+            self._held_head = data
+        elif data:
+            await self.send(RawData(data=data))
+
+    async def _maybe_recycle(self) -> None:
+        """hypercorn's: the exchange is over; the next one may start on this connection, or it closes."""
+        await self._close_stream()
+        connection = self.connection
+        if not self.context.terminated.is_set() and connection.our_done and connection.their_done:
+            try:
+                connection.start_next_cycle()
+            except LocalProtocolError:
+                await self.send(Closed())
+            else:
+                self.response = None
+                self.scope = None
+                await self.can_read.set()
+                await self.send(Updated(idle=True))
+        else:
+            await self.can_read.set()
+            await self.send(Closed())
 
     async def _send(self, event: Event) -> None:
         """The connection's ``send``: bytes straight to the socket (hypercorn shields its data sends itself); the
@@ -220,32 +361,13 @@ class LimitedH11Protocol(H11Protocol):
             with trio.CancelScope(shield=True):
                 await self._connection_send(Closed())
 
-    async def _send_h11_event(self, event: Any) -> None:
-        """hypercorn's, writing the head of a response with a ``Content-Length`` together with what follows it
-        (module docstring), and no empty write for an end of message that has no bytes."""
-        if self._limits is None:
-            await super()._send_h11_event(event)
-            return
-        try:
-            data = self.connection.send(event)
-        except h11.LocalProtocolError:
-            if self.connection.their_state != h11.ERROR:
-                raise
-            return
-        if self._held_head:
-            data, self._held_head = self._held_head + data, b""
-        if type(event) is h11.Response and event.status_code >= 200 and _has_length(event):
-            self._held_head = data
-        elif data:
-            await self.send(RawData(data=data))
-
     async def _stop_head_timer(self) -> None:
         if self._head_timer_running:
             self._head_timer_running = False
             await self._head_timer.stop()
 
     async def _head_deadline(self) -> None:
-        assert self._limits is not None and self._limits.header_read_timeout is not None
+        assert self._limits.header_read_timeout is not None
         await trio.sleep(self._limits.header_read_timeout)
         self._head_timer_running = False
         with trio.CancelScope(shield=True):  # the close below cancels this very timer
@@ -256,16 +378,13 @@ class LimitedH11Protocol(H11Protocol):
             await self.send(Closed())
 
     async def _send_error_response(self, status_code: int) -> None:
-        """h11 refused the head: 431 (larger than its buffer) or 400 (malformed). hypercorn closes afterwards."""
-        if self._limits is None:
-            await super()._send_error_response(status_code)
-        elif status_code == HEADERS_TOO_LARGE[0]:
+        """The codec refused the head: 431 (larger than its buffer) or 400 (malformed). hypercorn closes afterwards."""
+        if status_code == HEADERS_TOO_LARGE[0]:
             await self._refuse_large_head()
         else:
             await self._send_refusal(*MALFORMED, "malformed HTTP request")
 
     async def _refuse_large_head(self) -> None:
-        assert self._limits is not None
         limit = self._limits.max_header_bytes
         await self._send_refusal(
             *HEADERS_TOO_LARGE, f"the request line and headers are over {limit} bytes", limit=limit
@@ -273,7 +392,6 @@ class LimitedH11Protocol(H11Protocol):
 
     async def _send_refusal(self, status: int, code: str, message: str, **details: Any) -> None:
         """A whole error response, with ``Connection: close`` (the caller closes)."""
-        assert self._limits is not None
         body = self._limits.refusal(status, code, message, **details)
         headers = [
             (b"content-type", b"application/json"),
@@ -283,27 +401,34 @@ class LimitedH11Protocol(H11Protocol):
         ]
         connection = self.connection
         try:
-            data = connection.send(h11.Response(status_code=status, headers=headers))
-            data += connection.send(h11.Data(data=body)) + connection.send(h11.EndOfMessage())
-        except h11.LocalProtocolError:  # a response already under way: nothing more can be said
+            data = connection.response(status, headers) + connection.data(body) + connection.end()
+        except LocalProtocolError:  # a response already under way: nothing more can be said
             return
         await self.send(RawData(data=data))
 
 
+def _protocol(app: Any, config: HypercornConfig, *args: Any) -> H11Protocol:
+    """What ``ProtocolWrapper`` builds for an HTTP/1.1 connection: :class:`LimitedH11Protocol` for a
+    :class:`LimitedConfig`, hypercorn's own protocol for any other config."""
+    protocol = LimitedH11Protocol if isinstance(config, LimitedConfig) else _HYPERCORN_H11
+    return protocol(app, config, *args)
+
+
 def install() -> None:
-    """Make hypercorn build :class:`LimitedH11Protocol` for HTTP/1.1 connections (idempotent)."""
-    hypercorn.protocol.H11Protocol = LimitedH11Protocol  # type: ignore[misc]
+    """Make hypercorn build :class:`LimitedH11Protocol` for HTTP/1.1 connections of a :class:`LimitedConfig`
+    (idempotent)."""
+    hypercorn.protocol.H11Protocol = _protocol  # type: ignore[misc,assignment]
 
 
-def _has_length(response: h11.Response) -> bool:
-    """Whether ``response`` says its body's length (a whole body, sent right after the head)."""
-    return any(name == b"content-length" for name, _ in response.headers)  # h11 lower-cases the names
+def _has_length(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a response with ``headers`` says its body's length (a whole body, sent right after the head)."""
+    return any(name.lower() == b"content-length" for name, _ in headers)
 
 
-def _head_size(request: h11.Request) -> int:
-    """The bytes of ``request``'s head as sent (request line, ``name: value`` lines, CRLFs), near enough: h11 has
-    stripped the whitespace around values."""
+def _head_size(request: http1_server.Request) -> int:
+    """The bytes of ``request``'s head as sent (request line, ``name: value`` lines, CRLFs), near enough: the
+    codec has stripped the whitespace around values."""
     size = len(request.method) + len(request.target) + len(b" HTTP/1.1\r\n\r\n") + 1
-    for name, value in request.headers.raw_items():
+    for name, value in request.raw_headers:
         size += len(name) + len(value) + 4
     return size
