@@ -51,7 +51,7 @@ import re
 from typing import Any
 
 from serving.http1_wire import (
-    END, NEED_DATA, TOKEN, LocalProtocolError, ProtocolError, RemoteProtocolError, Marker, header_block,
+    END, HEAD_END, NEED_DATA, TOKEN, LocalProtocolError, ProtocolError, RemoteProtocolError, Marker, header_block,
 )
 
 __all__ = [
@@ -83,7 +83,6 @@ class Request:
 
 
 _REQUEST_LINE = re.compile(rb"([-!#$%&'*+.^_`|~0-9A-Za-z]+) ([\x21-\x7e]+) HTTP/([0-9]\.[0-9])")
-_HEAD_END = re.compile(rb"\n\r?\n")
 _CHUNK_HEADER = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;.*)?[ \t]*\r\n")
 _DIGITS = re.compile(rb"[0-9]+")
 #: a header value h11 will send: visible bytes (NUL and ``\s`` excepted) with single runs of spaces and tabs between
@@ -332,7 +331,7 @@ class ServerConnection:
             del buffer[:1 if buffer[:1] == b"\n" else 2]
             self._scanned = 0
             raise RemoteProtocolError("no request line received")
-        found = _HEAD_END.search(buffer, self._scanned)
+        found = HEAD_END.search(buffer, self._scanned)
         if found is None:
             self._scanned = max(0, len(buffer) - 2)
             if buffer and buffer[0] < 0x21:
@@ -355,18 +354,11 @@ class ServerConnection:
         coded = False
         hosts = 0
         connection = upgrade = expect = None
-        for raw_name, value in header_block(block):
-            name = raw_name.lower()
+        for raw_name, name, value in _normalized(header_block(block), RemoteProtocolError):
             if name in _SPECIAL:
                 if name == b"content-length":
-                    value = _content_length(value, RemoteProtocolError)
-                    if length is not None:
-                        if length != value:
-                            raise RemoteProtocolError("conflicting Content-Length headers")
-                        continue
                     length = value
                 elif name == b"transfer-encoding":
-                    value = _transfer_coding(value, coded, RemoteProtocolError)
                     coded = True
                 elif name == b"host":
                     hosts += 1
@@ -436,7 +428,7 @@ class ServerConnection:
                 del buffer[:1 if buffer[:1] == b"\n" else 2]
                 self._scanned = 0
                 return self._ended()
-            found = _HEAD_END.search(buffer, self._scanned)
+            found = HEAD_END.search(buffer, self._scanned)
             if found is None:
                 self._scanned = max(0, len(buffer) - 2)
                 return None

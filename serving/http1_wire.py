@@ -19,8 +19,8 @@ import re
 from typing import Any
 
 __all__ = [
-    "END", "NEED_DATA", "TOKEN", "LocalProtocolError", "Marker", "ProtocolError", "RemoteProtocolError", "header_block",
-    "header_fields",
+    "END", "HEAD_END", "NEED_DATA", "TOKEN", "LocalProtocolError", "Marker", "ProtocolError", "RemoteProtocolError",
+    "header_block", "header_fields",
 ]
 
 
@@ -58,6 +58,8 @@ END: Any = Marker("END")
 #: nothing more can be parsed before more bytes arrive
 NEED_DATA: Any = Marker("NEED_DATA")
 
+#: the end of a head: an empty line (LF or CRLF) after the last line
+HEAD_END = re.compile(rb"\n\r?\n")
 #: RFC 9110 token (a method, a header name)
 TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 #: bytes no received header value may hold once its surrounding spaces and tabs are stripped (h11's field-vchar is

@@ -31,7 +31,7 @@ from typing import Any
 
 # The errors, markers and header field lines are the server codec's too (serving/http1_wire.py).
 from serving.http1_wire import (
-    END, NEED_DATA, TOKEN, LocalProtocolError, ProtocolError, RemoteProtocolError, header_fields,
+    END, HEAD_END, NEED_DATA, TOKEN, LocalProtocolError, ProtocolError, RemoteProtocolError, header_fields,
 )
 
 __all__ = [
@@ -65,7 +65,6 @@ class Response:
 _BAD_VALUE = re.compile(rb"[\x00\r\n]")
 _STATUS_LINE = re.compile(rb"HTTP/(1\.[01]) ([0-9]{3})(?: ([^\x00]*))?")
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;.*)?")
-_HEAD_END = re.compile(rb"\n\r?\n")
 _NO_BODY_STATUSES = frozenset((204, 304))
 
 
@@ -162,7 +161,7 @@ class ClientConnection:
             while buffer[:1] == b"\n" or buffer[:2] == b"\r\n":
                 del buffer[:1 if buffer[:1] == b"\n" else 2]
                 self._scanned = 0
-            found = _HEAD_END.search(buffer, max(0, self._scanned - 2))  # the end is 2-3 bytes: overlap the last
+            found = HEAD_END.search(buffer, max(0, self._scanned - 2))  # the end is 2-3 bytes: overlap the last
             if found is None:
                 self._scanned = len(buffer)
                 if len(buffer) > MAX_HEAD_BYTES:
