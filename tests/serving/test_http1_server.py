@@ -11,6 +11,7 @@ as h11 reads them), so the events are compared one for one, pieces of body inclu
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import h11
@@ -20,6 +21,9 @@ from hypothesis import strategies as st
 
 from serving import http1_server as server
 from serving.http1_server import CLOSED, END, NEED_DATA, PAUSED, ServerConnection
+
+# 1,500 generated conversations in CI (~15 s on one worker); DRESSAGE_HTTP1_EXAMPLES=20000 for a soak.
+EXAMPLES = int(os.environ.get("DRESSAGE_HTTP1_EXAMPLES", "1500"))
 
 
 # -- the two codecs side by side ----------------------------------------------------------------------------------
@@ -360,14 +364,14 @@ def conversations(draw: Any) -> tuple[bytes, list[int], bool, list[dict], int]:
     return data, cuts, eof, [plan for _, plan in drawn], max_size
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(conversations())
 def test_any_conversation_cut_anywhere_goes_as_with_h11(conversation: tuple) -> None:
     data, cuts, eof, plans, max_size = conversation
     converse(data, cuts, eof=eof, plans=plans, max_size=max_size)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=max(300, EXAMPLES // 5), deadline=None)
 @given(st.binary(max_size=120), st.lists(st.integers(0, 120), max_size=6), st.booleans())
 def test_arbitrary_bytes_are_read_or_refused_as_h11_does(data: bytes, cuts: list[int], eof: bool) -> None:
     converse(data, cuts, eof=eof, plans=[], max_size=64)
