@@ -51,7 +51,8 @@ import re
 from typing import Any
 
 from serving.http1_wire import (
-    END, HEAD_END, NEED_DATA, TOKEN, LocalProtocolError, ProtocolError, RemoteProtocolError, Marker, header_block,
+    END, NEED_DATA, TOKEN, LocalProtocolError, ProtocolError, RemoteProtocolError, Marker, content_length, head_end,
+    header_block, take,
 )
 
 __all__ = [
@@ -84,7 +85,6 @@ class Request:
 
 _REQUEST_LINE = re.compile(rb"([-!#$%&'*+.^_`|~0-9A-Za-z]+) ([\x21-\x7e]+) HTTP/([0-9]\.[0-9])")
 _CHUNK_HEADER = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;.*)?[ \t]*\r\n")
-_DIGITS = re.compile(rb"[0-9]+")
 #: a header value h11 will send: visible bytes (NUL and ``\s`` excepted) with single runs of spaces and tabs between
 _FIELD_VALUE = re.compile(rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?")
 _NAMES = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+(?:\n[-!#$%&'*+.^_`|~0-9A-Za-z]+)*")
@@ -108,17 +108,6 @@ def _out_of_turn(event: str, state: int) -> LocalProtocolError:
 def _comma_tokens(value: bytes) -> list[bytes]:
     """h11's ``get_comma_header`` of one value: lower-cased, split at commas, stripped, empty ones dropped."""
     return [token for token in (part.strip() for part in value.lower().split(b",")) if token]
-
-
-def _content_length(value: bytes, error: type[ProtocolError]) -> bytes:
-    """One Content-Length field's value as h11 keeps it: comma-separated repeats must agree; 1-20 digits."""
-    lengths = {part.strip() for part in value.split(b",")}
-    if len(lengths) != 1:
-        raise error("conflicting Content-Length headers")
-    value = lengths.pop()
-    if not _DIGITS.fullmatch(value) or len(value) > 20:
-        raise error("bad Content-Length")
-    return value
 
 
 def _transfer_coding(value: bytes, coded: bool, error: type[ProtocolError]) -> bytes:
@@ -153,7 +142,7 @@ def _normalized(fields: list[tuple[bytes, bytes]], error: type[ProtocolError],
                 raise error(f"Illegal header value {value!r}")
         name = raw_name.lower()
         if name == b"content-length":
-            value = _content_length(value, error)
+            value = content_length(value, error)
             if length is not None:
                 if length != value:
                     raise error("conflicting Content-Length headers")
@@ -331,9 +320,8 @@ class ServerConnection:
             del buffer[:1 if buffer[:1] == b"\n" else 2]
             self._scanned = 0
             raise RemoteProtocolError("no request line received")
-        found = HEAD_END.search(buffer, self._scanned)
+        found, self._scanned = head_end(buffer, self._scanned)
         if found is None:
-            self._scanned = max(0, len(buffer) - 2)
             if buffer and buffer[0] < 0x21:
                 raise RemoteProtocolError("illegal request line")
             return None
@@ -343,7 +331,6 @@ class ServerConnection:
         request_line = bytes(buffer[:first - 1 if first and buffer[first - 1] == 13 else first])
         block = bytes(buffer[first + 1:end])
         del buffer[:found.end()]
-        self._scanned = 0
         match = _REQUEST_LINE.fullmatch(request_line)
         if match is None:
             raise RemoteProtocolError(f"illegal request line: {request_line[:64]!r}")
@@ -410,12 +397,7 @@ class ServerConnection:
         buffer = self._buffer
         if not buffer:
             return None
-        if len(buffer) <= remaining:
-            piece = bytes(buffer)
-            buffer.clear()
-        else:
-            piece = bytes(buffer[:remaining])
-            del buffer[:remaining]
+        piece = take(buffer, remaining)
         self._remaining = remaining - len(piece)
         self._waiting_100 = False
         return piece
@@ -428,13 +410,11 @@ class ServerConnection:
                 del buffer[:1 if buffer[:1] == b"\n" else 2]
                 self._scanned = 0
                 return self._ended()
-            found = HEAD_END.search(buffer, self._scanned)
+            found, self._scanned = head_end(buffer, self._scanned)
             if found is None:
-                self._scanned = max(0, len(buffer) - 2)
                 return None
             block = bytes(buffer[:found.start() + 1])
             del buffer[:found.end()]
-            self._scanned = 0
             _normalized(header_block(block), RemoteProtocolError)  # checked as h11 checks them, then dropped
             return self._ended()
         if self._discard:
@@ -465,8 +445,7 @@ class ServerConnection:
         if not buffer:
             return None
         remaining = self._remaining
-        piece = bytes(buffer[:remaining])
-        del buffer[:len(piece)]
+        piece = take(buffer, remaining)
         self._remaining = remaining - len(piece)
         if self._remaining == 0:
             self._discard = b"\r\n"

@@ -19,8 +19,8 @@ import re
 from typing import Any
 
 __all__ = [
-    "END", "HEAD_END", "NEED_DATA", "TOKEN", "LocalProtocolError", "Marker", "ProtocolError", "RemoteProtocolError",
-    "header_block", "header_fields",
+    "END", "NEED_DATA", "TOKEN", "LocalProtocolError", "Marker", "ProtocolError", "RemoteProtocolError",
+    "content_length", "head_end", "header_block", "header_fields", "take",
 ]
 
 
@@ -59,7 +59,8 @@ END: Any = Marker("END")
 NEED_DATA: Any = Marker("NEED_DATA")
 
 #: the end of a head: an empty line (LF or CRLF) after the last line
-HEAD_END = re.compile(rb"\n\r?\n")
+_HEAD_END = re.compile(rb"\n\r?\n")
+_DIGITS = re.compile(rb"[0-9]+")
 #: RFC 9110 token (a method, a header name)
 TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 #: bytes no received header value may hold once its surrounding spaces and tabs are stripped (h11's field-vchar is
@@ -74,6 +75,37 @@ _FIELD_LINE = re.compile(rb"([-!#$%&'*+.^_`|~0-9A-Za-z]+):[ \t]*((?:" + _EDGE_BY
                          + _EDGE_BYTE + rb")?)?)[ \t]*\r?\n")
 _FIELD_BLOCK = re.compile(rb"(?:[-!#$%&'*+.^_`|~0-9A-Za-z]+:[ \t]*(?:" + _EDGE_BYTE + rb"(?:" + _VALUE_BYTE + rb"*"
                           + _EDGE_BYTE + rb")?)?[ \t]*\r?\n)*")
+
+
+def head_end(buffer: bytearray, scanned: int) -> tuple[Any, int]:
+    """Where the head at the start of ``buffer`` ends (the match of its empty line, or None), and how much of the
+    buffer to skip next time: a head arriving in many pieces is searched once overall (a trickling peer would make a
+    search from the start quadratic); the next search steps back 2 bytes, which a line end may straddle."""
+    found = _HEAD_END.search(buffer, max(0, scanned - 2))
+    return found, 0 if found is not None else len(buffer)
+
+
+def take(buffer: bytearray, limit: int) -> bytes:
+    """Up to ``limit`` bytes from the start of ``buffer``, removed from it (a piece of a counted body)."""
+    if len(buffer) <= limit:
+        piece = bytes(buffer)
+        buffer.clear()
+    else:
+        piece = bytes(buffer[:limit])
+        del buffer[:limit]
+    return piece
+
+
+def content_length(value: bytes, error: type[ProtocolError]) -> bytes:
+    """One Content-Length field's value as h11 keeps it: comma-separated repeats must agree; 1-20 digits (else
+    ``error``, 400)."""
+    lengths = {part.strip() for part in value.split(b",")}
+    if len(lengths) != 1:
+        raise error("conflicting Content-Length headers")
+    value = lengths.pop()
+    if not _DIGITS.fullmatch(value) or len(value) > 20:
+        raise error("bad Content-Length")
+    return value
 
 
 def header_block(block: bytes) -> list[tuple[bytes, bytes]]:

@@ -31,7 +31,8 @@ from typing import Any
 
 # The errors, markers and header field lines are the server codec's too (serving/http1_wire.py).
 from serving.http1_wire import (
-    END, HEAD_END, NEED_DATA, TOKEN, LocalProtocolError, ProtocolError, RemoteProtocolError, header_fields,
+    END, NEED_DATA, TOKEN, LocalProtocolError, ProtocolError, RemoteProtocolError, content_length, head_end,
+    header_fields, take,
 )
 
 __all__ = [
@@ -161,9 +162,8 @@ class ClientConnection:
             while buffer[:1] == b"\n" or buffer[:2] == b"\r\n":
                 del buffer[:1 if buffer[:1] == b"\n" else 2]
                 self._scanned = 0
-            found = HEAD_END.search(buffer, max(0, self._scanned - 2))  # the end is 2-3 bytes: overlap the last
+            found, self._scanned = head_end(buffer, self._scanned)
             if found is None:
-                self._scanned = len(buffer)
                 if len(buffer) > MAX_HEAD_BYTES:
                     raise RemoteProtocolError(f"response head over {MAX_HEAD_BYTES} bytes")
                 if self._eof:
@@ -171,7 +171,6 @@ class ClientConnection:
                 return NEED_DATA
             head = bytes(buffer[:found.start()])
             del buffer[:found.end()]
-            self._scanned = 0
             if len(head) > MAX_HEAD_BYTES:
                 raise RemoteProtocolError(f"response head over {MAX_HEAD_BYTES} bytes")
             response = _parse_head(head)
@@ -197,14 +196,11 @@ class ClientConnection:
                 raise RemoteProtocolError(f"unsupported Transfer-Encoding {b', '.join(codings)!r}")
             self._state = _CHUNK_SIZE_LINE
             return response
-        lengths = {value.strip() for name, value in fields if name == b"content-length" for value in value.split(b",")}
+        lengths = {content_length(value, RemoteProtocolError) for name, value in fields if name == b"content-length"}
         if lengths:
             if len(lengths) != 1:
                 raise RemoteProtocolError(f"conflicting Content-Length values {sorted(lengths)!r}")
-            (length,) = lengths
-            if not length.isdigit() or len(length) > 18:
-                raise RemoteProtocolError(f"illegal Content-Length {length!r}")
-            self._remaining = int(length)
+            self._remaining = int(lengths.pop())
             self._state = _LENGTH
             return response
         self._keep_alive = False  # the end of the connection ends the body
@@ -225,12 +221,7 @@ class ClientConnection:
             if self._eof:
                 raise RemoteProtocolError("peer closed connection without sending complete message body")
             return NEED_DATA
-        if len(buffer) <= remaining:
-            piece = bytes(buffer)
-            buffer.clear()
-        else:
-            piece = bytes(buffer[:remaining])
-            del buffer[:remaining]
+        piece = take(buffer, remaining)
         self._remaining = remaining - len(piece)
         return piece
 
