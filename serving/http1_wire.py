@@ -9,6 +9,8 @@ and the server's (``serving/http1_server.py``).
   the value without NUL, CR, LF, VT or FF (other control bytes and obs-text pass, as in h11); a line starting with a
   space or tab is folded onto the previous one (RFC 9112 section 5.2: the previous line as sent, a space, the
   folded line without its leading whitespace), and refused if there is no previous one.
+- **A head's end** searched across the pieces it arrives in (:func:`head_end`), **a counted body's piece**
+  (:func:`take`) and **a Content-Length value** as h11 reads it (:func:`content_length`).
 
 It imports nothing of the project: ``serving`` stands below ``proxy``.
 """
