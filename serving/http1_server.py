@@ -67,17 +67,19 @@ CLOSED: Any = Marker("CLOSED")
 
 
 class Request:
-    """A request's head: method and target as sent, fields (names lower-cased, and as sent), version."""
+    """A request's head: method and target as sent, fields (names lower-cased, and as sent), version, and the
+    head's size in bytes as received (request line, field lines, line endings, the empty line)."""
 
-    __slots__ = ("method", "target", "headers", "raw_headers", "http_version")
+    __slots__ = ("method", "target", "headers", "raw_headers", "http_version", "head_size")
 
     def __init__(self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]],
-                 raw_headers: list[tuple[bytes, bytes]], http_version: bytes) -> None:
+                 raw_headers: list[tuple[bytes, bytes]], http_version: bytes, head_size: int = 0) -> None:
         self.method = method
         self.target = target
         self.headers = headers
         self.raw_headers = raw_headers
         self.http_version = http_version
+        self.head_size = head_size
 
     def __repr__(self) -> str:
         return f"Request(method={self.method!r}, target={self.target!r}, http_version={self.http_version!r})"
@@ -330,7 +332,8 @@ class ServerConnection:
         first = buffer.find(b"\n")
         request_line = bytes(buffer[:first - 1 if first and buffer[first - 1] == 13 else first])
         block = bytes(buffer[first + 1:end])
-        del buffer[:found.end()]
+        head_size = found.end()
+        del buffer[:head_size]
         match = _REQUEST_LINE.fullmatch(request_line)
         if match is None:
             raise RemoteProtocolError(f"illegal request line: {request_line[:64]!r}")
@@ -381,7 +384,7 @@ class ServerConnection:
         self._remaining = 0 if coded or length is None else int(length)
         self._discard = b""
         self._trailers = False
-        return Request(method, target, headers, raw_headers, version)
+        return Request(method, target, headers, raw_headers, version, head_size)
 
     def _ended(self) -> Any:
         self._their = _DONE

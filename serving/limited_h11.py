@@ -198,8 +198,8 @@ class LimitedH11Protocol(H11Protocol):
         the "client gone" scope."""
         await self._stop_head_timer()  # the head is complete
         # The codec bounds only an incomplete head (as h11): one that arrives whole in a single receive (64 KiB)
-        # passes its buffer check, so a complete head is measured again here.
-        if _head_size(request) > self._limits.max_header_bytes:
+        # passes its buffer check, so a complete head's size (as the codec received it) is checked here.
+        if request.head_size > self._limits.max_header_bytes:
             await self._refuse_large_head()
             await self.send(Closed())
             return
@@ -423,12 +423,3 @@ def install() -> None:
 def _has_length(headers: list[tuple[bytes, bytes]]) -> bool:
     """Whether a response with ``headers`` says its body's length (a whole body, sent right after the head)."""
     return any(name.lower() == b"content-length" for name, _ in headers)
-
-
-def _head_size(request: http1_server.Request) -> int:
-    """The bytes of ``request``'s head as sent (request line, ``name: value`` lines, CRLFs), near enough: the
-    codec has stripped the whitespace around values."""
-    size = len(request.method) + len(request.target) + len(b" HTTP/1.1\r\n\r\n") + 1
-    for name, value in request.raw_headers:
-        size += len(name) + len(value) + 4
-    return size

@@ -122,3 +122,17 @@ def test_install_builds_this_protocol_for_a_limited_config_and_hypercorns_for_an
     args = (context, TaskGroup(), ConnectionState({}), False, None, None, None)
     assert type(hypercorn.protocol.H11Protocol(None, LimitedConfig(HTTPLimits()), *args)) is LimitedH11Protocol
     assert type(hypercorn.protocol.H11Protocol(None, Config(), *args)) is H11Protocol
+
+
+@pytest.mark.parametrize("extra, refused", [(0, False), (1, True)])
+async def test_a_whole_head_is_measured_to_the_byte_against_max_header_bytes(autojump_clock, extra, refused) -> None:
+    limit = 200
+    head = b"GET /a HTTP/1.1\r\nHost: x\r\nx-pad: \r\n\r\n"
+    head = head.replace(b"x-pad: ", b"x-pad: " + b"p" * (limit - len(head) + extra))
+    assert len(head) == limit + extra
+    async with TaskGroup() as task_group:
+        connection = Connection(echo_app([]), task_group, WorkerContext(None), HTTPLimits(max_header_bytes=limit))
+        await connection.request(head)
+        status = b"".join(connection.writes()).split(b"\r\n", 1)[0]
+        assert status.startswith(b"HTTP/1.1 431 " if refused else b"HTTP/1.1 200 "), status
+        await connection.protocol.handle(Closed())

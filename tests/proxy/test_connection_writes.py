@@ -29,9 +29,9 @@ GET = b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 class Connection:
     """One protocol instance and what it handed the socket side."""
 
-    def __init__(self, app: Any, task_group: TaskGroup, context: WorkerContext) -> None:
+    def __init__(self, app: Any, task_group: TaskGroup, context: WorkerContext, limits: HTTPLimits | None = None) -> None:
         self.events: list[Any] = []
-        config = LimitedConfig(HTTPLimits(keep_alive_timeout=KEEP_ALIVE))
+        config = LimitedConfig(limits or HTTPLimits(keep_alive_timeout=KEEP_ALIVE))
         self.protocol = LimitedH11Protocol(
             ASGIWrapper(app), config, context, task_group, ConnectionState({}), False, ("127.0.0.1", 1),
             ("127.0.0.1", 2), self.record,
