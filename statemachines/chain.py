@@ -59,10 +59,10 @@ import enum
 
 import attrs
 
-from statemachines.core import Branch, Goto, Machine, Policy, Refused, TransitionTable, on
+from statemachines.core import Branch, Goto, Machine, MachineState, Policy, Refused, TransitionTable, evolve, on
 
 
-class State(enum.Enum):
+class State(MachineState):
     """The chain's states; each value is its one-line description."""
 
     PENDING = "created for a generation that starts a new segment; nothing committed yet"
@@ -250,7 +250,7 @@ def _request_open(state: State, chain: ChainData, event: ExtensionRequested) -> 
     """Open chain: the tip is extended (counted), a lower step is forked from."""
     _position(chain, event.at)
     if event.at == chain.steps:
-        return Goto(State.EXTENDING, attrs.evolve(chain, extenders=chain.extenders + 1), [ExtendTip(event.at)])
+        return Goto(State.EXTENDING, evolve(chain, extenders=chain.extenders + 1), [ExtendTip(event.at)])
     return Goto(state, chain, [ForkAt(event.at)])
 
 
@@ -266,7 +266,7 @@ def _leave(chain: ChainData) -> ChainData:
     """One counted generation ends; refuse if none is counted (the count never goes negative)."""
     if not chain.extenders:
         raise Refused("no generation is extending this chain")
-    return attrs.evolve(chain, extenders=chain.extenders - 1)
+    return evolve(chain, extenders=chain.extenders - 1)
 
 
 def _commit_extending(state: State, chain: ChainData, event: ExtensionCommitted) -> Goto:
@@ -275,9 +275,9 @@ def _commit_extending(state: State, chain: ChainData, event: ExtensionCommitted)
     left = _leave(chain)
     if event.at < chain.steps:
         return Goto(_settled(left), left, [ForkAt(event.at)])
-    advanced = attrs.evolve(left, steps=chain.steps + 1)
+    advanced = evolve(left, steps=chain.steps + 1)
     if event.close_reason is not None:
-        closed = attrs.evolve(advanced, close_reason=event.close_reason)
+        closed = evolve(advanced, close_reason=event.close_reason)
         return Goto(State.CLOSED, closed, [TipAdvanced(advanced.steps)])
     return Goto(_settled(advanced), advanced, [TipAdvanced(advanced.steps)])
 

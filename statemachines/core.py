@@ -2,16 +2,18 @@
 
 How a machine is defined (``rollout_gate.py`` is the worked example; later machines follow the same layout):
 
-1. A ``State`` enum whose values are the states' one-line descriptions (they end up in the generated docs)::
+1. A ``State`` enum (a :class:`MachineState`) whose values are the states' one-line descriptions (they end up in
+   the generated docs)::
 
-       class State(enum.Enum):
+       class State(MachineState):
            OPEN = "the door lets people through"
 
 2. Events and effects: ``@attrs.frozen`` classes with a one-line docstring each. Effects carry everything the
    controller needs (epochs, counts, versions), so the controller never asks the machine for its state.
 
 3. Actions: pure functions ``action(state, data, event) -> Goto(target, data, effects)``. ``data`` is the machine's
-   frozen attrs record (counts, versions...); an action returns a changed copy (``attrs.evolve``), never mutates.
+   frozen attrs record (counts, versions...); an action returns a changed copy (:func:`evolve`, ``attrs.evolve``'s
+   meaning at two thirds of its cost), never mutates.
    When a guard that needs the data refuses the event, the action raises ``Refused("why")``.
 
 4. The table, which is the spec: one ``on(state, EventType, action, *branches)`` row per legal (state, event)
@@ -54,6 +56,16 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import attrs
+
+
+class MachineState(enum.Enum):
+    """Base of every machine's ``State`` enum: members hashed by identity.
+
+    ``Enum.__hash__`` is a Python function (``hash(self._name_)``) and every step hashes two states (its row's key,
+    its target's branches); members are singletons, so ``object.__hash__`` (a C slot) finds the same rows. Issue 21
+    item 2: ~0.4 us a step in the replayed steps of a request."""
+
+    __hash__ = object.__hash__
 
 
 class IllegalTransition(Exception):
@@ -256,6 +268,40 @@ def _declares(declared: tuple[frozenset[type], ...], effects: tuple[Any, ...]) -
         emitted = {type(effect) for effect in effects}
         known = _DECLARES[key] = any(emitted <= types_ for types_ in declared)
     return known
+
+
+#: ``evolve``'s marker for "keep this field's value" (None is a value a field may be changed to).
+_KEEP = object()
+#: One generated ``evolve`` per data class, made on its first use.
+_EVOLVERS: dict[type, Callable[..., Any]] = {}
+
+
+def evolve(record: Any, **changes: Any) -> Any:
+    """``attrs.evolve(record, **changes)``: a copy of a frozen attrs record with ``changes``, built through the
+    class's ``__init__`` (its validators and converters run, as with ``attrs.evolve``); an unknown name is a
+    ``TypeError``.
+
+    Every action evolves its machine's data, ~15 times a request (issue 21 item 2): ``attrs.evolve`` looks up the
+    class's fields and builds keyword arguments for every one of them on each call (3.3 us for the generation's
+    12-field record), where a function generated once per class passes them positionally (2.1 us)."""
+    try:
+        evolver = _EVOLVERS[type(record)]
+    except KeyError:
+        evolver = _EVOLVERS[type(record)] = _evolver(type(record))
+    return evolver(record, **changes)
+
+
+def _evolver(cls: type) -> Callable[..., Any]:
+    """``evolve`` for one class: ``(record, *, field=_KEEP, ...) -> cls(...)`` with each field's current value unless
+    changed. Positional, so only for classes whose ``__init__`` takes every field positionally, in field order."""
+    fields = [field for field in attrs.fields(cls) if field.init]
+    if any(field.kw_only for field in fields):
+        raise TypeError(f"evolve: {cls.__name__} has keyword-only fields; use attrs.evolve")
+    params = ", ".join(f"{field.alias}=_KEEP" for field in fields)
+    args = ", ".join(f"record.{field.name} if {field.alias} is _KEEP else {field.alias}" for field in fields)
+    namespace = {"cls": cls, "_KEEP": _KEEP}
+    exec(f"def evolve(record, *, {params}):\n    return cls({args})\n", namespace)  # noqa: S102 (names from attrs)
+    return namespace["evolve"]
 
 
 @attrs.frozen

@@ -18,8 +18,10 @@ import enum
 
 import attrs
 
+from statemachines.core import MachineState
 
-class State(enum.Enum):
+
+class State(MachineState):
     """The generation's states; each value is its one-line description."""
 
     RECEIVED = "the request arrived; the session prepares and tokenizes it"

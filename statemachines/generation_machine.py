@@ -76,6 +76,7 @@ from statemachines.core import (
     Refused,
     TableError,
     TransitionTable,
+    evolve,
     on,
 )
 from statemachines.generation import (
@@ -176,7 +177,7 @@ def _start(
     state: State, gen: GenerationData, epoch: int, version: str | None, kept: int,
 ) -> tuple[GenerationData, list]:
     """A new upstream request under (epoch, version), appending ``kept`` generated tokens, for the remaining budget."""
-    started = attrs.evolve(
+    started = evolve(
         gen, requests=gen.requests + 1, epoch=epoch, weight_version=version, request_tokens=0, request_version=None,
         rid=None,
     )
@@ -190,7 +191,7 @@ def _prepared(state: State, gen: GenerationData, event: Prepared) -> Goto:
     """Prepared with a budget: ask the gate."""
     if event.max_new_tokens < 1 or event.prompt_tokens < 0:
         raise Refused(f"a step needs a budget >= 1 and a prompt (got {event.max_new_tokens}, {event.prompt_tokens})")
-    prepared = attrs.evolve(gen, prompt_tokens=event.prompt_tokens, budget=event.max_new_tokens)
+    prepared = evolve(gen, prompt_tokens=event.prompt_tokens, budget=event.max_new_tokens)
     return Goto(State.PREPARED, prepared, [AskGate()])
 
 
@@ -215,12 +216,12 @@ def _resumed(state: State, gen: GenerationData, event: Resumed) -> Goto:
     if gen.partial_rollout and gen.tokens:
         if not gen.remaining:
             # The budget is used up: the step is done without another upstream call.
-            done = attrs.evolve(gen, epoch=event.epoch, weight_version=event.weight_version, finish=FinishKind.LENGTH)
+            done = evolve(gen, epoch=event.epoch, weight_version=event.weight_version, finish=FinishKind.LENGTH)
             return Goto(State.PARSING, done, [ReleaseGate(), ParseOutput(FinishKind.LENGTH, gen.tokens)])
         started, effects = _start(state, gen, event.epoch, event.weight_version, kept=gen.tokens)
         return Goto(State.CONTINUING, started, effects)
     # No partial rollout (or nothing kept): discard and regenerate, so the step has a single version.
-    restarted, effects = _start(state, attrs.evolve(gen, tokens=0), event.epoch, event.weight_version, kept=0)
+    restarted, effects = _start(state, evolve(gen, tokens=0), event.epoch, event.weight_version, kept=0)
     return Goto(State.STREAMING, restarted, [DiscardPartial(gen.tokens), *effects])
 
 
@@ -228,7 +229,7 @@ def _started(state: State, gen: GenerationData, event: UpstreamStarted) -> Goto:
     """The current request has its rid; if a pause came first, abort it right away."""
     if gen.rid is not None:
         raise Refused(f"the current upstream request already has the rid {gen.rid!r}")
-    named = attrs.evolve(gen, rid=event.rid)
+    named = evolve(gen, rid=event.rid)
     return Goto(state, named, [AbortUpstream(event.rid, for_pause=True)] if state is State.ABORTING else [])
 
 
@@ -246,7 +247,7 @@ def _token(state: State, gen: GenerationData, event: TokensReceived) -> Goto:
         # The weights changed under a running request (not through the proxy's pause): never mix versions.
         message = f"weight version changed from {gen.request_version} to {version} within one upstream request"
         return Goto(State.FAILED, gen, [*_release(state, gen), RespondError(502, "weight_version_changed", message)])
-    accepted = attrs.evolve(
+    accepted = evolve(
         gen, tokens=gen.tokens + event.count, request_tokens=gen.request_tokens + event.count,
         request_version=version,
     )
@@ -289,7 +290,7 @@ def _unrequested_abort(state: State, gen: GenerationData, event: UpstreamAborted
 def _finished(state: State, gen: GenerationData, event: UpstreamFinished) -> Goto:
     """The request ended by itself (also racing an abort): leave the gate, parse."""
     _same_count(gen, event.tokens)
-    done = attrs.evolve(gen, finish=event.finish)
+    done = evolve(gen, finish=event.finish)
     return Goto(State.PARSING, done, [ReleaseGate(), ParseOutput(event.finish, gen.tokens)])
 
 
@@ -311,7 +312,7 @@ def _parsed(state: State, gen: GenerationData, event: ParseDone) -> Goto:
 
 def _commit_accepted(state: State, gen: GenerationData, event: CommitAccepted) -> Goto:
     """Committed (the only place that sets ``committed``): answer the client."""
-    return Goto(State.RESPONDED, attrs.evolve(gen, committed=True), [Respond(gen.finish, gen.tokens)])
+    return Goto(State.RESPONDED, evolve(gen, committed=True), [Respond(gen.finish, gen.tokens)])
 
 
 def _commit_rejected(state: State, gen: GenerationData, event: CommitRejected) -> Goto:

@@ -36,16 +36,15 @@ the gate is shared by the whole proxy and must not wedge it.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from typing import Generic, TypeVar
 
 import attrs
 
-from statemachines.core import Branch, Goto, Machine, Policy, Refused, TransitionTable, on
+from statemachines.core import Branch, Goto, Machine, MachineState, Policy, Refused, TransitionTable, evolve, on
 
 
-class State(enum.Enum):
+class State(MachineState):
     """The gate's states; each value is its one-line description."""
 
     RUNNING = "generations are admitted and stream upstream"
@@ -221,19 +220,19 @@ def _check(state: State, gate: GateData) -> str | None:
 
 def _admit(state: State, gate: GateData, event: GenerationWantsToStart) -> Goto:
     """Admit a generation: it is in flight from now on."""
-    return Goto(state, attrs.evolve(gate, in_flight=gate.in_flight + 1), [Admit(gate.epoch, gate.weight_version)])
+    return Goto(state, evolve(gate, in_flight=gate.in_flight + 1), [Admit(gate.epoch, gate.weight_version)])
 
 
 def _wait(state: State, gate: GateData, event: GenerationWantsToStart) -> Goto:
     """Park a generation until the next resume."""
-    return Goto(state, attrs.evolve(gate, waiting=gate.waiting + 1), [Wait(gate.epoch)])
+    return Goto(state, evolve(gate, waiting=gate.waiting + 1), [Wait(gate.epoch)])
 
 
 def _leave(gate: GateData) -> GateData:
     """One in-flight generation answers; refuse if none is in flight (the count never goes negative)."""
     if not gate.in_flight:
         raise Refused("no generation is in flight")
-    return attrs.evolve(gate, in_flight=gate.in_flight - 1)
+    return evolve(gate, in_flight=gate.in_flight - 1)
 
 
 def _finish_running(state: State, gate: GateData, event: GenerationFinished) -> Goto:
@@ -256,14 +255,14 @@ def _finish_pausing(state: State, gate: GateData, event: GenerationFinished) -> 
 def _abort_acknowledged(state: State, gate: GateData, event: GenerationAbortAcknowledged) -> Goto:
     """A generation was cut at a token boundary: it becomes a waiter, keeping its tokens."""
     left = _leave(gate)
-    return _settle(attrs.evolve(left, waiting=left.waiting + 1, aborted=left.aborted + 1))
+    return _settle(evolve(left, waiting=left.waiting + 1, aborted=left.aborted + 1))
 
 
 def _cancel_waiter(state: State, gate: GateData, event: WaiterCancelled) -> Goto:
     """A waiter gave up; refuse if nobody waits."""
     if not gate.waiting:
         raise Refused("no generation is waiting")
-    return Goto(state, attrs.evolve(gate, waiting=gate.waiting - 1))
+    return Goto(state, evolve(gate, waiting=gate.waiting - 1))
 
 
 def _pause(state: State, gate: GateData, event: PauseRequested) -> Goto:

@@ -27,14 +27,12 @@ The controller (``proxy/controllers/lifecycle.py``) feeds the events and carries
 
 from __future__ import annotations
 
-import enum
-
 import attrs
 
-from statemachines.core import Branch, Goto, Machine, Policy, Refused, TransitionTable, on
+from statemachines.core import Branch, Goto, Machine, MachineState, Policy, Refused, TransitionTable, evolve, on
 
 
-class State(enum.Enum):
+class State(MachineState):
     """The process's states; each value is its one-line description."""
 
     SERVING = "new generations are admitted"
@@ -142,7 +140,7 @@ def _check(state: State, data: LifecycleData) -> str | None:
 
 
 def _admit(state: State, data: LifecycleData, event: GenerationWantsToStart) -> Goto:
-    return Goto(state, attrs.evolve(data, in_flight=data.in_flight + 1), [AdmitGeneration()])
+    return Goto(state, evolve(data, in_flight=data.in_flight + 1), [AdmitGeneration()])
 
 
 def _refuse(state: State, data: LifecycleData, event: GenerationWantsToStart) -> Goto:
@@ -152,7 +150,7 @@ def _refuse(state: State, data: LifecycleData, event: GenerationWantsToStart) ->
 def _leave(data: LifecycleData) -> LifecycleData:
     if data.in_flight == 0:
         raise Refused("no generation in flight")
-    return attrs.evolve(data, in_flight=data.in_flight - 1)
+    return evolve(data, in_flight=data.in_flight - 1)
 
 
 def _end_serving(state: State, data: LifecycleData, event: GenerationEnded) -> Goto:

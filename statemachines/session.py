@@ -40,14 +40,12 @@ Illegal events are controller bugs (a count would go negative, an export result 
 
 from __future__ import annotations
 
-import enum
-
 import attrs
 
-from statemachines.core import Branch, Goto, Machine, Policy, Refused, TransitionTable, on
+from statemachines.core import Branch, Goto, Machine, MachineState, Policy, Refused, TransitionTable, evolve, on
 
 
-class State(enum.Enum):
+class State(MachineState):
     """The session's states; each value is its one-line description."""
 
     ACTIVE = "generations are admitted and commit into the session's trie"
@@ -308,7 +306,7 @@ def _admit(state: State, session: SessionData, event: GenerationRequested) -> Go
     limit = session.max_steps
     if limit is not None and session.steps + session.in_flight >= limit:
         return Goto(state, session, [MaxStepsReached(limit, session.steps, session.in_flight)])
-    admitted = attrs.evolve(session, in_flight=session.in_flight + 1)
+    admitted = evolve(session, in_flight=session.in_flight + 1)
     return Goto(state, admitted, [AdmitGeneration(admitted.in_flight)])
 
 
@@ -321,7 +319,7 @@ def _leave(session: SessionData) -> SessionData:
     """One admitted generation ends; refuse if none is in flight (the count never goes negative)."""
     if not session.in_flight:
         raise Refused("no generation is in flight")
-    return attrs.evolve(session, in_flight=session.in_flight - 1)
+    return evolve(session, in_flight=session.in_flight - 1)
 
 
 def _restart(state: State, session: SessionData, event: TitoFailed) -> Goto:
@@ -341,14 +339,14 @@ def _late_restart(state: State, session: SessionData, event: TitoFailed) -> Goto
 def _accept(state: State, session: SessionData, event: CommitRequested) -> Goto:
     """An active session accepts the commit: one more step."""
     left = _leave(session)
-    committed = attrs.evolve(left, steps=left.steps + 1)
+    committed = evolve(left, steps=left.steps + 1)
     return Goto(state, committed, [AcceptCommit(committed.steps)])
 
 
 def _reject(state: State, session: SessionData, event: CommitRequested) -> Goto:
     """A session that left ACTIVE rejects every commit and changes nothing but its counters."""
     left = _leave(session)
-    return Goto(state, attrs.evolve(left, rejected=left.rejected + 1), [RejectCommit(_CLOSED_REASONS[state])])
+    return Goto(state, evolve(left, rejected=left.rejected + 1), [RejectCommit(_CLOSED_REASONS[state])])
 
 
 def _drop(state: State, session: SessionData, event: GenerationDropped) -> Goto:
