@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.api import ApiError
-from proxy.api.fields import parse_json_body
+from proxy.api.fields import _MAPPED_UP_TO, _has_long_number, parse_json_body
 from proxy.api.render import _stdlib_dumps, dumps
 
 texts = st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(["\u2028", "\u2029", "\u0085", "\ud800"]))
@@ -74,3 +75,15 @@ def test_values_orjson_cannot_write_are_written_by_the_stdlib() -> None:
     for value in ({"x": float("nan")}, {"x": [float("-inf")]}, {1: 2}, {"s": "\ud800"}, {"n": 2**70}):
         assert dumps(value) == _stdlib_dumps(value)
     assert dumps({"t": "a\u2028b"}) == b'{"t":"a\\u2028b"}'
+
+
+@settings(max_examples=200, deadline=None)
+@given(run=st.integers(min_value=0, max_value=25), at=st.integers(min_value=0, max_value=70_000),
+       size=st.sampled_from([0, 100, _MAPPED_UP_TO - 30, _MAPPED_UP_TO, _MAPPED_UP_TO + 1, 70_000]),
+       filler=st.sampled_from([b"a", b"0 ", b"9/", b":", b"\xff"]), kind=st.sampled_from([bytes, bytearray]))
+def test_the_long_number_check_finds_19_digit_runs_on_both_sides_of_its_size_switch(
+        run: int, at: int, size: int, filler: bytes, kind: type) -> None:
+    padding = (filler * size)[:size]
+    at = min(at, len(padding))
+    body = kind(padding[:at] + b"7" * run + padding[at:])
+    assert _has_long_number(body) == (re.search(rb"[0-9]{19}", bytes(body)) is not None)
