@@ -70,6 +70,7 @@ import attrs
 import orjson
 
 from proxy.api.errors import ApiError
+from proxy.upstream.wire_json import has_non_finite
 
 if TYPE_CHECKING:
     from proxy.api.chat_request import ChatCompletionRequest
@@ -448,27 +449,12 @@ def _dumps(value: Any, *, finite: bool) -> bytes:
         data = orjson.dumps(value)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
         return _stdlib_dumps(value)
-    if not finite and b"null" in data and _has_non_finite(value):
+    if not finite and b"null" in data and has_non_finite(value):
         return _stdlib_dumps(value)
     if b"\xc2\x85" in data or b"\xe2\x80" in data:
         for char in _LINE_BREAKS_OUTSIDE_JSON:
             data = data.replace(char.encode("utf-8"), f"\\u{ord(char):04x}".encode("ascii"))
     return data
-
-
-def _has_non_finite(value: Any) -> bool:
-    """Whether a float in ``value`` is NaN or infinite (orjson writes those as ``null``, the stdlib as before)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if type(item) is float:
-            if not math.isfinite(item):
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return False
 
 
 def _stdlib_dumps(value: Any) -> bytes:

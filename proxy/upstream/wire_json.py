@@ -13,23 +13,27 @@ an integer. Whatever orjson refuses (Python's ``NaN``/``Infinity`` extensions, l
 malformed input) goes to ``json.loads``, which then accepts it or raises as it always did.
 ``tests/upstream/test_wire_json.py`` holds the two equal.
 
-Encoding request bodies (:func:`dumps_body`): the same bytes as the standard library's compact JSON, but an
-``array`` of token ids (the ``input_ids`` of a ``/generate``, which grow with the session: 30k ids at turn 100) is
-written by orjson from a numpy view of the array's buffer, with no Python object per id. Measured on 30k ids
-(docs/benchmarks.md, issue 21 item 4): ``json.dumps`` of the list about 19x, ``orjson.dumps(ids.tolist())`` about
-3x the cost of this.
+Encoding request bodies (:func:`dumps_body`): compact JSON that reads back to the same values as the standard
+library's (``json.dumps(body, separators=(",", ":"), allow_nan=False)``, its ``ValueError`` for a NaN or an infinity
+included), written by orjson: the members other than ids ~6.5 -> ~1 us a run inside the proxy, two runs a
+``/generate`` (issue 21 item 2). What orjson cannot write (an integer beyond 64 bits, a lone surrogate, a non-string
+key) and a non-finite float (which orjson would write as ``null``) go to the standard library. An ``array`` of token
+ids (the ``input_ids`` of a ``/generate``, which grow with the session: 30k ids at turn 100) is written by orjson from
+a numpy view of the array's buffer, with no Python object per id. Measured on 30k ids (docs/benchmarks.md, issue 21
+item 4): ``json.dumps`` of the list about 19x, ``orjson.dumps(ids.tolist())`` about 3x the cost of this.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from array import array
 from typing import Any
 
 import numpy
 import orjson
 
-__all__ = ["dumps_body", "loads"]
+__all__ = ["dumps_body", "has_non_finite", "loads"]
 
 
 def loads(data: str | bytes) -> Any:
@@ -41,9 +45,9 @@ def loads(data: str | bytes) -> Any:
 
 
 def dumps_body(body: Any) -> bytes:
-    """``json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()``, the same bytes
-    (and the same ValueError for NaN), with a top-level ``array`` value written without a Python object per item
-    (see the module docstring)."""
+    """``json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()``: JSON of the same
+    values (and the same ValueError for NaN), with a top-level ``array`` value written without a Python object per
+    item (see the module docstring)."""
     if type(body) is not dict or not any(type(value) is array for value in body.values()):
         return _dumps(body)
     # The members between arrays are written a run at a time, one ``json.dumps`` of the run (its braces cut),
@@ -64,7 +68,34 @@ def dumps_body(body: Any) -> bytes:
 
 
 def _dumps(value: Any) -> bytes:
+    """Compact JSON of ``value``: orjson's, or the standard library's where orjson cannot write it or would write a
+    non-finite float as ``null`` (the standard library then raises ``ValueError``, as ``allow_nan=False`` says)."""
+    try:
+        data = orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return _stdlib_dumps(value)
+    if b"null" in data and has_non_finite(value):
+        return _stdlib_dumps(value)
+    return data
+
+
+def _stdlib_dumps(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def has_non_finite(value: Any) -> bool:
+    """Whether a float in ``value`` is NaN or infinite (orjson writes those as ``null``)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is float:
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
 
 
 def _dumps_array(values: array) -> bytes:
