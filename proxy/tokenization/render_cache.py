@@ -34,7 +34,6 @@ others are rendered every time, as before.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +41,8 @@ from typing import Any
 
 from jinja2 import nodes
 from transformers.utils.chat_template_utils import _alias_reasoning_fields, _compile_jinja_template
+
+from proxy.canonical_json import canonical_json
 
 #: variants kept per shape (different recorded answers: a text that starts with ``<tool_response>``, say)
 MAX_VARIANTS = 4
@@ -237,7 +238,7 @@ class ShapeRenderCache:
         texts: list[str] = []
         shaped = _slotted(messages, first_slot, texts, lambda slot: ["\x00slot", slot])
         try:
-            key = json.dumps([shaped, tools, kwargs, add_generation_prompt], sort_keys=True)
+            key = canonical_json([shaped, tools, kwargs, add_generation_prompt], default=None)
         except (TypeError, ValueError):
             return real_render()
         with self._lock:

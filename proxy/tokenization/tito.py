@@ -44,6 +44,7 @@ import orjson
 import tokenizers
 from transformers.utils.chat_template_utils import render_jinja_template
 
+from proxy.canonical_json import canonical_json
 from proxy.tokenization.messages import MessageError, normalize_message, normalize_messages
 from proxy.tokenization.render_cache import ShapeRenderCache
 from proxy.tokenization.results import IncrementalResult, TitoError, TitoFailure, TitoFailureReason, TitoFragment
@@ -100,7 +101,7 @@ def _byte_decoder() -> dict[str, int]:
 
 
 def _kwargs_key(kwargs: Mapping[str, Any]) -> str:
-    return json.dumps(kwargs, sort_keys=True, default=repr)
+    return canonical_json(kwargs)
 
 
 class TitoTokenizer(abc.ABC):

@@ -40,6 +40,7 @@ from typing import Any
 
 import attrs
 
+from proxy.canonical_json import canonical_json
 from proxy.tokenization.tito import RESERVED_TEMPLATE_KWARGS
 
 # The billing-hash pattern one coding CLI rewrites inside old tool results (spec 5.1).
@@ -118,11 +119,6 @@ class ContextKey:
     tools: str | None
     # Canonical JSON of the effective template kwargs (sorted keys).
     template_kwargs: str
-
-
-def canonical_json(value: Any) -> str:
-    """Deterministic JSON: sorted keys, no whitespace, non-ASCII kept; anything not JSON becomes its repr."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
 
 
 def _text(value: str, ignore_cch: bool) -> str:
