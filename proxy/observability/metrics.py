@@ -14,7 +14,9 @@ docs/observability.md ("Metrics") lists every metric, its labels, what moves it 
 - **One registry per proxy**, never prometheus-client's global one: several proxies in one test process (or one
   process serving two apps) never collide on a name.
 - **Hot path.** Label children are bound once (at start for the fixed label sets, on first use for the request
-  labels), so a hook is a dict lookup at most plus prometheus-client's locked add.
+  labels), so a hook is a dict lookup at most plus an add: the instruments are loop metrics
+  (``proxy/observability/loop_metrics.py``: plain numbers, no lock, since hooks and scrapes all run on the event
+  loop's thread), exposed through prometheus-client's registry and text format.
 """
 
 from __future__ import annotations
@@ -24,15 +26,13 @@ from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
-    Counter,
-    Gauge,
     GCCollector,
-    Histogram,
     PlatformCollector,
     ProcessCollector,
     generate_latest,
 )
 
+from proxy.observability.loop_metrics import LoopCollector, LoopFamily
 from proxy.observability.scrape import ScrapeCollector, ScrapeSnapshot
 from proxy.observability.segment_versions import segment_version_spreads
 from proxy.tokenization.results import TitoFailureReason
@@ -163,12 +163,19 @@ class ProxyMetrics(MetricsHooks):
         GCCollector(registry=registry)
         self._scrape = ScrapeCollector(PREFIX)
         registry.register(self._scrape)
+        # Every instrument below is a loop metric (``proxy/observability/loop_metrics.py``: the hooks and the scrape
+        # run on the event loop's thread, so no lock per operation), exposed by one collector in this registry.
+        loop = LoopCollector()
 
-        def counter(name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
-            return Counter(PREFIX + name, doc, labels, registry=registry)
+        def counter(name: str, doc: str, labels: Sequence[str] = ()) -> Any:
+            """A labelled counter's family, or an unlabelled counter's one child."""
+            family = loop.add(LoopFamily("counter", PREFIX + name, doc, labels))
+            return family if labels else family.labels()
 
-        def histogram(name: str, doc: str, buckets: Sequence[float], labels: Sequence[str] = ()) -> Histogram:
-            return Histogram(PREFIX + name, doc, labels, registry=registry, buckets=buckets)
+        def histogram(name: str, doc: str, buckets: Sequence[float], labels: Sequence[str] = ()) -> Any:
+            """A labelled histogram's family, or an unlabelled histogram's one child."""
+            family = loop.add(LoopFamily("histogram", PREFIX + name, doc, labels, buckets))
+            return family if labels else family.labels()
 
         self._requests = counter("requests", "HTTP exchanges by route rule, protocol and status",
                                  ("endpoint", "protocol", "status"))
@@ -189,7 +196,8 @@ class ProxyMetrics(MetricsHooks):
                               ("outcome",))
         self._generations = {outcome: generations.labels(outcome) for outcome in GENERATION_OUTCOMES}
         self._generations_family = generations
-        self._in_flight = Gauge(PREFIX + "generations_in_flight", "generations whose driver runs", registry=registry)
+        self._in_flight = loop.add(LoopFamily("gauge", PREFIX + "generations_in_flight",
+                                              "generations whose driver runs")).labels()
 
         finalized = counter("sessions_finalized", "sessions finalized (exported), by finalize reason", ("reason",))
         self._finalized = {reason.value: finalized.labels(reason.value) for reason in FinalizeReason}
@@ -219,6 +227,7 @@ class ProxyMetrics(MetricsHooks):
         self._store_write_seconds = histogram("store_write_seconds", "one finalize's write to the trajectory store",
                                               CPU_BUCKETS)
         self._store_write_bytes = counter("store_write_bytes", "bytes written to the trajectory store (JSON size)")
+        registry.register(loop)  # after every family: the registry reads their names once, now
 
     # -- requests --------------------------------------------------------------------------------------------------
 
