@@ -97,6 +97,15 @@ def h11_do(conn: h11.Connection, op: tuple) -> Any:
         return ("ok", conn.send(h11.EndOfMessage()))
     except h11.LocalProtocolError as exc:
         return ("local", exc.error_status_hint)
+    except AttributeError as exc:
+        # h11 0.16.0 refuses an event its state table lacks (e.g. a second 101 after an upgrade switched the
+        # protocol) with a LocalProtocolError, but building that error's message trips on a (type, switch) tuple
+        # (_state.py: ``event_type.__name__``): what escapes is this AttributeError, raised where the refusal
+        # would have been (its send has already moved it to ERROR, as for the refusal). Read as that refusal
+        # (LocalProtocolError's default hint, 400); any other AttributeError is a real failure.
+        if "'tuple' object has no attribute '__name__'" not in str(exc):
+            raise
+        return ("local", 400)
 
 
 class Pair:
