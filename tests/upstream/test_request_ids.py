@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.random_ids import new_completion_id, random_hex
+from proxy.random_ids import BATCH, new_completion_id, random_hex
 from proxy.request_id import new_request_id
 from proxy.upstream.request_ids import RID_LENGTH, check_rid, is_valid_rid, new_rid
 
@@ -50,3 +52,27 @@ def test_every_random_id_of_a_request_has_the_shape_its_reader_expects():
     assert re.fullmatch(r"req_[0-9a-f]{32}", new_request_id())
     assert re.fullmatch(r"chatcmpl-[0-9a-f]{32}", new_completion_id())
     assert is_valid_rid(new_rid())
+
+
+def test_a_forked_child_never_hands_out_an_id_its_parent_drew():
+    # ids are drawn BATCH at a time; a child of a process holding undrawn ids must draw its own.
+    random_hex()  # the parent now holds undrawn ids
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report the ids it hands out, then leave at once
+        os.close(read)
+        os.write(write, "".join(random_hex() for _ in range(BATCH)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        child = pipe.read().decode()
+    os.waitpid(pid, 0)
+    parent = [random_hex() for _ in range(BATCH)]
+    child_ids = [child[at:at + 32] for at in range(0, len(child), 32)]
+    assert len(child_ids) == BATCH and not set(child_ids) & set(parent)
+
+
+def test_ids_handed_out_across_threads_are_all_different():
+    with ThreadPoolExecutor(4) as pool:
+        ids = [i for batch in pool.map(lambda _: [random_hex() for _ in range(500)], range(8)) for i in batch]
+    assert len(set(ids)) == len(ids) == 4000
