@@ -117,11 +117,13 @@ class LockedSession:
 def text_size(messages: Any) -> int:
     """Characters of string content, to decide whether an encode is worth a worker thread. Total: it runs before
     the messages are validated (anything that is not text counts 0)."""
-    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+    # A parsed body's lists and dicts are tested by type first: an ABC's isinstance costs ~1 us inside the proxy.
+    if type(messages) is not list and (isinstance(messages, (str, bytes, Mapping))
+                                       or not isinstance(messages, Sequence)):
         return 0
     size = 0
     for message in messages:
-        content = message.get("content") if isinstance(message, Mapping) else None
+        content = message.get("content") if type(message) is dict or isinstance(message, Mapping) else None
         if isinstance(content, str):
             size += len(content)
         elif isinstance(content, Sequence):
