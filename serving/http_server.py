@@ -26,7 +26,7 @@ from quart import Response, current_app, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import RequestEntityTooLarge, RequestTimeout
 
-from serving import limited_h11
+from serving import limited_h11, tcp_reads
 from serving.http_limits import TIMEOUT, TOO_LARGE, HTTPLimits
 
 #: where an app keeps the limits it is served with (app.config)
@@ -90,6 +90,7 @@ def hypercorn_config(host: str, port: int, limits: HTTPLimits | None = None) -> 
     head's size and read time are ``serving/limited_h11.py``'s. hypercorn's ``read_timeout`` stays off: it bounds
     every receive, also while a long response streams to a silent client."""
     limited_h11.install()
+    tcp_reads.install()
     config = limited_h11.LimitedConfig(limits or HTTPLimits())
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
