@@ -235,14 +235,17 @@ class TransitionTable:
         except Refused as refusal:
             raise IllegalTransition(self.machine, state, event, refusal.reason) from None
         # The table is the spec: the action may only take a branch that the row declares.
-        declared = row.allowed.get(goto.target)
-        if declared is None or (goto.effects and not _declares(declared, goto.effects)):
-            emitted = sorted({type(effect).__name__ for effect in goto.effects})
+        target, effects = goto.target, goto.effects
+        declared = row.allowed.get(target)
+        if declared is None or (effects and not _declares(declared, effects)):
+            emitted = sorted({type(effect).__name__ for effect in effects})
             raise TableError(
-                f"{self.machine}: ({state.name}, {type(event).__name__}) went to {goto.target.name} emitting "
+                f"{self.machine}: ({state.name}, {type(event).__name__}) went to {target.name} emitting "
                 f"{emitted}, which no branch of its row declares"
             )
-        self._check(goto.target, goto.data, (type(event), state))
+        # The machine's invariant, as _check runs it (written out: this runs on every step).
+        if self.check is not None and (broken := self.check(target, goto.data)) is not None:
+            raise self._broken(broken, (type(event), state))
         return goto
 
     def _check(self, state: enum.Enum, data: Any, after: tuple[type, enum.Enum] | None = None) -> None:
@@ -251,8 +254,12 @@ class TransitionTable:
         on every step)."""
         broken = self.check(state, data) if self.check is not None else None
         if broken is not None:
-            where = "in the snapshot to restore" if after is None else f"after {after[0].__name__} in {after[1].name}"
-            raise TableError(f"{self.machine}: invariant broken {where}: {broken}")
+            raise self._broken(broken, after)
+
+    def _broken(self, broken: str, after: tuple[type, enum.Enum] | None) -> TableError:
+        """The error of an invariant broken after a step (``after``: its event and state) or in a snapshot (None)."""
+        where = "in the snapshot to restore" if after is None else f"after {after[0].__name__} in {after[1].name}"
+        return TableError(f"{self.machine}: invariant broken {where}: {broken}")
 
 
 #: ``_declares``' answers by (declared, emitted types in order): both come from finite sets (a table's rows, its
