@@ -29,7 +29,8 @@ def _exposed(registry: CollectorRegistry) -> dict:
     for family in text_string_to_metric_families(generate_latest(registry).decode()):
         for sample in family.samples:
             key = (family.type, sample.name, tuple(sorted(sample.labels.items())))
-            samples[key] = None if sample.name.endswith("_created") else sample.value
+            value = None if sample.name.endswith("_created") else sample.value
+            samples[key] = "nan" if value is not None and math.isnan(value) else value  # inf - inf, on both sides
     return samples
 
 
