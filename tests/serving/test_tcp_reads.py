@@ -11,25 +11,24 @@ from hypercorn.trio import serve
 from serving import tcp_reads
 from serving.http_limits import HTTPLimits
 from serving.http_server import hypercorn_config
+from tests.proxy.test_connection_protocol import echo_app
+
+
+_echo = echo_app([])
 
 
 async def _app(scope, receive, send):
-    if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-    body = b""
+    """The echo app of the connection tests, with hypercorn's lifespan messages answered."""
+    if scope["type"] != "lifespan":
+        await _echo(scope, receive, send)
+        return
     while True:
         message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
-    await send({"type": "http.response.body", "body": body})
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 async def _serve(nursery, read_timeout=None):

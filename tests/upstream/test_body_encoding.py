@@ -15,23 +15,13 @@ from hypothesis import strategies as st
 
 from proxy.upstream.client import _generate_body
 from proxy.upstream.wire_json import dumps_body
+from tests.upstream.test_wire_json import same
 
 _INT32 = st.integers(-(2**31), 2**31 - 1)
 _SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.text(),
                      st.floats(allow_nan=False, allow_infinity=False), st.sampled_from([1e-05, 1e16, 1.5e300, -0.0]))
 _JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner,
                                                                                               max_size=3), max_leaves=8)
-
-
-def same(a, b) -> bool:
-    """Equal values of equal types all the way down, keys in the same order."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    return a == b
 
 
 def same_json(ours: bytes, theirs: bytes) -> bool:
