@@ -40,6 +40,7 @@ side (prepare, commit) stays with their dispatch rather than in a fourth class o
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 from array import array
@@ -545,19 +546,19 @@ class Generation:
     async def _parse(self, effect: gen.ParseOutput) -> None:
         if self._answered:
             return
-        if self.output.parser.config.uses_sglang:
-            # A parse that asks SGLang is cut short when the client leaves (``client_gone``).
-            with trio.CancelScope() as scope:
-                self._parse_scope = scope
-                message, failure = await self._parsed(effect.finish)
-            self._parse_scope = None
-            if scope.cancelled_caught:
-                return
-        else:
-            # Local parsers ask nobody: there is nothing to cut short, so no scope (a cancel scope is ~6 us of trio's
-            # work, issue 21 item 2); a client that left meanwhile is seen below all the same.
-            message, failure = await self._parsed(effect.finish)
-        if self._answered:
+        failure: UpstreamError | None = None
+        message = None
+        # A parse that asks SGLang is cut short when the client leaves (``client_gone``); local parsers ask nobody,
+        # so they run without a scope (a cancel scope is ~6 us of trio's work, issue 21 item 2).
+        scope = trio.CancelScope() if self.output.parser.config.uses_sglang else None
+        with scope if scope is not None else contextlib.nullcontext():
+            self._parse_scope = scope
+            try:
+                message = await self.output.parse(effect.finish)
+            except UpstreamError as exc:
+                failure = exc
+        self._parse_scope = None
+        if self._answered or (scope is not None and scope.cancelled_caught):
             return
         if failure is not None:
             self._feed(failure_event(failure))
@@ -565,13 +566,6 @@ class Generation:
         assert message is not None
         self.output.message = message
         self._feed(gen.ParseDone())
-
-    async def _parsed(self, finish: gen.FinishKind) -> tuple[Any, UpstreamError | None]:
-        """The parsed message, or the parser backend's failure."""
-        try:
-            return await self.output.parse(finish), None
-        except UpstreamError as exc:
-            return None, exc
 
     async def _commit(self) -> None:
         """The session's commit, shielded (it lands or is rejected even if the client leaves), answer fed inside."""
