@@ -4,6 +4,8 @@ context; the socket side records what the protocol hands it (as in ``test_connec
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import hypercorn.protocol
@@ -39,6 +41,15 @@ def echo_app(seen: list[dict[str, Any]]) -> Any:
     return app
 
 
+@contextlib.asynccontextmanager
+async def served(
+    seen: list[dict[str, Any]] | None = None, limits: HTTPLimits | None = None,
+) -> AsyncIterator[Connection]:
+    """A connection of the real protocol class to the echo app (recording scopes in ``seen``), in a task group."""
+    async with TaskGroup() as task_group:
+        yield Connection(echo_app([] if seen is None else seen), task_group, WorkerContext(None), limits)
+
+
 def answers(connection: Connection) -> list[tuple[bytes, bytes]]:
     """(status line, body) of every response written so far (bodies framed by Content-Length)."""
     data = b"".join(connection.writes())
@@ -54,8 +65,7 @@ def answers(connection: Connection) -> list[tuple[bytes, bytes]]:
 
 async def test_two_pipelined_requests_are_answered_in_order_on_one_connection(autojump_clock) -> None:
     seen: list[dict[str, Any]] = []
-    async with TaskGroup() as task_group:
-        connection = Connection(echo_app(seen), task_group, WorkerContext(None))
+    async with served(seen) as connection:
         await connection.request(
             b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\none"
             b"POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\ntwo\r\n0\r\nTrailer: t\r\n\r\n"
@@ -67,8 +77,7 @@ async def test_two_pipelined_requests_are_answered_in_order_on_one_connection(au
 
 async def test_a_client_expecting_100_continue_is_told_to_continue_before_it_sends_the_body(autojump_clock) -> None:
     seen: list[dict[str, Any]] = []
-    async with TaskGroup() as task_group:
-        connection = Connection(echo_app(seen), task_group, WorkerContext(None))
+    async with served(seen) as connection:
         await connection.request(b"POST /a HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
         assert b"".join(connection.writes()).startswith(b"HTTP/1.1 100 ")
         await connection.request(b"body")
@@ -77,8 +86,7 @@ async def test_a_client_expecting_100_continue_is_told_to_continue_before_it_sen
 
 
 async def test_an_http_1_0_request_is_answered_and_the_connection_closed(autojump_clock) -> None:
-    async with TaskGroup() as task_group:
-        connection = Connection(echo_app([]), task_group, WorkerContext(None))
+    async with served() as connection:
         await connection.request(b"POST /a HTTP/1.0\r\nContent-Length: 2\r\n\r\nhi")
         assert answers(connection) == [(b"HTTP/1.1 200 ", b"hi")]
         assert b"connection: close" in b"".join(connection.writes()).lower() and connection.closed()
@@ -86,8 +94,7 @@ async def test_an_http_1_0_request_is_answered_and_the_connection_closed(autojum
 
 async def test_a_websocket_upgrade_is_answered_as_a_plain_http_request(autojump_clock) -> None:
     seen: list[dict[str, Any]] = []
-    async with TaskGroup() as task_group:
-        connection = Connection(echo_app(seen), task_group, WorkerContext(None))
+    async with served(seen) as connection:
         await connection.request(
             b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
             b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
@@ -97,8 +104,7 @@ async def test_a_websocket_upgrade_is_answered_as_a_plain_http_request(autojump_
 
 
 async def test_an_h2c_upgrade_is_switched_and_handed_to_http2(autojump_clock) -> None:
-    async with TaskGroup() as task_group:
-        connection = Connection(echo_app([]), task_group, WorkerContext(None))
+    async with served() as connection:
         with pytest.raises(H2CProtocolRequiredError) as raised:
             await connection.protocol.handle(RawData(
                 b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
@@ -109,8 +115,7 @@ async def test_an_h2c_upgrade_is_switched_and_handed_to_http2(autojump_clock) ->
 
 
 async def test_a_malformed_request_is_refused_with_an_openai_error_and_closed(autojump_clock) -> None:
-    async with TaskGroup() as task_group:
-        connection = Connection(echo_app([]), task_group, WorkerContext(None))
+    async with served() as connection:
         await connection.request(b"GET /a HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n")
         written = b"".join(connection.writes())
         assert written.startswith(b"HTTP/1.1 400 ") and b'"error"' in written and connection.closed()
@@ -130,8 +135,7 @@ async def test_a_whole_head_is_measured_to_the_byte_against_max_header_bytes(aut
     head = b"GET /a HTTP/1.1\r\nHost: x\r\nx-pad: \r\n\r\n"
     head = head.replace(b"x-pad: ", b"x-pad: " + b"p" * (limit - len(head) + extra))
     assert len(head) == limit + extra
-    async with TaskGroup() as task_group:
-        connection = Connection(echo_app([]), task_group, WorkerContext(None), HTTPLimits(max_header_bytes=limit))
+    async with served(limits=HTTPLimits(max_header_bytes=limit)) as connection:
         await connection.request(head)
         status = b"".join(connection.writes()).split(b"\r\n", 1)[0]
         assert status.startswith(b"HTTP/1.1 431 " if refused else b"HTTP/1.1 200 "), status
