@@ -48,6 +48,7 @@ from proxy.trajectory.boundaries import BoundaryReason
 from proxy.trajectory.encode_plan import EncodeKind, EncodePlan, request_keys
 from proxy.trajectory.export import FinalizeReason, SessionExport
 from proxy.trajectory.message_keys import MessageKey, context_key, effective_template_kwargs
+from proxy.trajectory.prefix_share import stored_context
 from proxy.trajectory.prefix_trie import PrefixTrie, TrieNode
 from proxy.trajectory.session_chains import SessionChains
 from proxy.trajectory.session_config import SessionConfig
@@ -248,7 +249,10 @@ class Session:
         pending = self._live(handle)
         base = pending.claim.base
         signature = FULL_ENCODE if base is None else base.step_id
-        stored = pending.attach.shared_encoding(signature, pack_ids(ids))
+        packed = pack_ids(ids)
+        if base is None:  # a full encode: what it repeats of the path the session holds is not stored again
+            packed = stored_context(packed, PrefixTrie.nearest_checkpoint(pending.attach))
+        stored = pending.attach.shared_encoding(signature, packed)
         pending.context, pending.encoding = context_span(stored, mask), signature
         return WorkingTokens(base, pending.context)
 
@@ -421,7 +425,7 @@ class Session:
     def _release_prompt(self, pending: PendingStep) -> None:
         """Give back what the failed generation held in the trie: its encoding entry, then its attach node."""
         if pending.context is not None:
-            pending.attach.release_encoding(pending.encoding, pending.context.context)
+            pending.attach.release_encoding(pending.encoding, pending.context.stored_context)
         self.trie.release(pending.attach)
 
     # -- finalize ----------------------------------------------------------------------------------------------------

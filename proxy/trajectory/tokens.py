@@ -23,7 +23,9 @@ the request path copies the bytes straight into one array (:func:`path_ids`). Th
 (all zeros, the default), the generated tokens' mask is implicitly 1, and weight versions are run-length encoded (a
 version changes at most at a weight update). A span's context is a separate object so siblings that encoded the same
 context (best-of-N over one prompt, which has no checkpoint to share) hold one between them: the session deduplicates
-them per prompt node.
+them per prompt node. A full encode that begins with a path the session holds (a new segment after an answer cut
+short, spec 5.4) stores only what follows that path, as a :class:`PrefixedContext` naming it
+(``proxy/trajectory/prefix_share.py``); ``context`` reads its ids back.
 
 Nothing here is mutated after construction: a step is shared by every branch built on it.
 """
@@ -149,8 +151,9 @@ class TokenSpan:
     logprobs are none or one per generated token; the version runs cover the generated tokens.
     """
 
-    # The context ids, native int32.
-    context: bytes = attrs.field(repr=lambda b: f"<{len(b) >> 2} ids>")
+    # The context ids, native int32; or, for a full encode that repeats the start of a path the session holds, a
+    # PrefixedContext naming that path and holding only the rest (``context`` reads the ids either way).
+    stored_context: bytes | PrefixedContext = attrs.field(repr=lambda b: f"<{_stored_count(b)} ids>")
     # The generated ids (native int32), their logprobs, and the logprobs' item size (0: none) as the last byte.
     generated: bytes = attrs.field(default=_NOTHING_GENERATED, repr=lambda b: f"<{len(b)} bytes>")
     # None means 0 for every context token (spec 3.1: the default without a client-supplied mask).
@@ -160,9 +163,15 @@ class TokenSpan:
     routed_experts: tuple[RoutedChunk, ...] = ()
 
     @property
+    def context(self) -> bytes:
+        """The context ids (native int32 ``bytes``): the stored ones, or a prefixed context's ids built anew."""
+        stored = self.stored_context
+        return stored if type(stored) is bytes else stored.ids().tobytes()
+
+    @property
     def context_count(self) -> int:
         """How many context tokens the span holds."""
-        return len(self.context) >> 2
+        return _stored_count(self.stored_context)
 
     @property
     def generated_count(self) -> int:
@@ -225,15 +234,18 @@ class TokenSpan:
     def nbytes(self, *, shared_context: bool = False) -> int:
         """Bytes of the token payload (ids, masks, logprobs, routed rows); without the context ids when they are
         shared with a sibling."""
-        size = 0 if shared_context else len(self.context)
+        stored = self.stored_context
+        size = 0 if shared_context else len(stored if type(stored) is bytes else stored.tail)
         size += len(self.generated) - 1 + len(self.context_mask or b"")
         return size + sum(len(chunk.data) for chunk in self.routed_experts)
 
 
-def context_span(ids: Iterable[int] | array | bytes, mask: Sequence[int] | None = None) -> TokenSpan:
+def context_span(
+    ids: Iterable[int] | array | bytes | PrefixedContext, mask: Sequence[int] | None = None
+) -> TokenSpan:
     """A span holding only context tokens (a generation's private part before it commits); ``bytes`` (native int32
-    ids) are kept as they are (shared), anything else is copied into such bytes."""
-    stored = pack_ids(ids)
+    ids) and a :class:`PrefixedContext` are kept as they are (shared), anything else is copied into such bytes."""
+    stored = ids if type(ids) is PrefixedContext else pack_ids(ids)
     packed = None
     if mask is not None and any(mask):
         packed = bytes(1 if value else 0 for value in mask)
@@ -249,8 +261,9 @@ def committed_span(
 ) -> TokenSpan:
     """The span a commit stores: the generation's context tokens (shared, not copied), then what it generated."""
     stored_logprobs = exact_logprobs(logprobs) if logprobs is not None else None
-    return TokenSpan(context.context, _pack_generated(_ids(generated_ids), stored_logprobs), context.context_mask,
-                     run_length(versions), tuple(routed_experts))
+    generated = _pack_generated(_ids(generated_ids), stored_logprobs)
+    return TokenSpan(context.stored_context, generated, context.context_mask, run_length(versions),
+                     tuple(routed_experts))
 
 
 @attrs.frozen(weakref_slot=False)
@@ -333,7 +346,7 @@ class Step(TokenSpan):
            logprobs_invalid: bool = False) -> Step:
         """The step that stores ``span`` (its fields, shared, not copied)."""
         notes = _notes(turn_id, boundary_reason, boundary_detail, tito_failed, logprobs_invalid)
-        return cls(context=span.context, generated=span.generated, context_mask=span.context_mask,
+        return cls(stored_context=span.stored_context, generated=span.generated, context_mask=span.context_mask,
                    version_runs=span.version_runs, routed_experts=span.routed_experts, step_id=step_id, base=base,
                    chain_id=chain_id, position=position, node=node, session_id=session_id, generation=generation,
                    finish_reason=finish_reason, extendable=extendable, notes=notes)
@@ -403,12 +416,76 @@ def routed_rows_end(step: Step | None) -> int:
 
 def path_ids(step: Step | None) -> array:
     """Every token id from the root to the end of ``step``: one C-level copy per span."""
-    ids = array("i")
-    for each in path(step):
-        span = each.span
-        ids.frombytes(span.context)
-        ids.frombytes(span.generated_bytes())
+    steps = path(step)
+    if not steps:
+        return array("i")
+    root = steps[0].stored_context
+    if type(root) is bytes:
+        ids = array("i")
+        ids.frombytes(root)
+    else:
+        ids = root.ids()
+    ids.frombytes(steps[0].generated_bytes())
+    for each in steps[1:]:  # only a root (a full encode) can hold a PrefixedContext
+        ids.frombytes(each.stored_context)
+        ids.frombytes(each.generated_bytes())
     return ids
+
+
+class PrefixedContext:
+    """The context ids of a full encode that begin with ``length`` ids of the path ending at ``step``, which the
+    session already holds: that step, the count, and the rest of the ids (``tail``, native int32 bytes).
+
+    A session starts a new segment with a full encode after an answer that did not end its turn, a TITO failure or
+    a drifted template (spec 5.4), and that encode repeats the conversation the earlier steps already hold: without
+    this, each such step stored the whole prompt again (O(turns x context) in a session whose answers hit
+    ``max_tokens``; issue 21 item 5: nothing keeps a second copy of a history the session holds). Only a step with no
+    base holds one (``Session.set_context``). Equal to another exactly when it names the same step and holds the same
+    ids (siblings' encodings are shared on that test, as ``bytes`` are)."""
+
+    __slots__ = ("step", "length", "tail")
+
+    def __init__(self, step: Step, length: int, tail: bytes) -> None:
+        self.step, self.length, self.tail = step, length, tail
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not PrefixedContext:
+            return NotImplemented
+        return self.step is other.step and self.length == other.length and self.tail == other.tail
+
+    __hash__ = None  # type: ignore[assignment]  # compared, never a key
+
+    @property
+    def count(self) -> int:
+        """How many context ids this stands for."""
+        return self.length + (len(self.tail) >> 2)
+
+    def ids(self) -> array:
+        """The ids, as a new ``array('i')``: the named path's first ``length``, then the tail.
+
+        Iterative, not recursive: the named path's own root may be a PrefixedContext (a session whose answers keep
+        hitting ``max_tokens``), so the chain of names is followed to a root that holds its ids, and the ids are
+        built from there forward."""
+        chain: list[tuple[PrefixedContext, list[Step]]] = [(self, path(self.step))]
+        while type(root := chain[-1][1][0].stored_context) is PrefixedContext:
+            chain.append((root, path(root.step)))
+        ids = array("i")
+        for prefixed, steps in reversed(chain):
+            if prefixed is chain[-1][0]:  # the deepest name: its path's root holds bytes
+                ids.frombytes(steps[0].stored_context)
+            # else: ``ids`` are the ids the deeper name stands for, which are this path's root's context
+            ids.frombytes(steps[0].generated_bytes())
+            for each in steps[1:]:
+                ids.frombytes(each.stored_context)
+                ids.frombytes(each.generated_bytes())
+            del ids[prefixed.length:]
+            ids.frombytes(prefixed.tail)
+        return ids
+
+
+def _stored_count(stored: bytes | PrefixedContext) -> int:
+    """How many ids a span's stored context stands for."""
+    return len(stored) >> 2 if type(stored) is bytes else stored.count
 
 
 @attrs.frozen(eq=False)
@@ -438,6 +515,7 @@ class WorkingTokens:
 
 
 __all__ = [
-    "RoutedChunk", "Step", "StepNotes", "TokenSpan", "WorkingTokens", "committed_span", "context_span", "expand_runs",
+    "PrefixedContext", "RoutedChunk", "Step", "StepNotes", "TokenSpan", "WorkingTokens", "committed_span",
+    "context_span", "expand_runs",
     "generation_id", "pack_ids", "path", "path_ids", "routed_rows_end", "run_length",
 ]
