@@ -8,12 +8,15 @@ those before, with the real Qwen3 tokenizer, the registry the proxy runs (prepar
 store (sqlite, on disk: the journal is not in memory). No HTTP, no upstream: the answers are the tokenizer's own
 rendering of scripted replies, with one logprob and one weight version per generated token, as SGLang reports them.
 
-Two phases:
+Phases:
 
 - ``sessions``: ``--sessions`` live 10-turn sessions of short turns (the issue's ~394 tokens each): the fixed cost;
 - ``tokens``: ``--token-sessions`` live sessions grown to ``--tokens`` tokens each, half of them generated
   (~300-token user turns, ~300-token answers): bytes per stored token, whatever a turn adds besides its tokens
-  included.
+  included;
+- ``cut`` (not in the default ``--phases``): the same sessions with every answer cut short of its end (as by
+  ``max_tokens``), so that every turn after the first starts a new segment with a full encode of the conversation
+  (spec 5.4; ``proxy/trajectory/prefix_share.py`` keeps such an encode from storing the path again).
 
     .venv/bin/python bench/session_memory.py [--sessions 2000] [--token-sessions 20] [--tokens 20000] [--rss]
 
@@ -58,8 +61,10 @@ def text(words: int, salt: int) -> str:
     return " ".join(f"{WORDS[(salt + i) % len(WORDS)]}{(salt * 7 + i) % 97}" for i in range(words))
 
 
-async def grow(registry: SessionRegistry, session_id: str, turns: int, user_words: int, answer_words: int) -> int:
-    """One session of ``turns`` answered turns; the tokens it stores (its last context plus its last answer)."""
+async def grow(registry: SessionRegistry, session_id: str, turns: int, user_words: int, answer_words: int,
+               cut: bool = False) -> int:
+    """One session of ``turns`` answered turns; the tokens it stores (its last context plus its last answer). With
+    ``cut``, every answer stops short of its end (``max_tokens``): each next turn is a full encode (spec 5.4)."""
     tokenizer = registry.tokenizer
     messages: list[dict[str, Any]] = [SYSTEM]
     stored = 0
@@ -68,9 +73,13 @@ async def grow(registry: SessionRegistry, session_id: str, turns: int, user_word
         prepared = await registry.prepare(session_id, list(messages))
         answer = {"role": "assistant", "content": text(answer_words, turn + 1000)}
         ids = tokenizer.encode_text(tokenizer.render_assistant(answer, None))
+        finish = "stop"
+        if cut:
+            ids, finish = ids[: len(ids) * 9 // 10], "length"
+            answer = {"role": "assistant", "content": tokenizer.decode(ids)}
         # float32 values, as SGLang's logprobs are (torch float32 ``.tolist()``): stored as 4-byte floats.
         logprobs = array("f", [-0.25 - (i % 13) / 100 for i in range(len(ids))]).tolist()
-        await registry.commit(prepared.handle, ids, logprobs, ["v0"] * len(ids), None, "stop", answer)
+        await registry.commit(prepared.handle, ids, logprobs, ["v0"] * len(ids), None, finish, answer)
         messages.append(answer)
         stored = len(prepared.input_ids()) + len(ids)
     return stored
@@ -86,14 +95,14 @@ def _rss_bytes() -> int:
 
 
 async def measure(tokenizer: Any, count: int, turns: int, user_words: int, answer_words: int,
-                  top: int = 0, rss: bool = False) -> dict[str, float]:
+                  top: int = 0, rss: bool = False, cut: bool = False) -> dict[str, float]:
     """Traced bytes the registry keeps for ``count`` live sessions (built after a warm-up session and a baseline),
     or with ``rss`` the process's RSS growth; with ``top``, the allocation sites that grew most are printed (per
     session)."""
     with tempfile.TemporaryDirectory() as tmp:
         async with open_store(f"sqlite:///{tmp}/store.sqlite") as store:
             registry = SessionRegistry(tokenizer, store=store, config=SessionConfig(max_steps_per_session=None))
-            await grow(registry, "warm-up", turns, user_words, answer_words)  # caches, interned strings, pages
+            await grow(registry, "warm-up", turns, user_words, answer_words, cut)  # caches, interned strings, pages
             gc.collect()
             if rss:
                 before = _rss_bytes()
@@ -104,7 +113,7 @@ async def measure(tokenizer: Any, count: int, turns: int, user_words: int, answe
             began = time.perf_counter()
             tokens = 0
             for index in range(count):
-                tokens += await grow(registry, f"s{index}", turns, user_words, answer_words)
+                tokens += await grow(registry, f"s{index}", turns, user_words, answer_words, cut)
             gc.collect()
             after = _rss_bytes() if rss else tracemalloc.get_traced_memory()[0]
             if first is not None:
@@ -143,10 +152,12 @@ def main() -> None:
         if phase == "sessions":
             # 10 turns of 4-word questions and 2-word answers: ~400 tokens a session, as the issue's ~394.
             results[phase] = trio.run(measure, tokenizer, args.sessions, 10, 4, 2, args.top, args.rss)
-        elif phase == "tokens":
-            # ~300-token user turns and ~300-token answers (85 words each), half the stored tokens generated.
+        elif phase in ("tokens", "cut"):
+            # ~300-token user turns and ~300-token answers (85 words each), half the stored tokens generated; "cut":
+            # every answer stopped short of its end, so every turn after the first is a new segment's full encode.
             turns = max(1, round(args.tokens / 620))
-            results[phase] = trio.run(measure, tokenizer, args.token_sessions, turns, 85, 85, args.top, args.rss)
+            results[phase] = trio.run(measure, tokenizer, args.token_sessions, turns, 85, 85, args.top, args.rss,
+                                      phase == "cut")
         else:
             parser.error(f"unknown phase {phase!r}")
         r = results[phase]
