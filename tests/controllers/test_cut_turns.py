@@ -4,6 +4,8 @@ second copy of it. What the model saw, what is exported and what a restart repla
 
 from __future__ import annotations
 
+import pytest
+
 from proxy.controllers.session_registry import SessionRegistry
 from proxy.trajectory import prefix_share
 from proxy.trajectory.memory_store import InMemoryTrajectoryStore
@@ -26,15 +28,27 @@ def answer(index: int) -> dict:
                                             "and the lamp kept turning through the night until dawn came."}
 
 
-async def run_session(tokenizer, store) -> tuple[SessionRegistry, list[list[int]], list[list[int]]]:
+def cut_answer(tokenizer, index: int, thinking: bool) -> tuple[list[int], dict]:
+    """What the model generates for turn ``index``, cut short, and the message the agent echoes for it. Thinking:
+    the model reasons first; the template renders that reasoning only after the last user turn, so a later full
+    encode differs from the path at each earlier answer's reasoning."""
+    if not thinking:
+        ids = answer_ids(tokenizer, answer(index))[:CUT]
+        return ids, {"role": "assistant", "content": tokenizer.decode(ids)}
+    reasoning = f"The user wants part {index}; the storm should reach the lighthouse. " * 3
+    head = tokenizer.encode_text(f"<think>\n{reasoning}\n</think>\n\n")
+    ids = head + tokenizer.encode_text(answer(index)["content"])[:CUT]
+    return ids, {"role": "assistant", "reasoning_content": reasoning, "content": tokenizer.decode(ids[len(head):])}
+
+
+async def run_session(tokenizer, store, thinking: bool = False) -> tuple[SessionRegistry, list, list]:
     """Drive TURNS cut turns; the ids each prepare sent upstream, and the full encodes of its messages."""
     reg = SessionRegistry(tokenizer, store=store, config=SessionConfig(max_steps_per_session=None))
     messages = [SYS, user(1)]
     sent, expected = [], []
     for index in range(1, TURNS + 1):
         prepared = await reg.prepare("s", messages)
-        ids = answer_ids(tokenizer, answer(index))[:CUT]
-        cut = {"role": "assistant", "content": tokenizer.decode(ids)}
+        ids, cut = cut_answer(tokenizer, index, thinking)
         sent.append(prepared.input_ids())
         expected.append(list(tokenizer.encode_full(messages)))
         result = await reg.commit(prepared.handle, ids, logprobs_for(ids, index), ["v1"] * len(ids), None, "length",
@@ -49,9 +63,10 @@ async def finalize(reg: SessionRegistry) -> list[dict]:
     return await reg.read(session_id="s")
 
 
-async def test_cut_turns_store_the_path_once_and_send_and_export_what_a_full_encode_gives(real_tokenizer,
+@pytest.mark.parametrize("thinking", [False, True], ids=["plain", "thinking"])
+async def test_cut_turns_store_the_path_once_and_send_and_export_what_a_full_encode_gives(real_tokenizer, thinking,
                                                                                           monkeypatch):
-    reg, sent, expected = await run_session(real_tokenizer, InMemoryTrajectoryStore())
+    reg, sent, expected = await run_session(real_tokenizer, InMemoryTrajectoryStore(), thinking)
     # What the model saw: each turn's whole prompt, encoded from its messages.
     assert sent == expected
     steps = sorted((step for tip in reg._sessions["s"].session.preview_export().tips for step in path(tip)),
@@ -68,7 +83,7 @@ async def test_cut_turns_store_the_path_once_and_send_and_export_what_a_full_enc
 
     # The same session with nothing shared exports the same segments, field for field.
     monkeypatch.setattr(prefix_share, "MIN_SHARED_IDS", 10**9)
-    plain, plain_sent, _ = await run_session(real_tokenizer, InMemoryTrajectoryStore())
+    plain, plain_sent, _ = await run_session(real_tokenizer, InMemoryTrajectoryStore(), thinking)
     assert plain_sent == sent
     assert all(type(tip.stored_context) is bytes for tip in plain._sessions["s"].session.preview_export().tips)
     assert await finalize(plain) == shared
