@@ -24,8 +24,8 @@ from proxy.trajectory.tokens import PrefixedContext, Step, path, path_ids
 #: the fewest shared ids worth naming: a PrefixedContext is a 64-byte object, 16 ids' worth, so it must save more
 MIN_SHARED_IDS = 64
 #: the longest chain of names (a named path whose root names another path...): reading a PrefixedContext's ids walks
-#: its chain, ~2 us a link on every request that continues it, so past this many links a full encode is stored whole
-#: (one copy every MAX_CHAIN cut turns, in a session whose answers keep hitting ``max_tokens``)
+#: its chain, ~1 us a link (timeit) on every request that continues it, so past this many links a full encode is
+#: stored whole (one copy every MAX_CHAIN cut turns, in a session whose answers keep hitting ``max_tokens``)
 MAX_CHAIN = 16
 
 
