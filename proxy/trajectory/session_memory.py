@@ -3,8 +3,9 @@
 
 Counted when a step commits, so reporting costs nothing per request (no walk of the trie):
 
-- the step's token arrays, exactly: context and generated ids (4 bytes each), the context mask (1 byte per token
-  when the client sent one), the logprobs (4 bytes each), the routed-expert rows (their raw bytes);
+- the step's token arrays, exactly: context and generated ids (4 bytes each; of a full encode that names the
+  session's path, ``prefix_share.py``, only the ids it stores after it), the context mask (1 byte per token when the
+  client sent one), the logprobs (4 bytes each), the routed-expert rows (their raw bytes);
 - the messages the trie keeps for it, estimated from the tokens they were encoded to or generated as
   (``TEXT_BYTES_PER_TOKEN`` bytes of text per token): their exact JSON size would cost a serialization of every
   request and answer on the commit path, under the session's lock.
