@@ -423,7 +423,7 @@ def path_ids(step: Step | None) -> array:
     if type(root) is bytes:
         ids = array("i")
         ids.frombytes(root)
-    else:
+    else:  # a full encode naming an earlier path
         ids = root.ids()
     ids.frombytes(steps[0].generated_bytes())
     for each in steps[1:]:  # only a root (a full encode) can hold a PrefixedContext
@@ -461,25 +461,12 @@ class PrefixedContext:
         return self.length + (len(self.tail) >> 2)
 
     def ids(self) -> array:
-        """The ids, as a new ``array('i')``: the named path's first ``length``, then the tail.
-
-        Iterative, not recursive: the named path's own root may be a PrefixedContext (a session whose answers keep
-        hitting ``max_tokens``), so the chain of names is followed to a root that holds its ids, and the ids are
-        built from there forward."""
-        chain: list[tuple[PrefixedContext, list[Step]]] = [(self, path(self.step))]
-        while type(root := chain[-1][1][0].stored_context) is PrefixedContext:
-            chain.append((root, path(root.step)))
-        ids = array("i")
-        for prefixed, steps in reversed(chain):
-            if prefixed is chain[-1][0]:  # the deepest name: its path's root holds bytes
-                ids.frombytes(steps[0].stored_context)
-            # else: ``ids`` are the ids the deeper name stands for, which are this path's root's context
-            ids.frombytes(steps[0].generated_bytes())
-            for each in steps[1:]:
-                ids.frombytes(each.stored_context)
-                ids.frombytes(each.generated_bytes())
-            del ids[prefixed.length:]
-            ids.frombytes(prefixed.tail)
+        """The ids, as a new ``array('i')``: the named path's first ``length``, then the tail. The named path's root
+        may itself be a PrefixedContext (:func:`path_ids` reads it through this): at most
+        ``prefix_share.MAX_CHAIN`` names deep, as ``prefix_share.stored_context`` makes no longer chain."""
+        ids = path_ids(self.step)
+        del ids[self.length:]
+        ids.frombytes(self.tail)
         return ids
 
 
