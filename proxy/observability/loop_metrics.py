@@ -6,8 +6,8 @@ Why not prometheus-client's ``Counter``, ``Gauge`` and ``Histogram``: they are b
 (``proxy/observability/metrics.py``) all run on the trio thread, and so does the scrape (``ProxyMetrics.exposition``
 is synchronous), so nothing here needs a lock. Measured inside the proxy under the bench's load (thread CPU around
 each hook, 2,000 requests; issue 21 item 2): the seven hooks of a short request took ~25 us with prometheus-client's
-instruments, ~5 us with these. The exposition is prometheus-client's: :class:`LoopCollector` is a custom collector
-(its documented extension point) that turns these numbers into its ``CounterMetricFamily``,
+instruments, ~10 us with these (docs/benchmarks.md). The exposition is prometheus-client's: :class:`LoopCollector`
+is a custom collector (its documented extension point) that turns these numbers into its ``CounterMetricFamily``,
 ``GaugeMetricFamily`` and ``HistogramMetricFamily`` at scrape time, with the same names, labels, buckets and
 ``_created`` samples as the library's instruments (``tests/observability/test_loop_metrics.py`` holds the two
 expositions equal for the same operations).
