@@ -25,17 +25,13 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import Connection  # noqa: E402
+from real_text import real_text  # noqa: E402
 from servers import cpu_since, thread_cpu_seconds  # noqa: E402
 
-_WORDS = ("check", "results", "plan", "value", "step", "data", "summary", "carefully", "report", "clearly",
-          "each", "next", "first", "finally", "consistent", "answer", "question", "found", "simple", "short",
-          "table", "row", "column", "total", "error", "margin", "source", "record", "update", "compare")
-
-
 def user_text(session: int, turn: int, words: int) -> str:
-    """About ``words`` tokens of plain English-like text, different for every session and turn."""
-    picked = (_WORDS[(i * 7 + turn * 3 + session) % len(_WORDS)] for i in range(words))
-    return f"Turn {turn} of session {session}: " + " ".join(picked) + "."
+    """About ``words`` tokens of real text (``real_text.py``: a word list would compress 30x), different for every
+    session and turn."""
+    return f"Turn {turn} of session {session}: " + real_text(words, session * 1_009 + turn)
 
 
 def rss_bytes(pid: int) -> int:

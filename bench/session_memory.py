@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from floor_sessions import rss_bytes  # noqa: E402
+from real_text import real_text  # noqa: E402
 from proxy.controllers.malloc_trim import find_malloc_trim  # noqa: E402
 from proxy.controllers.session_registry import SessionRegistry  # noqa: E402
 from proxy.families import load_tito_tokenizer  # noqa: E402
@@ -56,9 +57,15 @@ SYSTEM = {"role": "system", "content": "You are a careful assistant. Answer brie
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima")
 
 
-def text(words: int, salt: int) -> str:
-    """``words`` distinct-looking words (about one token each)."""
+def word_text(words: int, salt: int) -> str:
+    """``words`` distinct-looking words (about one token each): compresses ~30x, unlike real text."""
     return " ".join(f"{WORDS[(salt + i) % len(WORDS)]}{(salt * 7 + i) % 97}" for i in range(words))
+
+
+#: how the turns' text is made (``--text``), as many tokens as ``words`` of the word list (~3.5 tokens a word): slices
+#: of real source text (the default), or the old word list
+TEXTS = {"source": lambda words, salt: real_text(round(words * 3.5), salt), "words": word_text}
+text = TEXTS["source"]
 
 
 async def grow(registry: SessionRegistry, session_id: str, turns: int, user_words: int, answer_words: int,
@@ -141,11 +148,16 @@ def main() -> None:
     parser.add_argument("--token-sessions", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=20_000, help="tokens each long session grows to (about)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--text", choices=sorted(TEXTS), default="source",
+                        help="the turns' text: slices of real source (default) or the old word list, which "
+                             "compresses ~30x (bench/real_text.py)")
     parser.add_argument("--rss", action="store_true", help="RSS growth instead of traced bytes (module docstring)")
     parser.add_argument("--top", type=int, default=0,
                         help="print the N allocation sites that grew most (with TRACE_FRAMES=N in the environment, "
                              "their tracebacks N frames deep first)")
     args = parser.parse_args()
+    global text
+    text = TEXTS[args.text]
     tokenizer = load_tito_tokenizer("qwen3", model_tokenizer_path("qwen3"))
     results: dict[str, dict[str, float]] = {}
     for phase in args.phases.split(","):

@@ -48,23 +48,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import floor_sessions  # noqa: E402
 from loadgen import Connection  # noqa: E402
+from real_text import real_text  # noqa: E402
 from servers import (  # noqa: E402
     cpu_since, free_port, source_trees, start_server, stop_servers, thread_cpu_seconds, wait_listening,
 )
 
-_WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
-          "quebec romeo sierra tango uniform victor whiskey xray yankee zulu amber basalt cobalt dune ember fjord "
-          "granite harbor iris jasper kelp lagoon mesa nectar onyx prairie quartz reef summit tundra umber vale").split()
-
-
-#: tokens per word of _WORDS with the proxy's default (Qwen) tokenizer, measured: a 300-token turn is 180 words
-TOKENS_PER_WORD = 1.67
-
-
 def words(tokens: int, salt: int) -> str:
-    """Varied words making about ``tokens`` tokens."""
-    count = max(1, round(tokens / TOKENS_PER_WORD))
-    return " ".join(_WORDS[(salt * 31 + k * 7 + (k * k) % 13) % len(_WORDS)] for k in range(count))
+    """About ``tokens`` tokens of real text (``real_text.py``; a word list compresses 30x, which would flatter the
+    packed long messages of ``proxy/trajectory/packed_text.py``)."""
+    return real_text(tokens, salt)
 
 
 def rss_bytes(pid: int) -> int:

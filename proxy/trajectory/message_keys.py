@@ -20,8 +20,9 @@ Matching rules (spec 5.1, documented in docs/sessions.md):
   order the template renders) and of the *effective* chat-template kwargs: the proxy's defaults overridden by the
   request's, minus the variables the proxy controls itself (``messages``, ``tools``, ``add_generation_prompt``...).
 
-Keys are plain frozen values: cheap to build (a string content is used as is; JSON work only for tool calls, cached
-by argument string, and non-string content), hashable, and never hold the original message.
+Keys are plain frozen values: cheap to build (a string content is used as is, or packed from
+``packed_text.PACK_AT`` characters: compressed, equal by a digest; JSON work only for tool calls, cached by argument
+string, and non-string content), hashable, and never hold the original message.
 
 Incremental keys (issue 21 item 4): every request re-sends the whole history, so the session reuses the key of every
 leading message that is :func:`same_message` as the one its trie stored on that path (``PrefixTrie.echoed_prefix``)
@@ -41,6 +42,7 @@ from typing import Any
 import attrs
 
 from proxy.canonical_json import canonical_json
+from proxy.trajectory.packed_text import PackedText, packed
 from proxy.tokenization.tito import RESERVED_TEMPLATE_KWARGS
 
 # The billing-hash pattern one coding CLI rewrites inside old tool results (spec 5.1).
@@ -71,9 +73,9 @@ class MessageKey:
     """The canonical identity of one message: a trie edge. Reasoning is deliberately absent (it is the variant)."""
 
     role: str
-    # The text the template sees, or ``("json", canonical JSON)`` for content that is not text (a tuple, so it never
-    # equals a string).
-    content: str | tuple[str, str]
+    # The text the template sees (a PackedText from ``PACK_AT`` characters: packed_text.py), or ``("json", canonical
+    # JSON)`` for content that is not text (a tuple, so it never equals a string).
+    content: str | PackedText | tuple[str, str]
     name: str | None = None
     tool_calls: tuple[ToolCallKey, ...] = ()
     tool_call_id: str | None = None
@@ -91,7 +93,7 @@ class PlainKey:
     tool_calls: tuple[ToolCallKey, ...] = ()
     tool_call_id: str | None = None
 
-    def __init__(self, role: str, content: str | tuple[str, str]) -> None:
+    def __init__(self, role: str, content: str | PackedText | tuple[str, str]) -> None:
         self.role, self.content = role, content
 
     def __eq__(self, other: object) -> bool:
@@ -126,12 +128,13 @@ def _text(value: str, ignore_cch: bool) -> str:
     return CCH_PATTERN.sub(_CCH_PLACEHOLDER, value) if ignore_cch and "cch=" in value else value
 
 
-def _content(content: Any, ignore_cch: bool) -> str | tuple[str, str]:
-    """Content as the template sees it: text, or a list of text parts joined; anything else as canonical JSON."""
+def _content(content: Any, ignore_cch: bool) -> str | PackedText | tuple[str, str]:
+    """Content as the template sees it: text, or a list of text parts joined (packed from ``PACK_AT`` characters);
+    anything else as canonical JSON."""
     if content is None:
         return ""
     if isinstance(content, str):
-        return _text(content, ignore_cch)
+        return packed(_text(content, ignore_cch))
     if isinstance(content, Sequence) and not isinstance(content, (bytes, bytearray)):
         texts = []
         for part in content:
@@ -142,7 +145,7 @@ def _content(content: Any, ignore_cch: bool) -> str | tuple[str, str]:
             else:
                 # Not text (an image part...): compare the whole content structurally; tokenization will refuse it.
                 return ("json", _text(canonical_json(content), ignore_cch))
-        return _text("".join(texts), ignore_cch)
+        return packed(_text("".join(texts), ignore_cch))
     return ("json", _text(canonical_json(content), ignore_cch))
 
 
@@ -225,6 +228,8 @@ def same_message(stored: Any, incoming: Any) -> bool:
     ``0.0 == -0.0`` have different canonical JSON, so a key can tell them apart. Anything else (a tuple, a custom
     mapping) is never the same: its key is computed. O(size of the message), C-level for strings."""
     kind = type(stored)
+    if kind is PackedText:  # a long content a node holds packed (prefix_trie.py:_stored_form): by its digest
+        return stored.matches(incoming)
     if kind is not type(incoming):
         return False
     if kind is str or kind is int or kind is bool or stored is None:

@@ -48,6 +48,7 @@ from typing import Any
 import attrs
 
 from proxy.trajectory.message_keys import ContextKey, MessageKey, PlainKey, same_message
+from proxy.trajectory.packed_text import PackedText, plain_text, same_text
 from proxy.trajectory.tokens import Step
 
 
@@ -119,13 +120,20 @@ def _stored_form(key: Any, message: Any) -> Any:
     """What a node keeps of ``message``: ``_FROM_KEY`` for a plain message, ``{"role": <str>, "content": <str>}`` in
     that order whose key holds the same two strings (no name, tool calls or call id; content that the key did not
     rewrite), which :attr:`TrieNode.message` rebuilds equal; else the message itself. Most of a conversation's
-    messages are plain: a dict and its table were ~184 bytes of each (issue 21 item 5)."""
-    if type(message) is not dict or len(message) != 2 or type(key) is not PlainKey:
+    messages are plain: a dict and its table were ~184 bytes of each (issue 21 item 5). A message with more fields
+    whose key holds its long content packed (a tool result, an answer with reasoning) keeps a copy of its dict with
+    that content replaced by the key's :class:`PackedText`, which ``message`` unpacks: the text is held once, packed."""
+    if type(message) is not dict:
         return message
-    role, content = message.get("role"), message.get("content")
-    if (type(role) is str and type(content) is str and role == key.role and content == key.content
-            and next(iter(message)) == "role"):
-        return _FROM_KEY
+    packed_content = key.content if type(key) in (PlainKey, MessageKey) else None
+    content = message.get("content")
+    if type(key) is PlainKey and len(message) == 2:
+        role = message.get("role")
+        if (type(role) is str and role == key.role and same_text(packed_content, content)
+                and next(iter(message)) == "role"):
+            return _FROM_KEY
+    if type(packed_content) is PackedText and packed_content.matches(content):
+        return {**message, "content": packed_content}
     return message
 
 
@@ -196,10 +204,13 @@ class TrieNode:
 
     @property
     def message(self) -> Any:
-        """The stored message (a plain one rebuilt from the key: a new dict each time, equal to the one stored)."""
+        """The stored message (a plain one rebuilt from the key, a packed content unpacked: a new dict each time, equal
+        to the one stored)."""
         stored = self._message
         if stored is _FROM_KEY:
-            return {"role": self.key.role, "content": self.key.content}
+            return {"role": self.key.role, "content": plain_text(self.key.content)}
+        if type(stored) is dict and type(stored.get("content")) is PackedText:
+            return {**stored, "content": stored["content"].text}
         return stored
 
     def holds(self, message: Any) -> bool:
@@ -207,8 +218,7 @@ class TrieNode:
         stored = self._message
         if stored is _FROM_KEY:  # same_message against {"role": <str>, "content": <str>}, without building it
             return (type(message) is dict and len(message) == 2 and type(role := message.get("role")) is str
-                    and type(content := message.get("content")) is str and role == self.key.role
-                    and content == self.key.content)
+                    and role == self.key.role and same_text(self.key.content, message.get("content")))
         return stored is message or same_message(stored, message)
 
     def shared_encoding(self, signature: Any, ids: Any) -> Any:
