@@ -51,6 +51,9 @@ from proxy.trajectory.message_keys import ContextKey, MessageKey, PlainKey, same
 from proxy.trajectory.packed_text import PackedText, plain_text, same_text
 from proxy.trajectory.tokens import Step
 
+# Builds a PlainKey from a (role, content) tuple without the class's own __new__ (a call less: TrieNode.key).
+_plain_key = tuple.__new__
+
 
 #: children of one node compared with an incoming message by echoed_prefix before giving up (the key is computed)
 _ECHO_PROBES = 16
@@ -112,29 +115,28 @@ class _OneEncoding(Mapping[Any, tuple[Any, int]]):
         return 1
 
 
-#: what a node stores for a plain message: its key says all of it (see _stored_form)
-_FROM_KEY = object()
+def _stored_form(key: Any, message: Any) -> tuple[Any, Any]:
+    """What a node keeps of ``key`` and ``message`` (its ``_key`` and ``_message``):
 
-
-def _stored_form(key: Any, message: Any) -> Any:
-    """What a node keeps of ``message``: ``_FROM_KEY`` for a plain message, ``{"role": <str>, "content": <str>}`` in
-    that order whose key holds the same two strings (no name, tool calls or call id; content that the key did not
-    rewrite), which :attr:`TrieNode.message` rebuilds equal; else the message itself. Most of a conversation's
-    messages are plain: a dict and its table were ~184 bytes of each (issue 21 item 5). A message with more fields
-    whose key holds its long content packed (a tool result, an answer with reasoning) keeps a copy of its dict with
-    that content replaced by the key's :class:`PackedText`, which ``message`` unpacks: the text is held once, packed."""
+    - a plain message, ``{"role": <str>, "content": <str>}`` in that order whose key holds the same two strings (no
+      name, tool calls or call id; content the key did not rewrite): its content (the key's: a string, or the
+      :class:`PackedText` of a long one) and its role, a string, which says the node is plain. No key and no dict:
+      :attr:`TrieNode.key` and :attr:`TrieNode.message` rebuild them equal. Most of a conversation's messages are
+      plain: a dict and its table were ~184 bytes of each, the key 48 (issue 21 item 5);
+    - a message with more fields whose key holds its long content packed (a tool result, an answer with reasoning):
+      the key, and a copy of its dict with that content replaced by the key's PackedText, which ``message`` unpacks
+      (the text is held once, packed);
+    - anything else: the key and the message as they are."""
     if type(message) is not dict:
-        return message
-    packed_content = key.content if type(key) in (PlainKey, MessageKey) else None
+        return key, message
     content = message.get("content")
     if type(key) is PlainKey and len(message) == 2:
         role = message.get("role")
-        if (type(role) is str and role == key.role and same_text(packed_content, content)
-                and next(iter(message)) == "role"):
-            return _FROM_KEY
-    if type(packed_content) is PackedText and packed_content.matches(content):
-        return {**message, "content": packed_content}
-    return message
+        if type(role) is str and role == key.role and same_text(key.content, content) and next(iter(message)) == "role":
+            return key.content, key.role
+    if type(key) in (PlainKey, MessageKey) and type(key.content) is PackedText and key.content.matches(content):
+        return key, {**message, "content": key.content}
+    return key, message
 
 
 class NodeKind(enum.Enum):
@@ -157,11 +159,12 @@ class ContextInfo:
 class TrieNode:
     """One node: a context, or one message. Holds its own message only; the path is rebuilt via ``parent``."""
 
-    key: MessageKey | ContextKey | None
+    # The key (read it as ``key``); a plain message's content (see _stored_form).
+    _key: MessageKey | ContextKey | str | PackedText | None
     # Reasoning of an assistant node (the variant among siblings with the same key); None otherwise.
     variant: str | None
-    # The message as first seen (prompt nodes) or as generated (committed answers); ContextInfo for contexts.
-    # _FROM_KEY when the key says all of it (read it as ``message``, see _stored_form).
+    # The message as first seen (prompt nodes) or as generated (committed answers), read as ``message``; ContextInfo
+    # for contexts. A plain message's role, a string: the node is plain (see _stored_form).
     _message: Any
     parent: TrieNode | None
     # Messages from the context node down to this node (the context node is 0).
@@ -203,12 +206,25 @@ class TrieNode:
         return self._commits >= 0
 
     @property
+    def key(self) -> Any:
+        """The node's key (a plain message's built from its role and content: a new PlainKey, equal each time)."""
+        role = self._message
+        if type(role) is str:
+            return _plain_key(PlainKey, (role, self._key))
+        return self._key
+
+    @property
+    def plain(self) -> bool:
+        """The node holds a plain message as its role and content, with no key and no dict (see _stored_form)."""
+        return type(self._message) is str
+
+    @property
     def message(self) -> Any:
-        """The stored message (a plain one rebuilt from the key, a packed content unpacked: a new dict each time, equal
-        to the one stored)."""
+        """The stored message (a plain one rebuilt, a packed content unpacked: a new dict each time, equal to the one
+        stored)."""
         stored = self._message
-        if stored is _FROM_KEY:
-            return {"role": self.key.role, "content": plain_text(self.key.content)}
+        if type(stored) is str:
+            return {"role": stored, "content": plain_text(self._key)}
         if type(stored) is dict and type(stored.get("content")) is PackedText:
             return {**stored, "content": stored["content"].text}
         return stored
@@ -216,9 +232,9 @@ class TrieNode:
     def holds(self, message: Any) -> bool:
         """Whether the stored message is :func:`same_message` as ``message`` (identity first)."""
         stored = self._message
-        if stored is _FROM_KEY:  # same_message against {"role": <str>, "content": <str>}, without building it
+        if type(stored) is str:  # same_message against {"role": <str>, "content": <str>}, without building it
             return (type(message) is dict and len(message) == 2 and type(role := message.get("role")) is str
-                    and role == self.key.role and same_text(self.key.content, message.get("content")))
+                    and role == stored and same_text(self._key, message.get("content")))
         return stored is message or same_message(stored, message)
 
     def shared_encoding(self, signature: Any, ids: Any) -> Any:
@@ -263,9 +279,17 @@ class TrieNode:
 def _with_key(children: Mapping[Any, tuple[TrieNode, ...]] | TrieNode, key: Any) -> tuple[TrieNode, ...]:
     """The children (one per variant) with ``key`` among a node's ``children``; () when there is none."""
     if type(children) is TrieNode:
-        # An echoed message's key is the stored node's own (identity); a new message's compares by value.
-        return (children,) if children.key is key or children.key == key else ()
+        return (children,) if _keyed(children, key) else ()
     return children.get(key, ())
+
+
+def _keyed(node: TrieNode, key: Any) -> bool:
+    """``node.key == key``, without building a plain node's key."""
+    role = node._message
+    if type(role) is str:
+        return type(key) is PlainKey and key[0] == role and key[1] == node._key
+    stored = node._key
+    return stored is key or stored == key
 
 
 def _groups(children: Mapping[Any, tuple[TrieNode, ...]] | TrieNode) -> Iterable[tuple[TrieNode, ...]]:
@@ -339,12 +363,13 @@ class PrefixTrie:
         """Create a child of ``parent`` (the caller has checked it does not exist)."""
         self._serial += 1
         depth = parent.depth + 1 if kind is NodeKind.MESSAGE else 0
-        node = TrieNode(key, variant, _stored_form(key, message), parent, depth, self._serial)
+        stored_key, stored_message = _stored_form(key, message)
+        node = TrieNode(stored_key, variant, stored_message, parent, depth, self._serial)
         children = parent.children
         if children is _NO_CHILDREN:
             parent.children = node
         elif type(children) is TrieNode:
-            parent.children = (_OneKey(key, (children, node)) if children.key == key
+            parent.children = (_OneKey(key, (children, node)) if _keyed(children, key)
                                else {children.key: (children,), key: (node,)})
         elif type(children) is _OneKey:
             parent.children = (_OneKey(key, children.variants + (node,)) if children.key == key

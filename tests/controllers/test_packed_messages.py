@@ -12,7 +12,6 @@ from proxy.controllers.session_registry import SessionRegistry
 from proxy.trajectory import packed_text
 from proxy.trajectory.memory_store import InMemoryTrajectoryStore
 from proxy.trajectory.packed_text import PACK_AT, PackedText
-from proxy.trajectory.prefix_trie import _FROM_KEY
 from proxy.trajectory.session_config import SessionConfig
 
 from .driving import turn
@@ -89,8 +88,7 @@ async def test_long_messages_are_held_packed_and_everything_seen_is_unchanged(re
     assert len(long_nodes) == 1 + 3 + 3 + 3  # the system prompt, user turns, tool results, answers
     for node in long_nodes:
         assert type(node.key.content) is PackedText
-        stored = node._message
-        assert stored is _FROM_KEY or stored["content"] is node.key.content
+        assert node.plain or node._message["content"] is node._key.content
     segments = await export(reg)
     assert segments[-1]["messages"] == [*turns[-1][0], turns[-1][1]]
 

@@ -10,10 +10,12 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.trajectory.message_keys import context_key, message_key, reasoning_variant, same_message
-from proxy.trajectory.prefix_trie import _FROM_KEY, PrefixTrie
+from proxy.trajectory.message_keys import PlainKey, context_key, message_key, reasoning_variant, same_message
+from proxy.trajectory.packed_text import PackedText
+from proxy.trajectory.prefix_trie import PrefixTrie
 
-_TEXT = st.sampled_from(["", "hi", "a cch=ab12 b", "ünïcode", "x" * 40])
+# The long ones are packed (packed_text.PACK_AT): a node holds them compressed, compared by digest.
+_TEXT = st.sampled_from(["", "hi", "a cch=ab12 b", "ünïcode", "x" * 40, "long ü " * 200, "long ü " * 199 + "long u "])
 _ROLE = st.sampled_from(["system", "user", "assistant", "tool", "developer", "narrator"])
 _VALUE = st.one_of(_TEXT, st.none(), st.integers(-2, 2), st.floats(allow_nan=False), st.booleans(),
                    st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT}), max_size=2))
@@ -56,15 +58,21 @@ def test_a_node_gives_back_the_message_it_was_given_and_holds_what_same_message_
     assert trie.echoed_prefix([copy.deepcopy(message)]) == [node]
 
 
-def test_only_plain_messages_the_key_says_all_of_are_stored_as_their_key():
-    """Fails if the node keeps the dict of a plain message (the memory this saves), or compacts one it cannot
-    rebuild exactly."""
+def test_only_plain_messages_the_key_says_all_of_are_stored_as_their_role_and_content():
+    """Fails if the node keeps the dict or the key of a plain message (the memory this saves), or compacts one it
+    cannot rebuild exactly."""
     plain = {"role": "user", "content": "hello"}
-    assert stored(plain, False)[1]._message is _FROM_KEY
-    assert stored({"role": "assistant", "content": "a cch=ab12 b"}, False)[1]._message is _FROM_KEY
+    node = stored(plain, False)[1]
+    assert node.plain and node._message == "user" and node._key == "hello"
+    assert node.key == message_key(plain) and type(node.key) is PlainKey
+    assert stored({"role": "assistant", "content": "a cch=ab12 b"}, False)[1].plain
+    long = {"role": "user", "content": "long ü " * 200}  # packed (packed_text.PACK_AT): still plain
+    node = stored(long, False)[1]
+    assert node.plain and type(node._key) is PackedText and node.message == long and node.key == message_key(long)
     for kept in ({"content": "hello", "role": "user"}, {"role": "user", "content": ["hello"]},
                  {"role": "user", "content": "hello", "name": "ann"}, {"role": "user", "content": None}):
-        assert stored(kept, False)[1]._message == kept
+        node = stored(kept, False)[1]
+        assert not node.plain and node._message == kept and node.key == message_key(kept)
     # under ignore_cch the key's text is not the content: the node keeps the message
     with_hash = {"role": "assistant", "content": "a cch=ab12 b"}
     assert stored(with_hash, True)[1]._message == with_hash
