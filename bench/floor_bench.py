@@ -10,8 +10,9 @@
   answers (``--clients`` clients), and 128- and 1,024-token streams in both modes. Each phase reads the target
   process's CPU (utime + stime, ``/proc``) before and after: CPU per request, and per streamed token;
 - then the per-turn growth (sessions of 100 turns, ~290-token user turns, ~31.6k tokens at the end: turns 91-100
-  against 1-10) and memory (RSS growth over 2,000 live 10-turn sessions; over 200 live sessions of ~20k tokens,
-  half of them generated), measured on a proxy of its own with the default store (SQLite, in the run's temporary
+  against 1-10) and memory (RSS growth over 2,000 live 10-turn sessions, then over 2,000 more with the first still
+  live, once the bounded caches the first filled are full; over 200 live sessions of ~20k tokens, half of them
+  generated; the turns' text is real text, ``real_text.py``), measured on a proxy of its own with the default store (SQLite, in the run's temporary
   directory): ``--store memory`` would keep every step's journal record in the process too, which is the store's
   memory, not the sessions'. It returns freed memory to the OS every :data:`MEMORY_TRIM_SECONDS` (the proxy's
   ``--malloc-trim-interval``, 60 s by default), so both readings of a phase come after a trim (the first: the grid
@@ -237,12 +238,19 @@ async def run_sessions(args: argparse.Namespace, ports: dict[str, int], pids: di
         session_growth, session_tokens, session_failures = await floor_sessions.memory(
             ports[name], pids[name], name=f"{target}.mem", sessions=args.memory_sessions, turns=10,
             user_words=20, concurrency=args.clients, settle=2 * MEMORY_TRIM_SECONDS)
+        # As many again, the first still live: what a further session costs once the bounded caches that the first
+        # batch filled (SQLite's page cache, the tokenizer's word cache, the shared tables) are full.
+        next_growth, _, next_failures = await floor_sessions.memory(
+            ports[name], pids[name], name=f"{target}.mem2", sessions=args.memory_sessions, turns=10,
+            user_words=20, concurrency=args.clients, settle=2 * MEMORY_TRIM_SECONDS)
+        session_failures += next_failures
         token_growth, tokens, token_failures = await floor_sessions.memory(
             ports[name], pids[name], name=f"{target}.tok", sessions=args.token_sessions, turns=10,
             user_words=args.token_user_words, concurrency=args.clients, extra={"max_tokens": 1024},
             settle=2 * MEMORY_TRIM_SECONDS)
         out["memory"][target] = {
             "sessions": args.memory_sessions, "session_rss_growth": session_growth, "session_tokens": session_tokens,
+            "next_session_rss_growth": next_growth,
             "token_sessions": args.token_sessions, "token_rss_growth": token_growth, "tokens": tokens,
             "failures": session_failures + token_failures}
         print(f"  memory {target}: done", file=sys.stderr, flush=True)
