@@ -9,15 +9,10 @@ from __future__ import annotations
 import attrs
 
 from proxy.trajectory.boundaries import BoundaryReason
-from proxy.trajectory.prefix_trie import TrieNode
+from proxy.trajectory.prefix_trie import FULL_ENCODE, EncodingSignature, TrieNode
 from proxy.trajectory.session_chains import SessionChain
 from proxy.trajectory.tokens import Step, TokenSpan
 from statemachines import branching
-
-#: The signature of a shared context encoding on its attach node: the id of the step it extends, or FULL_ENCODE
-#: (step ids start at 1). An int: ids up to 256 are Python's shared small ints, so a signature allocates nothing.
-EncodingSignature = int
-FULL_ENCODE: EncodingSignature = 0
 
 
 @attrs.frozen

@@ -51,6 +51,11 @@ from proxy.trajectory.message_keys import ContextKey, MessageKey, PlainKey, same
 from proxy.trajectory.packed_text import PackedText, plain_text, same_text
 from proxy.trajectory.tokens import Step
 
+#: The signature of a shared context encoding on its attach node: the id of the step it extends, or FULL_ENCODE
+#: (step ids start at 1). An int: ids up to 256 are Python's shared small ints, so a signature allocates nothing.
+EncodingSignature = int
+FULL_ENCODE: EncodingSignature = 0
+
 # Builds a PlainKey from a (role, content) tuple without the class's own __new__ (a call less: TrieNode.key).
 _plain_key = tuple.__new__
 
@@ -184,8 +189,9 @@ class TrieNode:
     # The context ids generations attached here encoded, by what they extend: siblings that encode the same
     # context share one copy (best-of-N over a prompt). Each entry is ``(ids, holders)``: the generations and steps
     # using it (a failed generation gives its use back; the last one out removes the entry). Created on first use;
-    # one signature (the usual) is a _OneEncoding, not a dict (issue 21 item 5: about 250 bytes a step).
-    encodings: Mapping[Any, tuple[Any, int]] | None = None
+    # one signature (the usual) is a _OneEncoding, not a dict (issue 21 item 5: about 250 bytes a step); once the one
+    # step that holds it committed, that Step itself (``settle_encoding``: 56 bytes less a step). Read ``encodings``.
+    _encodings: Mapping[Any, tuple[Any, int]] | Step | None = None
 
     @property
     def kind(self) -> NodeKind:
@@ -237,10 +243,19 @@ class TrieNode:
                     and role == stored and same_text(self._key, message.get("content")))
         return stored is message or same_message(stored, message)
 
+    @property
+    def encodings(self) -> Mapping[Any, tuple[Any, int]] | None:
+        """The shared context encodings, ``{signature: (ids, holders)}`` (see ``_encodings``)."""
+        encodings = self._encodings
+        if type(encodings) is Step:  # the one step that holds the entry stands for it: a view of one entry
+            return _OneEncoding(encoding_signature(encodings), encodings.stored_context, 1)
+        return encodings
+
     def shared_encoding(self, signature: Any, ids: Any) -> Any:
         """``ids``, or equal ids already encoded here for the same ``signature`` (then stored only once).
         The caller holds the entry until :meth:`release_encoding` (a committed step keeps it for good)."""
-        known = self.encodings.get(signature) if self.encodings is not None else None
+        encodings = self.encodings
+        known = encodings.get(signature) if encodings is not None else None
         if known is not None and known[0] == ids:
             self._set_encoding(signature, (known[0], known[1] + 1))
             return known[0]
@@ -249,24 +264,33 @@ class TrieNode:
 
     def release_encoding(self, signature: Any, ids: Any) -> None:
         """A generation that used ``ids`` (as returned by :meth:`shared_encoding`) failed: give its use back."""
-        known = self.encodings.get(signature) if self.encodings is not None else None
+        encodings = self.encodings
+        known = encodings.get(signature) if encodings is not None else None
         if known is None or known[0] is not ids:
             return  # replaced meanwhile by another encoding for the signature: nothing of this one is stored
         if known[1] > 1:
             self._set_encoding(signature, (known[0], known[1] - 1))
-        elif type(self.encodings) is _OneEncoding:
-            self.encodings = None
+        elif type(encodings) is _OneEncoding:
+            self._encodings = None
         else:
-            del self.encodings[signature]
-            if not self.encodings:
-                self.encodings = None
+            del encodings[signature]
+            if not encodings:
+                self._encodings = None
+
+    def settle_encoding(self, step: Step) -> None:
+        """``step`` committed here with the encoding entry it alone holds: the step stands for the entry from now on
+        (its signature and ids are the step's own), so the node keeps no _OneEncoding (issue 21 item 5)."""
+        encodings = self._encodings
+        if (type(encodings) is _OneEncoding and encodings.holders == 1 and encodings.ids is step.stored_context
+                and encodings.signature == encoding_signature(step)):
+            self._encodings = step
 
     def _set_encoding(self, signature: Any, entry: tuple[Any, int]) -> None:
         encodings = self.encodings
         if encodings is None or (type(encodings) is _OneEncoding and encodings.signature == signature):
-            self.encodings = _OneEncoding(signature, *entry)
+            self._encodings = _OneEncoding(signature, *entry)
         elif type(encodings) is _OneEncoding:
-            self.encodings = {encodings.signature: (encodings.ids, encodings.holders), signature: entry}
+            self._encodings = {encodings.signature: (encodings.ids, encodings.holders), signature: entry}
         else:
             encodings[signature] = entry
 
@@ -274,6 +298,11 @@ class TrieNode:
         """Every child, all variants."""
         for variants in _groups(self.children):
             yield from variants
+
+
+def encoding_signature(step: Step) -> EncodingSignature:
+    """The signature of the encoding ``step`` used on its attach node: the id of the step it extends."""
+    return FULL_ENCODE if step.base is None else step.base.step_id
 
 
 def _with_key(children: Mapping[Any, tuple[TrieNode, ...]] | TrieNode, key: Any) -> tuple[TrieNode, ...]:
@@ -561,4 +590,5 @@ class PrefixTrie:
         return TrieStatistics(len(self.contexts()), self.size, self.pending, self.checkpoints)
 
 
-__all__ = ["ContextInfo", "NodeKind", "PrefixTrie", "TrieNode", "TrieStatistics"]
+__all__ = ["FULL_ENCODE", "ContextInfo", "EncodingSignature", "NodeKind", "PrefixTrie", "TrieNode", "TrieStatistics",
+           "encoding_signature"]

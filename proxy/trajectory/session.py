@@ -375,6 +375,7 @@ class Session:
             logprobs_invalid=logprobs_invalid,
         )
         self.trie.set_checkpoint(node, step)
+        pending.attach.settle_encoding(step)
         # The path is committed structure now; the hold only kept it while the generation ran.
         self.trie.release(pending.attach)
         if pending.instance_id is not None and self.instance_id is None:

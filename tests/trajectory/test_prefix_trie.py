@@ -186,6 +186,34 @@ def test_prefix_trie_shared_encoding_entries_are_counted_and_removed_by_the_last
     assert attach.encodings is None
 
 
+def test_a_committed_step_that_alone_holds_an_encoding_stands_for_the_entry():
+    # settle_encoding: the node keeps the step instead of a _OneEncoding (issue 21 item 5); the entry reads the same
+    # and sharing, giving back and a second signature work on it as on any entry.
+    trie, ctx = new_trie()
+    attach, _ = walk_and_attach(trie, ctx, [SYS])
+    ids = context_span(attach.shared_encoding(FULL_ENCODE, array("i", [1, 2]).tobytes())).stored_context
+    span = committed_span(context_span(ids), [2], None, [None])
+    node, _ = trie.upsert_assistant(attach, {"role": "assistant", "content": "a"}, message_key(
+        {"role": "assistant", "content": "a"}), None)
+    step = Step.of(span, step_id=next(_ids), base=None, chain_id=1, position=1, node=node, session_id="s",
+                   generation=1, finish_reason="stop", extendable=True)
+    later = Step.of(span, step_id=next(_ids), base=step, chain_id=1, position=2, node=node, session_id="s",
+                    generation=2, finish_reason="stop", extendable=True)
+    attach.settle_encoding(later)  # another signature (it extends a step): not its entry, nothing changes
+    assert type(attach._encodings) is not Step
+    attach.settle_encoding(step)
+    assert attach._encodings is step and dict(attach.encodings) == {FULL_ENCODE: (ids, 1)}
+    again = attach.shared_encoding(FULL_ENCODE, array("i", [1, 2]).tobytes())  # a resample of the same prompt
+    assert again is ids and dict(attach.encodings) == {FULL_ENCODE: (ids, 2)}
+    attach.release_encoding(FULL_ENCODE, again)  # it failed: the committed step's use stays
+    assert dict(attach.encodings) == {FULL_ENCODE: (ids, 1)}
+    attach.settle_encoding(step)
+    other = attach.shared_encoding(7, array("i", [3]).tobytes())
+    assert dict(attach.encodings) == {FULL_ENCODE: (ids, 1), 7: (other, 1)}
+    attach.settle_encoding(step)  # two entries: a step stands for one only
+    assert type(attach._encodings) is dict
+
+
 def test_a_node_knows_its_kind_its_commits_and_whether_a_step_was_committed_below_it():
     # kind is derived from where the node is, and one slot holds both the commit count and the pending mark
     # (issue 21 item 5): the walk marks every pending node above a commit and nothing else.
