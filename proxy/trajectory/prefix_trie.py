@@ -47,7 +47,7 @@ from typing import Any
 
 import attrs
 
-from proxy.trajectory.message_keys import ContextKey, MessageKey, PlainKey, same_message
+from proxy.trajectory.message_keys import ContextKey, MessageKey, PlainKey, reasoning_variant, same_message
 from proxy.trajectory.packed_text import PackedText, plain_text, same_text
 from proxy.trajectory.tokens import Step
 
@@ -166,16 +166,12 @@ class TrieNode:
 
     # The key (read it as ``key``); a plain message's content (see _stored_form).
     _key: MessageKey | ContextKey | str | PackedText | None
-    # Reasoning of an assistant node (the variant among siblings with the same key); None otherwise.
-    variant: str | None
     # The message as first seen (prompt nodes) or as generated (committed answers), read as ``message``; ContextInfo
     # for contexts. A plain message's role, a string: the node is plain (see _stored_form).
     _message: Any
     parent: TrieNode | None
     # Messages from the context node down to this node (the context node is 0).
     depth: int
-    # Creation order within the trie (ties between variants go to the newest).
-    serial: int
     # key -> the children with that key, one per variant (almost always one: a tuple is the smallest container).
     # Compact forms (issue 21 item 5), read through _with_key and _groups: leaves (most answers) share one empty
     # read-only mapping until their first child; a node with one child (nearly every node of a conversation: one
@@ -218,6 +214,13 @@ class TrieNode:
         if type(role) is str:
             return _plain_key(PlainKey, (role, self._key))
         return self._key
+
+    @property
+    def variant(self) -> str | None:
+        """An assistant node's reasoning (the variant among siblings with the same key), read from its message: a slot
+        of its own was 8 bytes of every node for the few that have one (issue 21 item 5); None otherwise."""
+        stored = self._message
+        return None if type(stored) is str else reasoning_variant(stored)  # a plain node has no reasoning
 
     @property
     def plain(self) -> bool:
@@ -356,7 +359,7 @@ def _pick(variants: tuple[TrieNode, ...], variant: str | None) -> TrieNode:
         return max(committed, key=lambda node: node.checkpoint.step_id)
     if exact is not None:
         return exact
-    return max(variants, key=lambda node: node.serial)
+    return variants[-1]  # the newest: variants are kept in the order they were created (_new, _unlink)
 
 
 def _echoed_child(node: TrieNode, message: Any) -> TrieNode | None:
@@ -379,21 +382,21 @@ def _echoed_child(node: TrieNode, message: Any) -> TrieNode | None:
 class PrefixTrie:
     """One session's trie (see the module docstring)."""
 
-    root: TrieNode = attrs.field(factory=lambda: TrieNode(None, None, None, None, 0, 0))
+    root: TrieNode = attrs.field(factory=lambda: TrieNode(None, None, None, 0))
     # Nodes below the root (contexts included), and how many of the message nodes are pending.
     size: int = 0
     pending: int = 0
     checkpoints: int = 0
-    _serial: int = 0
     # Nodes held by in-flight generations (their attach nodes), with how many generations hold each.
     _holds: dict[TrieNode, int] = attrs.field(factory=dict, repr=False)
 
-    def _new(self, kind: NodeKind, key: Any, variant: str | None, message: Any, parent: TrieNode) -> TrieNode:
-        """Create a child of ``parent`` (the caller has checked it does not exist)."""
-        self._serial += 1
+    def _new(self, kind: NodeKind, key: Any, message: Any, parent: TrieNode) -> TrieNode:
+        """Create a child of ``parent`` (the caller has checked it does not exist). Its variant is its message's
+        reasoning (``TrieNode.variant``), as the caller's lookups computed it. Children with one key are kept in the
+        order they were created."""
         depth = parent.depth + 1 if kind is NodeKind.MESSAGE else 0
         stored_key, stored_message = _stored_form(key, message)
-        node = TrieNode(stored_key, variant, stored_message, parent, depth, self._serial)
+        node = TrieNode(stored_key, stored_message, parent, depth)
         children = parent.children
         if children is _NO_CHILDREN:
             parent.children = node
@@ -416,7 +419,7 @@ class PrefixTrie:
         if found:
             return found[0]
         info = ContextInfo(tuple(tools) if tools else None, dict(template_kwargs))
-        return self._new(NodeKind.CONTEXT, key, None, info, self.root)
+        return self._new(NodeKind.CONTEXT, key, info, self.root)
 
     def contexts(self) -> list[TrieNode]:
         """Every context node."""
@@ -460,17 +463,11 @@ class PrefixTrie:
                     break
         return best
 
-    def attach(
-        self,
-        node: TrieNode,
-        messages: Sequence[Any],
-        keys: Sequence[MessageKey],
-        variants: Sequence[str | None],
-    ) -> TrieNode:
+    def attach(self, node: TrieNode, messages: Sequence[Any], keys: Sequence[MessageKey]) -> TrieNode:
         """Add ``messages`` below ``node`` as pending nodes (the caller matched everything above); the last one is
         returned: it is where the generation's answer will attach, held by the caller until :meth:`release`."""
-        for message, key, variant in zip(messages, keys, variants, strict=True):
-            node = self._new(NodeKind.MESSAGE, key, variant, message, node)
+        for message, key in zip(messages, keys, strict=True):
+            node = self._new(NodeKind.MESSAGE, key, message, node)
             self.pending += 1
         self._holds[node] = self._holds.get(node, 0) + 1
         return node
@@ -570,7 +567,7 @@ class PrefixTrie:
             return existing, existing.checkpoint is not None
         # Counted pending until set_checkpoint marks it, like every other message node.
         self.pending += 1
-        return self._new(NodeKind.MESSAGE, key, variant, message, parent), False
+        return self._new(NodeKind.MESSAGE, key, message, parent), False
 
     def set_checkpoint(self, node: TrieNode, step: Step) -> None:
         """Record ``step`` as the newest checkpoint of ``node``; the path above stops being pending."""

@@ -93,7 +93,8 @@ def _node_json(message: Any, depth: int) -> dict[str, Any]:
 
 
 def _ordered(node: TrieNode) -> list[TrieNode]:
-    return sorted(node.child_variants(), key=lambda child: child.serial)
+    """A node's children: by key in the order each key first came, and each key's variants as they were created."""
+    return list(node.child_variants())
 
 
 def live_trie(trie: PrefixTrie) -> dict[str, Any]:

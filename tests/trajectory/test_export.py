@@ -24,7 +24,7 @@ class Builder:
     def add(self, parent, prompt_text, answer_text, base, chain, *, context_ids, generated, logprobs=True,
             versions=None, mask=None, routed=(), finish="stop", boundary=None):
         prompt = {"role": "user", "content": prompt_text}
-        node = self.trie.attach(parent, [prompt], [message_key(prompt)], [None])
+        node = self.trie.attach(parent, [prompt], [message_key(prompt)])
         answer = {"role": "assistant", "content": answer_text}
         answer_node, _ = self.trie.upsert_assistant(node, answer, message_key(answer), None)
         self.next_id += 1

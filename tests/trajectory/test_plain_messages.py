@@ -42,7 +42,7 @@ def stored(message, ignore_cch):
     trie = PrefixTrie()
     context = trie.context(context_key(None), None, {})
     sent = copy.deepcopy(message)
-    node = trie.attach(context, [sent], [message_key(sent, ignore_cch=ignore_cch)], [reasoning_variant(sent)])
+    node = trie.attach(context, [sent], [message_key(sent, ignore_cch=ignore_cch)])
     return trie, node, sent
 
 
@@ -53,6 +53,7 @@ def test_a_node_gives_back_the_message_it_was_given_and_holds_what_same_message_
     assert node.message == message and same_message(node.message, message)
     assert list(node.message) == list(message)  # the same keys in the same order
     assert trie.messages(node) == [message]
+    assert node.variant == reasoning_variant(message)  # read from the stored message (no slot of its own)
     for incoming in (copy.deepcopy(message), other, copy.deepcopy(other)):
         assert node.holds(incoming) == same_message(message, incoming)
     assert trie.echoed_prefix([copy.deepcopy(message)]) == [node]

@@ -20,7 +20,7 @@ def keys(messages):
 def walk_and_attach(trie, context, messages):
     ks, vs = keys(messages)
     node, matched = trie.match(context, ks, vs)
-    return trie.attach(node, messages[matched:], ks[matched:], vs[matched:]), matched
+    return trie.attach(node, messages[matched:], ks[matched:]), matched
 
 
 _ids = iter(range(1, 1000))
