@@ -12,8 +12,8 @@
 - then the per-turn growth (sessions of 100 turns, ~290-token user turns, ~31.6k tokens at the end: turns 91-100
   against 1-10) and memory (RSS growth over 2,000 live 10-turn sessions, then over 2,000 more with the first still
   live, once the bounded caches the first filled are full; over 200 live sessions of ~20k tokens, half of them
-  generated; the turns' text is real text, ``real_text.py``), measured on a proxy of its own with the default store (SQLite, in the run's temporary
-  directory): ``--store memory`` would keep every step's journal record in the process too, which is the store's
+  generated; the turns' text is real text, ``real_text.py``), measured on a proxy of its own with the default store
+  (SQLite, in the run's temporary directory): ``--store memory`` would keep every step's journal record in the process too, which is the store's
   memory, not the sessions'. It returns freed memory to the OS every :data:`MEMORY_TRIM_SECONDS` (the proxy's
   ``--malloc-trim-interval``, 60 s by default), so both readings of a phase come after a trim (the first: the grid
   ran minutes before it; the last: two intervals after the last answer): with the default interval a trim of the

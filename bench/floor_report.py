@@ -131,7 +131,8 @@ def report(args: argparse.Namespace, phases: list[Any], sessions: dict[str, Any]
         # The second batch of as many sessions, the first still live (floor_bench.py: the caches are full).
         further = m.get("next_session_rss_growth", float("nan")) / m["sessions"] / 1024
         print(f"| {target} | {m['sessions']} ({m['session_tokens'] / m['sessions']:.0f} tokens each) | "
-              f"**{per_session:.1f}** | **{further:.1f}** | {m['token_sessions']} ({m['tokens'] / max(m['token_sessions'], 1):.0f} "
+              f"**{per_session:.1f}** | **{further:.1f}** | "
+              f"{m['token_sessions']} ({m['tokens'] / max(m['token_sessions'], 1):.0f} "
               f"tokens each) | {m['tokens']} | **{per_token:.1f}** | {m['failures']} |")
         figures["memory"][target] = {**m, "kib_per_session": per_session, "kib_per_further_session": further,
                                      "bytes_per_token": per_token}

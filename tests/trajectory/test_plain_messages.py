@@ -15,7 +15,8 @@ from proxy.trajectory.packed_text import PackedText
 from proxy.trajectory.prefix_trie import PrefixTrie
 
 # The long ones are packed (packed_text.PACK_AT): a node holds them compressed, compared by digest.
-_TEXT = st.sampled_from(["", "hi", "a cch=ab12 b", "ünïcode", "x" * 40, "long ü " * 200, "long ü " * 199 + "long u "])
+_TEXT = st.sampled_from(["", "hi", "a cch=ab12 b", "ünïcode", "x" * 40,
+                        "long ü " * 200, "long ü " * 199 + "long u "])
 _ROLE = st.sampled_from(["system", "user", "assistant", "tool", "developer", "narrator"])
 _VALUE = st.one_of(_TEXT, st.none(), st.integers(-2, 2), st.floats(allow_nan=False), st.booleans(),
                    st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT}), max_size=2))
