@@ -70,6 +70,12 @@ async def turn(
     return Turn(prepared, context, tuple(ids), result)
 
 
+async def finalize_and_read(registry: SessionRegistry, session_id: str = "s") -> list[dict[str, Any]]:
+    """Finalize a session (reward ``{"score": 1.0}``, instance ``"inst"``) and read its exported segments."""
+    await registry.finalize(session_id, {"score": 1.0}, "inst")
+    return await registry.read(session_id=session_id)
+
+
 async def drain(registry: SessionRegistry, **ids: Any) -> list[dict[str, Any]]:
     """A whole drain as a trainer does it: read with drain (leased), then acknowledge (deleted); the segments."""
     read = await registry.read(**ids, drain=True)

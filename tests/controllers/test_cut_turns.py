@@ -12,7 +12,7 @@ from proxy.trajectory.memory_store import InMemoryTrajectoryStore
 from proxy.trajectory.session_config import SessionConfig
 from proxy.trajectory.tokens import PrefixedContext, path
 
-from .driving import answer_ids, logprobs_for
+from .driving import answer_ids, finalize_and_read, logprobs_for
 
 SYS = {"role": "system", "content": "You are a patient storyteller. " * 12}
 TURNS = 6
@@ -58,11 +58,6 @@ async def run_session(tokenizer, store, thinking: bool = False) -> tuple[Session
     return reg, sent, expected
 
 
-async def finalize(reg: SessionRegistry) -> list[dict]:
-    await reg.finalize("s", {"score": 1.0}, "inst")
-    return await reg.read(session_id="s")
-
-
 @pytest.mark.parametrize("thinking", [False, True], ids=["plain", "thinking"])
 async def test_cut_turns_store_the_path_once_and_send_and_export_what_a_full_encode_gives(real_tokenizer, thinking,
                                                                                           monkeypatch):
@@ -79,14 +74,14 @@ async def test_cut_turns_store_the_path_once_and_send_and_export_what_a_full_enc
         assert stored.length > prefix_share.MIN_SHARED_IDS and len(stored.tail) >> 2 < later.context_count // 2
     stored_ids = sum(step.nbytes() for step in steps)
     assert stored_ids < 2 * 8 * steps[-1].length  # O(context): each id once (8 bytes for generated ones)
-    shared = await finalize(reg)
+    shared = await finalize_and_read(reg)
 
     # The same session with nothing shared exports the same segments, field for field.
     monkeypatch.setattr(prefix_share, "MIN_SHARED_IDS", 10**9)
     plain, plain_sent, _ = await run_session(real_tokenizer, InMemoryTrajectoryStore(), thinking)
     assert plain_sent == sent
     assert all(type(tip.stored_context) is bytes for tip in plain._sessions["s"].session.preview_export().tips)
-    assert await finalize(plain) == shared
+    assert await finalize_and_read(plain) == shared
     assert [segment["token_ids"][:len(context)] for segment, context in zip(shared, sent)] == sent
 
 
@@ -99,5 +94,5 @@ async def test_a_restart_replays_cut_turns_to_the_same_steps_and_export(real_tok
     replayed = (await restarted._use("s")).session  # rebuilt from the journal
     steps = sorted((step for tip in replayed.preview_export().tips for step in path(tip)), key=lambda s: s.step_id)
     assert [type(step.stored_context) for step in steps] == [bytes] + [PrefixedContext] * (TURNS - 1)
-    assert await finalize(restarted) == await finalize(live)
+    assert await finalize_and_read(restarted) == await finalize_and_read(live)
 

@@ -14,7 +14,7 @@ from proxy.trajectory.memory_store import InMemoryTrajectoryStore
 from proxy.trajectory.packed_text import PACK_AT, PackedText
 from proxy.trajectory.session_config import SessionConfig
 
-from .driving import turn
+from .driving import finalize_and_read, turn
 
 PARAMETERS = {"type": "object", "properties": {"path": {"type": "string"}}}
 TOOLS = [{"type": "function", "function": {"name": "read", "description": "Read a file", "parameters": PARAMETERS}}]
@@ -72,11 +72,6 @@ def trie_nodes(reg: SessionRegistry):
         stack.extend(node.child_variants())
 
 
-async def export(reg: SessionRegistry) -> list[dict]:
-    await reg.finalize("s", {"score": 1.0}, "inst")
-    return await reg.read(session_id="s")
-
-
 @pytest.mark.parametrize("reasoning", [False, True], ids=["plain", "reasoning"])
 async def test_long_messages_are_held_packed_and_everything_seen_is_unchanged(real_tokenizer, reasoning,
                                                                             monkeypatch):
@@ -89,7 +84,7 @@ async def test_long_messages_are_held_packed_and_everything_seen_is_unchanged(re
     for node in long_nodes:
         assert type(node.key.content) is PackedText
         assert node.plain or node._message["content"] is node._key.content
-    segments = await export(reg)
+    segments = await finalize_and_read(reg)
     assert segments[-1]["messages"] == [*turns[-1][0], turns[-1][1]]
 
     # The same session with every text held whole: the same ids upstream, the same export field for field.
@@ -99,7 +94,7 @@ async def test_long_messages_are_held_packed_and_everything_seen_is_unchanged(re
     assert [t.context for t in whole_done] == [t.context for t in done]
     assert [t.prepared.encode for t in whole_done] == [t.prepared.encode for t in done]
     assert all(t.prepared.encode.value == "incremental" for t in done[1:])  # every echo matched its packed node
-    assert await export(whole) == segments
+    assert await finalize_and_read(whole) == segments
 
 
 @pytest.mark.parametrize("where", ["user", "tool", "answer", "system"])
@@ -133,4 +128,4 @@ async def test_a_restart_replays_packed_messages_to_the_same_export(real_tokeniz
     restarted = SessionRegistry(real_tokenizer, store=store, config=SessionConfig(max_steps_per_session=None))
     (await restarted._use("s"))  # rebuilt from the journal
     assert any(type(node.key.content) is PackedText for node in trie_nodes(restarted) if node.depth)
-    assert await export(restarted) == await export(live)
+    assert await finalize_and_read(restarted) == await finalize_and_read(live)
