@@ -102,6 +102,9 @@ class PlainKey(tuple):
     def __new__(cls, role: str, content: str | PackedText | tuple[str, str]) -> PlainKey:
         return tuple.__new__(cls, (role, content))
 
+    def __getnewargs__(self) -> tuple[Any, Any]:  # copy and pickle call __new__ with these (a tuple's: one tuple)
+        return self[0], self[1]
+
     def __repr__(self) -> str:
         return f"PlainKey(role={self[0]!r}, content={self[1]!r})"
 

@@ -103,6 +103,10 @@ class PackedText:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("PackedText is immutable")
 
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        # Copied and pickled as its text, packed again: a digest means something only under this process's seed.
+        return PackedText.of, (self.text,)
+
 
 def packed(text: str) -> str | PackedText:
     """``text`` as a key holds it: packed from :data:`PACK_AT` characters, else the string itself."""

@@ -72,6 +72,19 @@ def test_long_contents_are_keyed_packed_and_the_keys_compare_as_the_texts_do():
     assert tool != message_key({"role": "tool", "tool_call_id": "call_2", "content": text})
 
 
+def test_keys_and_packed_texts_copy_and_pickle_to_equal_values():
+    import copy
+    import pickle
+
+    for message in ({"role": "user", "content": "short"}, {"role": "user", "content": long_text()},
+                    {"role": "tool", "tool_call_id": "c", "content": long_text(1)}):
+        key = message_key(message)
+        for again in (copy.deepcopy(key), pickle.loads(pickle.dumps(key))):
+            assert again == key and type(again) is type(key) and hash(again) == hash(key)
+    held = PackedText.of(long_text())
+    assert pickle.loads(pickle.dumps(held)) == held and copy.deepcopy(held).text == long_text()
+
+
 def test_billing_hashes_are_blanked_before_packing():
     text = long_text()
     one = message_key({"role": "tool", "tool_call_id": "c", "content": text + " cch=ab12"}, ignore_cch=True)
