@@ -251,7 +251,7 @@ class TrieNode:
         """The shared context encodings, ``{signature: (ids, holders)}`` (see ``_encodings``)."""
         encodings = self._encodings
         if type(encodings) is Step:  # the one step that holds the entry stands for it: a view of one entry
-            return _OneEncoding(encoding_signature(encodings), encodings.stored_context, 1)
+            return _OneEncoding(encoding_signature(encodings.base), encodings.stored_context, 1)
         return encodings
 
     def shared_encoding(self, signature: Any, ids: Any) -> Any:
@@ -285,7 +285,7 @@ class TrieNode:
         (its signature and ids are the step's own), so the node keeps no _OneEncoding (issue 21 item 5)."""
         encodings = self._encodings
         if (type(encodings) is _OneEncoding and encodings.holders == 1 and encodings.ids is step.stored_context
-                and encodings.signature == encoding_signature(step)):
+                and encodings.signature == encoding_signature(step.base)):
             self._encodings = step
 
     def _set_encoding(self, signature: Any, entry: tuple[Any, int]) -> None:
@@ -303,9 +303,9 @@ class TrieNode:
             yield from variants
 
 
-def encoding_signature(step: Step) -> EncodingSignature:
-    """The signature of the encoding ``step`` used on its attach node: the id of the step it extends."""
-    return FULL_ENCODE if step.base is None else step.base.step_id
+def encoding_signature(base: Step | None) -> EncodingSignature:
+    """The signature of an encoding that extends ``base`` (a full encode: none)."""
+    return FULL_ENCODE if base is None else base.step_id
 
 
 def _with_key(children: Mapping[Any, tuple[TrieNode, ...]] | TrieNode, key: Any) -> tuple[TrieNode, ...]:

@@ -49,7 +49,7 @@ from proxy.trajectory.encode_plan import EncodeKind, EncodePlan, request_keys
 from proxy.trajectory.export import FinalizeReason, SessionExport
 from proxy.trajectory.message_keys import MessageKey, context_key, effective_template_kwargs
 from proxy.trajectory.prefix_share import stored_context
-from proxy.trajectory.prefix_trie import PrefixTrie, TrieNode
+from proxy.trajectory.prefix_trie import PrefixTrie, TrieNode, encoding_signature
 from proxy.trajectory.session_chains import SessionChains
 from proxy.trajectory.session_config import SessionConfig
 from proxy.trajectory.session_memory import step_bytes
@@ -68,7 +68,7 @@ from proxy.trajectory.session_results import (
     SessionDebugView,
     WaitForExport,
 )
-from proxy.trajectory.pending_step import FULL_ENCODE, BranchHandle, Moment, PendingStep
+from proxy.trajectory.pending_step import BranchHandle, Moment, PendingStep
 from proxy.trajectory.tokens import (
     RoutedChunk, Step, TokenSpan, WorkingTokens, committed_span, context_span, generation_id, pack_ids,
 )
@@ -248,7 +248,7 @@ class Session:
         token state. Siblings that encoded the same context on the same prompt node share one copy of it."""
         pending = self._live(handle)
         base = pending.claim.base
-        signature = FULL_ENCODE if base is None else base.step_id
+        signature = encoding_signature(base)
         packed = pack_ids(ids)
         if base is None:  # a full encode: what it repeats of the path the session holds is not stored again
             packed = stored_context(packed, PrefixTrie.nearest_checkpoint(pending.attach))
