@@ -4,7 +4,7 @@ Code, comments and docstrings, which every machine with Python has, and which to
 (Qwen3: ~4.3 characters a token; 300 asked gave 302 on average over 200 slices, 201-503). The benches used to cycle
 through short word lists; such text compresses 30-40x, this 2.3x, so once a session holds long messages compressed
 (``proxy/trajectory/packed_text.py``) a figure taken on a word list would flatter it (docs/benchmarks.md, "Long
-messages held compressed").
+messages held packed, plain nodes, settled encodings").
 """
 
 from __future__ import annotations

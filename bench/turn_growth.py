@@ -53,12 +53,6 @@ from servers import (  # noqa: E402
     cpu_since, free_port, source_trees, start_server, stop_servers, thread_cpu_seconds, wait_listening,
 )
 
-def words(tokens: int, salt: int) -> str:
-    """About ``tokens`` tokens of real text (``real_text.py``; a word list compresses 30x, which would flatter the
-    packed long messages of ``proxy/trajectory/packed_text.py``)."""
-    return real_text(tokens, salt)
-
-
 def rss_bytes(pid: int) -> int:
     """Resident set size of a process, from /proc."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -100,7 +94,7 @@ class Conversation:
 
     async def turn(self, index: int, max_tokens: int = 64) -> None:
         salt = hash(self.session_id) % 1000 + index
-        self.messages.append({"role": "user", "content": f"Turn {index}: " + words(self.user_tokens, salt)})
+        self.messages.append({"role": "user", "content": f"Turn {index}: " + real_text(self.user_tokens, salt)})
         body = {"model": "m", "messages": self.messages, "max_tokens": max_tokens,
                 "chat_template_kwargs": {"enable_thinking": False}}
         status, payload = await self.connection.request(
@@ -172,7 +166,7 @@ async def repeated_request(port: int, session_id: str, turns: int, user_tokens: 
     conversation = Conversation(port, session_id, user_tokens)
     for turn in range(1, turns + 1):
         await conversation.turn(turn)
-    conversation.messages.append({"role": "user", "content": "Once more: " + words(user_tokens, 77)})
+    conversation.messages.append({"role": "user", "content": "Once more: " + real_text(user_tokens, 77)})
     body = json.dumps({"model": "m", "messages": conversation.messages, "max_tokens": 64,
                        "chat_template_kwargs": {"enable_thinking": False}}).encode()
     return conversation, body
@@ -236,7 +230,7 @@ async def paired(targets: list[tuple[str, int, int]], args: argparse.Namespace) 
 def run_paired(args: argparse.Namespace, trees: list[tuple[str, str | None]]) -> None:
     procs_by_tree: dict[str, dict] = {}
     tmp = Path(tempfile.mkdtemp(prefix="turn-growth-paired-"))
-    answers = [words(12, k) + "." for k in range(2 * (args.turns + args.repeats + 16))]
+    answers = [real_text(12, k) + "." for k in range(2 * (args.turns + args.repeats + 16))]
     try:
         targets = []
         for label, tree in trees:
@@ -346,13 +340,14 @@ def run_phase(name: str, args: argparse.Namespace, tree: str | None) -> dict[str
     tmp = Path(tempfile.mkdtemp(prefix=f"turn-growth-{name}-"))
     try:
         if name == "growth":
-            answers = [words(12, k) + "." for k in range(args.growth_sessions * args.turns + 64)]
+            answers = [real_text(12, k) + "." for k in range(args.growth_sessions * args.turns + 64)]
         elif name == "repeat":
-            answers = [words(12, k) + "." for k in range(2 * (args.turns + args.repeats + 16))]
+            answers = [real_text(12, k) + "." for k in range(2 * (args.turns + args.repeats + 16))]
         elif name == "sessions":
-            answers = [words(14, k) + "." for k in range((args.sessions + 16) * 10)]
+            answers = [real_text(14, k) + "." for k in range((args.sessions + 16) * 10)]
         else:
-            answers = [words(args.answer_tokens, k) + "." for k in range((args.token_sessions + 16) * args.token_turns)]
+            answers = [real_text(args.answer_tokens, k) + "."
+                       for k in range((args.token_sessions + 16) * args.token_turns)]
         port = start_pair(procs, tmp, answers, args.store, tree)
         pid = procs["proxy"].pid
         if name == "growth":

@@ -2,10 +2,10 @@
 
 A session's trie keeps every message of its conversation, so that each request's echoed history can be compared with
 what the session stored (spec 5.1: a changed earlier message is detected exactly). With long turns that text was
-most of what a stored token cost beside its own ids and logprobs (docs/benchmarks.md, "Long messages held
-compressed"). A message key's content of at least :data:`PACK_AT` characters is a :class:`PackedText` instead of a
-``str``: the text's UTF-8 compressed with zstd, and a 128-bit XXH3 digest of it. Shorter texts stay strings: below
-~1 KB, zstd saves too little to pay for the two objects.
+most of what a stored token cost beside its own ids and logprobs (docs/benchmarks.md, "Long messages held packed,
+plain nodes, settled encodings"). A message key's content of at least :data:`PACK_AT` characters is a
+:class:`PackedText` instead of a ``str``: the text's UTF-8 compressed with zstd, and a 128-bit XXH3 digest of it.
+Shorter texts stay strings: below ~1 KB, zstd saves too little to pay for the two objects.
 
 - **Equality is the digest's.** Two packed texts are equal when their digests are; an echoed message is compared with
   a stored one by digesting its text (:meth:`PackedText.matches`, ~0.2 us for 2 KB, against ~0.05 us for comparing
