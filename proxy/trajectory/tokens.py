@@ -156,11 +156,21 @@ class TokenSpan:
     stored_context: bytes | PrefixedContext = attrs.field(repr=lambda b: f"<{_stored_count(b)} ids>")
     # The generated ids (native int32), their logprobs, and the logprobs' item size (0: none) as the last byte.
     generated: bytes = attrs.field(default=_NOTHING_GENERATED, repr=lambda b: f"<{len(b)} bytes>")
-    # None means 0 for every context token (spec 3.1: the default without a client-supplied mask).
-    context_mask: bytes | None = None
     # Run-length weight versions of the generated tokens.
     version_runs: tuple[tuple[str | None, int], ...] = ()
-    routed_experts: tuple[RoutedChunk, ...] = ()
+    # The rare fields (a client's context mask, routed-expert rows, a step's notes), or None when all are unset.
+    extras: SpanExtras | None = None
+
+    @property
+    def context_mask(self) -> bytes | None:
+        """One 0/1 byte per context token; None means 0 for every one (spec 3.1: the default without a
+        client-supplied mask)."""
+        return (self.extras or _NO_EXTRAS).context_mask
+
+    @property
+    def routed_experts(self) -> tuple[RoutedChunk, ...]:
+        """The routed-expert rows of the upstream requests that made this span (spec 9); empty without."""
+        return (self.extras or _NO_EXTRAS).routed_experts
 
     @property
     def context(self) -> bytes:
@@ -246,10 +256,10 @@ def context_span(
     """A span holding only context tokens (a generation's private part before it commits); ``bytes`` (native int32
     ids) and a :class:`PrefixedContext` are kept as they are (shared), anything else is copied into such bytes."""
     stored = ids if type(ids) is PrefixedContext else pack_ids(ids)
-    packed = None
+    extras = None
     if mask is not None and any(mask):
-        packed = bytes(1 if value else 0 for value in mask)
-    return TokenSpan(stored, _NOTHING_GENERATED, packed)
+        extras = SpanExtras(context_mask=bytes(1 if value else 0 for value in mask))
+    return TokenSpan(stored, _NOTHING_GENERATED, (), extras)
 
 
 def committed_span(
@@ -262,14 +272,22 @@ def committed_span(
     """The span a commit stores: the generation's context tokens (shared, not copied), then what it generated."""
     stored_logprobs = exact_logprobs(logprobs) if logprobs is not None else None
     generated = _pack_generated(_ids(generated_ids), stored_logprobs)
-    return TokenSpan(context.stored_context, generated, context.context_mask, run_length(versions),
-                     tuple(routed_experts))
+    extras = context.extras
+    if routed_experts:
+        extras = attrs.evolve(extras or _NO_EXTRAS, routed_experts=tuple(routed_experts))
+    return TokenSpan(context.stored_context, generated, run_length(versions), extras)
 
 
 @attrs.frozen(weakref_slot=False)
-class StepNotes:
-    """What few steps carry (a :class:`Step` holds None instead: 32 bytes less a step, issue 21 item 5)."""
+class SpanExtras:
+    """What few spans carry, in one object: a span holds None instead (a slot each was 8 bytes of every step for
+    the few that set one; turn id, boundary and flags were a separate object: issue 21 item 5). The first two are any
+    span's; the rest only a :class:`Step`'s (its notes)."""
 
+    # A client-supplied context mask: one 0/1 byte per context token (None: all 0).
+    context_mask: bytes | None = None
+    # The routed-expert rows of the upstream requests that made the span (spec 9).
+    routed_experts: tuple[RoutedChunk, ...] = ()
     # The request's explicit turn id (X-Turn-Id), if any.
     turn_id: str | None = None
     # Why this step's tokens started from a full encode (only on steps with no base); see boundaries.py.
@@ -281,22 +299,27 @@ class StepNotes:
     logprobs_invalid: bool = False
 
 
-_NO_NOTES = StepNotes()
-#: Notes without a turn id or detail are shared between steps (a session's first step carries its boundary reason:
-#: 72 bytes a session otherwise). A handful of reasons times two flags; bounded all the same.
-_SHARED_NOTES: dict[tuple[str | None, bool, bool], StepNotes] = {}
-_SHARED_NOTES_MAX = 256
+_NO_EXTRAS = SpanExtras()
+#: Extras holding only a boundary reason and flags are shared between steps (a session's first step carries its
+#: boundary reason: 72 bytes a session otherwise). A handful of reasons times two flags; bounded all the same.
+_SHARED_EXTRAS: dict[tuple[str | None, bool, bool], SpanExtras] = {}
+_SHARED_EXTRAS_MAX = 256
 
 
-def _notes(turn_id: str | None, boundary_reason: str | None, boundary_detail: str | None, tito_failed: bool,
-           logprobs_invalid: bool) -> StepNotes | None:
-    """The notes a step keeps: None when all are unset, a shared one when only the reason and flags are set."""
-    if turn_id is not None or boundary_detail is not None:
-        return StepNotes(turn_id, boundary_reason, boundary_detail, tito_failed, logprobs_invalid)
-    if boundary_reason is None and not tito_failed and not logprobs_invalid:
-        return None
-    return _shared(_SHARED_NOTES, (boundary_reason, tito_failed, logprobs_invalid),
-                   lambda: StepNotes(None, boundary_reason, None, tito_failed, logprobs_invalid), _SHARED_NOTES_MAX)
+def _step_extras(span: TokenSpan, turn_id: str | None, boundary_reason: str | None, boundary_detail: str | None,
+                 tito_failed: bool, logprobs_invalid: bool) -> SpanExtras | None:
+    """The extras a step keeps: its span's (None when unset) with the notes added; a shared one when only the reason
+    and flags are set."""
+    if turn_id is None and boundary_reason is None and boundary_detail is None and not tito_failed \
+            and not logprobs_invalid:
+        return span.extras
+    if span.extras is not None or turn_id is not None or boundary_detail is not None:
+        return attrs.evolve(span.extras or _NO_EXTRAS, turn_id=turn_id, boundary_reason=boundary_reason,
+                            boundary_detail=boundary_detail, tito_failed=tito_failed,
+                            logprobs_invalid=logprobs_invalid)
+    return _shared(_SHARED_EXTRAS, (boundary_reason, tito_failed, logprobs_invalid),
+                   lambda: SpanExtras(boundary_reason=boundary_reason, tito_failed=tito_failed,
+                                      logprobs_invalid=logprobs_invalid), _SHARED_EXTRAS_MAX)
 
 
 @attrs.frozen(eq=False, weakref_slot=False, kw_only=True)  # no weakrefs: 16 bytes less a step (issue 21 item 5)
@@ -322,8 +345,6 @@ class Step(TokenSpan):
     finish_reason: str
     # False when the step did not end with the end-of-turn token: TITO can never extend it.
     extendable: bool
-    # The rare fields (turn id, boundary, failures), or None when all are unset.
-    notes: StepNotes | None = None
     # Total tokens from the root step through this one.
     length: int = attrs.field(init=False)
 
@@ -333,7 +354,8 @@ class Step(TokenSpan):
     @property
     def depth(self) -> int:
         """Steps from the root step through this one: O(depth), a walk (nothing on the request path asks; a field
-        made a step 168 bytes, which pymalloc rounds to 176, where 160 fit: issue 21 item 5)."""
+        is 8 bytes of every step, and a step's 14 slots make it 144 bytes, a size pymalloc does not round up: issue
+        21 item 5)."""
         depth, step = 0, self
         while step is not None:
             depth, step = depth + 1, step.base
@@ -345,11 +367,10 @@ class Step(TokenSpan):
            boundary_reason: str | None = None, boundary_detail: str | None = None, tito_failed: bool = False,
            logprobs_invalid: bool = False) -> Step:
         """The step that stores ``span`` (its fields, shared, not copied)."""
-        notes = _notes(turn_id, boundary_reason, boundary_detail, tito_failed, logprobs_invalid)
-        return cls(stored_context=span.stored_context, generated=span.generated, context_mask=span.context_mask,
-                   version_runs=span.version_runs, routed_experts=span.routed_experts, step_id=step_id, base=base,
-                   chain_id=chain_id, position=position, node=node, session_id=session_id, generation=generation,
-                   finish_reason=finish_reason, extendable=extendable, notes=notes)
+        extras = _step_extras(span, turn_id, boundary_reason, boundary_detail, tito_failed, logprobs_invalid)
+        return cls(stored_context=span.stored_context, generated=span.generated, version_runs=span.version_runs,
+                   extras=extras, step_id=step_id, base=base, chain_id=chain_id, position=position, node=node,
+                   session_id=session_id, generation=generation, finish_reason=finish_reason, extendable=extendable)
 
     @property
     def span(self) -> TokenSpan:
@@ -363,23 +384,23 @@ class Step(TokenSpan):
 
     @property
     def turn_id(self) -> str | None:
-        return (self.notes or _NO_NOTES).turn_id
+        return (self.extras or _NO_EXTRAS).turn_id
 
     @property
     def boundary_reason(self) -> str | None:
-        return (self.notes or _NO_NOTES).boundary_reason
+        return (self.extras or _NO_EXTRAS).boundary_reason
 
     @property
     def boundary_detail(self) -> str | None:
-        return (self.notes or _NO_NOTES).boundary_detail
+        return (self.extras or _NO_EXTRAS).boundary_detail
 
     @property
     def tito_failed(self) -> bool:
-        return (self.notes or _NO_NOTES).tito_failed
+        return (self.extras or _NO_EXTRAS).tito_failed
 
     @property
     def logprobs_invalid(self) -> bool:
-        return (self.notes or _NO_NOTES).logprobs_invalid
+        return (self.extras or _NO_EXTRAS).logprobs_invalid
 
 
 def generation_id(session_id: str, generation: int) -> str:
@@ -502,7 +523,7 @@ class WorkingTokens:
 
 
 __all__ = [
-    "PrefixedContext", "RoutedChunk", "Step", "StepNotes", "TokenSpan", "WorkingTokens", "committed_span",
+    "PrefixedContext", "RoutedChunk", "SpanExtras", "Step", "TokenSpan", "WorkingTokens", "committed_span",
     "context_span", "expand_runs",
     "generation_id", "pack_ids", "path", "path_ids", "routed_rows_end", "run_length",
 ]

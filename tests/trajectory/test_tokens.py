@@ -175,4 +175,19 @@ def test_a_step_is_its_own_span_and_keeps_its_rare_fields_only_when_set(notes):
     expected = {"turn_id": None, "boundary_reason": None, "boundary_detail": None, "tito_failed": False,
                 "logprobs_invalid": False, **notes}
     assert {name: getattr(made, name) for name in expected} == expected
-    assert (made.notes is None) == (not notes)
+    assert (made.extras is span.extras) == (not notes)  # the span's own extras (its mask), unless notes add to them
+
+
+def test_a_step_holds_extras_only_when_something_rare_is_set_and_shares_reason_only_ones():
+    span = committed_span(context_span([1, 2]), [3], [-0.5], ["v"])
+    fields = dict(base=None, chain_id=1, position=1, node=None, session_id="s", generation=1, finish_reason="stop",
+                  extendable=True)
+    assert span.extras is None and Step.of(span, step_id=1, **fields).extras is None
+    first = Step.of(span, step_id=1, boundary_reason="new_session", **fields)
+    second = Step.of(span, step_id=2, boundary_reason="new_session", **fields)
+    assert first.extras is second.extras and second.boundary_reason == "new_session"
+    routed = committed_span(context_span([1, 2], [1, 0]), [3], None, ["v"], [RoutedChunk(b"\0" * 8, 2)])
+    step = Step.of(routed, step_id=3, turn_id="t", tito_failed=True, **fields)
+    assert (step.context_mask, step.routed_experts, step.turn_id, step.tito_failed) == (
+        b"\x01\x00", (RoutedChunk(b"\0" * 8, 2),), "t", True)
+    assert (step.boundary_reason, step.logprobs_invalid) == (None, False)
