@@ -46,9 +46,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
+import orjson
 
 from proxy.trajectory.message_keys import ContextKey, MessageKey, PlainKey, reasoning_variant, same_message
 from proxy.trajectory.packed_text import PackedText, plain_text, same_text
+from proxy.trajectory.shared_values import shared
 from proxy.trajectory.tokens import Step
 
 #: The signature of a shared context encoding on its attach node: the id of the step it extends, or FULL_ENCODE
@@ -65,6 +67,8 @@ _ECHO_PROBES = 16
 
 # The children of every leaf: shared, never written (see TrieNode.children).
 _NO_CHILDREN: Mapping[Any, Any] = types.MappingProxyType({})
+#: the holds of a trie no generation holds a node of (``PrefixTrie._holds``), read-only and shared
+_NO_HOLDS: Mapping[Any, int] = types.MappingProxyType({})
 
 
 class _OneKey(Mapping[Any, Any]):
@@ -158,6 +162,29 @@ class ContextInfo:
 
     tools: tuple[Any, ...] | None
     template_kwargs: Mapping[str, Any]
+
+
+#: Context keys and infos many sessions hold alike (every session of a rollout sends the same tools), shared.
+_CONTEXTS: dict[tuple[ContextKey, bytes | None], tuple[ContextKey, ContextInfo]] = {}
+_CONTEXTS_MAX = 1024
+
+
+def _context_values(key: ContextKey, tools: Sequence[Any] | None,
+                    template_kwargs: Mapping[str, Any]) -> tuple[ContextKey, ContextInfo]:
+    """The key and info a new context node keeps, shared with other sessions' contexts made of the same request
+    fields (issue 21 item 5: each session held its own copy of the tool schemas, often kilobytes). The context key is
+    canonical, but the tools are shared only between requests that spelled them alike, key order included: a
+    template renders them in the order sent (``tojson`` keeps it), so a re-encode renders what this session sent."""
+    def build() -> tuple[ContextKey, ContextInfo]:
+        return key, ContextInfo(tuple(tools) if tools else None, types.MappingProxyType(dict(template_kwargs)))
+
+    if not tools:
+        return shared(_CONTEXTS, (key, None), build, _CONTEXTS_MAX)
+    try:  # the key tells values apart (NaN from null, 1 from 1.0); the spelling adds the order of each object's keys
+        spelled = orjson.dumps(list(tools))
+    except TypeError:  # not JSON as it stands (a non-string key, an odd value): kept, not shared
+        return build()
+    return shared(_CONTEXTS, (key, spelled), build, _CONTEXTS_MAX)
 
 
 @attrs.define(eq=False, weakref_slot=False)  # no weakrefs: 16 bytes less a node (issue 21 item 5)
@@ -388,7 +415,9 @@ class PrefixTrie:
     pending: int = 0
     checkpoints: int = 0
     # Nodes held by in-flight generations (their attach nodes), with how many generations hold each.
-    _holds: dict[TrieNode, int] = attrs.field(factory=dict, repr=False)
+    # An idle session's is the shared empty _NO_HOLDS: an empty dict was 64 bytes of every live session, and a dict
+    # emptied after use keeps its table, 160 more (issue 21 item 5).
+    _holds: Mapping[TrieNode, int] = attrs.field(default=_NO_HOLDS, repr=False)
 
     def _new(self, kind: NodeKind, key: Any, message: Any, parent: TrieNode) -> TrieNode:
         """Create a child of ``parent`` (the caller has checked it does not exist). Its variant is its message's
@@ -418,7 +447,7 @@ class PrefixTrie:
         found = _with_key(self.root.children, key)
         if found:
             return found[0]
-        info = ContextInfo(tuple(tools) if tools else None, dict(template_kwargs))
+        key, info = _context_values(key, tools, template_kwargs)
         return self._new(NodeKind.CONTEXT, key, info, self.root)
 
     def contexts(self) -> list[TrieNode]:
@@ -469,20 +498,24 @@ class PrefixTrie:
         for message, key in zip(messages, keys, strict=True):
             node = self._new(NodeKind.MESSAGE, key, message, node)
             self.pending += 1
-        self._holds[node] = self._holds.get(node, 0) + 1
+        holds = self._holds
+        if holds is _NO_HOLDS:
+            holds = self._holds = {}
+        holds[node] = holds.get(node, 0) + 1  # type: ignore[index]  # a dict once held
         return node
 
     def release(self, node: TrieNode) -> int:
         """Give back a hold that :meth:`attach` returned (the generation committed or failed). Pending nodes no
         generation needs any more go: from ``node`` up, while a node is pending, unheld and childless; then its
         context if that was left empty. Returns how many nodes were removed (O(that many))."""
-        held = self._holds[node] - 1
+        holds = self._holds
+        held = holds[node] - 1
         if held:
-            self._holds[node] = held
+            holds[node] = held  # type: ignore[index]  # a dict while anything is held
             return 0
-        del self._holds[node]
-        if not self._holds:  # an emptied dict keeps its table (160 bytes on every idle session): start afresh
-            self._holds = {}
+        del holds[node]  # type: ignore[attr-defined]
+        if not holds:
+            self._holds = _NO_HOLDS
         removed = 0
         while (node.depth and node._commits < 0 and not node.children  # a pending message node, unused
                and node not in self._holds):

@@ -230,3 +230,24 @@ def test_a_node_knows_its_kind_its_commits_and_whether_a_step_was_committed_belo
     sibling, _ = walk_and_attach(trie, ctx, [SYS, {"role": "user", "content": "other"}])
     assert (sibling.commits, sibling.committed_below, sibling.parent.committed_below) == (0, False, True)
     assert trie.statistics().pending == 1
+
+
+def test_sessions_sending_the_same_tools_share_one_context_info_and_each_keeps_its_own_key_order():
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
+    reordered = [{"function": {"parameters": {"type": "object"}, "name": "search"}, "type": "function"}]
+    kwargs = {"enable_thinking": False}
+
+    def context(sent, template_kwargs=kwargs):
+        return PrefixTrie().context(context_key(sent, template_kwargs), sent, template_kwargs)
+
+    first, second, other_order = context(tools), context([dict(t) for t in tools]), context(reordered)
+    assert first.key == other_order.key  # one context for the trie: the key is canonical
+    assert second.message is first.message and second.key is first.key  # held once for both sessions
+    assert other_order.message is not first.message  # a re-encode renders the order this session sent
+    assert [list(t) for t in other_order.message.tools] == [["function", "type"]]
+    assert dict(first.message.template_kwargs) == kwargs
+    assert context(None, {}).message is context(None, {}).message
+    assert context(None, {"enable_thinking": True}).message.template_kwargs == {"enable_thinking": True}
+    odd = [{"type": "function", 1: "not a JSON key"}]  # kept for its session, not shared
+    assert context(odd, {}).message is not context(odd, {}).message
+    assert context(odd, {}).message.tools == tuple(odd)
