@@ -19,6 +19,10 @@ Phases:
   (spec 5.4; ``proxy/trajectory/prefix_share.py`` keeps such an encode from storing the path again).
 
     .venv/bin/python bench/session_memory.py [--sessions 2000] [--token-sessions 20] [--tokens 20000] [--rss]
+        [--tools N]
+
+``--tools N``: every request of every session sends the same N tool schemas, each request its own parsed copy, as
+an agent rollout does (the sessions share them: ``prefix_trie.py:_context_values``).
 
 ``--rss`` reads the process's RSS growth over the same sessions instead (no tracemalloc, which costs memory of its
 own; a collection and glibc's ``malloc_trim`` before each reading): what the allocator adds to what the sessions
@@ -68,16 +72,32 @@ TEXTS = {"source": lambda words, salt: real_text(round(words * 3.5), salt), "wor
 text = TEXTS["source"]
 
 
+def tool_schemas(count: int) -> list[dict[str, Any]]:
+    """``count`` function tools of an agent's usual shape (a description and a few typed parameters each)."""
+    return [{"type": "function", "function": {
+        "name": f"tool_{i}", "description": f"Tool {i}: {real_text(60, 5_000 + i)}",
+        "parameters": {"type": "object", "required": ["path"], "properties": {
+            "path": {"type": "string", "description": "The file to act on, relative to the workspace."},
+            "limit": {"type": "integer", "description": "At most this many lines.", "minimum": 1},
+            "recursive": {"type": "boolean", "description": "Descend into folders."}}}}} for i in range(count)]
+
+
+#: the tools every request of every session sends (``--tools``): none by default
+TOOLS: list[dict[str, Any]] = []
+
+
 async def grow(registry: SessionRegistry, session_id: str, turns: int, user_words: int, answer_words: int,
                cut: bool = False) -> int:
     """One session of ``turns`` answered turns; the tokens it stores (its last context plus its last answer). With
-    ``cut``, every answer stops short of its end (``max_tokens``): each next turn is a full encode (spec 5.4)."""
+    ``cut``, every answer stops short of its end (``max_tokens``): each next turn is a full encode (spec 5.4).
+    Each request carries its own parsed copy of :data:`TOOLS`, as a server parses each request body anew."""
     tokenizer = registry.tokenizer
     messages: list[dict[str, Any]] = [SYSTEM]
     stored = 0
+    sent_tools = json.dumps(TOOLS)
     for turn in range(turns):
         messages.append({"role": "user", "content": text(user_words, turn)})
-        prepared = await registry.prepare(session_id, list(messages))
+        prepared = await registry.prepare(session_id, list(messages), tools=json.loads(sent_tools) or None)
         answer = {"role": "assistant", "content": text(answer_words, turn + 1000)}
         ids = tokenizer.encode_text(tokenizer.render_assistant(answer, None))
         finish = "stop"
@@ -151,6 +171,8 @@ def main() -> None:
     parser.add_argument("--text", choices=sorted(TEXTS), default="source",
                         help="the turns' text: slices of real source (default) or the old word list, which "
                              "compresses ~30x (bench/real_text.py)")
+    parser.add_argument("--tools", type=int, default=0,
+                        help="every request of every session sends these many tool schemas (an agent rollout)")
     parser.add_argument("--rss", action="store_true", help="RSS growth instead of traced bytes (module docstring)")
     parser.add_argument("--top", type=int, default=0,
                         help="print the N allocation sites that grew most (with TRACE_FRAMES=N in the environment, "
@@ -158,6 +180,7 @@ def main() -> None:
     args = parser.parse_args()
     global text
     text = TEXTS[args.text]
+    TOOLS[:] = tool_schemas(args.tools)
     tokenizer = load_tito_tokenizer("qwen3", model_tokenizer_path("qwen3"))
     results: dict[str, dict[str, float]] = {}
     for phase in args.phases.split(","):

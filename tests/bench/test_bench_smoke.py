@@ -54,9 +54,10 @@ def test_the_reference_gateway_runs_the_same_load(figures: dict[str, Any]):
 
 
 def test_the_in_process_session_memory_bench_counts_every_session_and_token():
-    # bench/session_memory.py at a handful of sessions: it runs, and its figures are the sessions it built.
+    # bench/session_memory.py at a handful of sessions (with tools, as an agent's): it runs, and its figures are the
+    # sessions it built.
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "session_memory.py"), "--sessions", "4",
-                             "--token-sessions", "1", "--tokens", "1500", "--json"],
+                             "--token-sessions", "1", "--tokens", "1500", "--tools", "2", "--json"],
                             capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
     assert result.returncode == 0, f"the memory bench failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     figures = json.loads(result.stdout.strip().splitlines()[-1])
