@@ -50,7 +50,7 @@ from proxy.tokenization.tito import RESERVED_TEMPLATE_KWARGS
 CCH_PATTERN = re.compile(r"cch=[A-Za-z0-9_-]+")
 _CCH_PLACEHOLDER = "cch=*"
 # The same aliases the tokenization package accepts for an assistant's reasoning, in the same order.
-_REASONING_ALIASES = ("reasoning_content", "reasoning", "thinking")
+REASONING_ALIASES = ("reasoning_content", "reasoning", "thinking")
 
 
 class MessageKeyError(ValueError):
@@ -248,19 +248,31 @@ def same_message(stored: Any, incoming: Any) -> bool:
     return False
 
 
-def reasoning_variant(message: Any) -> str | None:
+def reasoning_variant(message: Any) -> str | PackedText | None:
     """An assistant message's reasoning, which tells sibling answers with the same key apart: the first of
-    ``reasoning_content``, ``reasoning``, ``thinking`` that is a non-empty string; None when there is none.
+    ``reasoning_content``, ``reasoning``, ``thinking`` that is a non-empty string (or, in a message a trie node
+    stores, its :class:`PackedText`: compare variants with :func:`same_variant`); None when there is none.
 
     It is never part of the key: see :mod:`proxy.trajectory.prefix_trie` for how an echo picks its variant.
     """
     if not _is_mapping(message) or message.get("role") != "assistant":
         return None
-    for alias in _REASONING_ALIASES:
+    for alias in REASONING_ALIASES:
         value = message.get(alias)
         if isinstance(value, str):
             return value or None
+        if type(value) is PackedText:  # a trie node's stored answer holds a long reasoning packed (_stored_form)
+            return value
     return None
+
+
+def same_variant(one: str | PackedText | None, other: str | PackedText | None) -> bool:
+    """Whether two reasoning variants are the same text, either of them packed or not."""
+    if type(one) is PackedText:
+        return one == other if type(other) is PackedText else one.matches(other)
+    if type(other) is PackedText:
+        return other.matches(one)
+    return one == other
 
 
 def effective_template_kwargs(
@@ -283,6 +295,6 @@ def context_key(
 
 
 __all__ = [
-    "CCH_PATTERN", "ContextKey", "MessageKey", "MessageKeyError", "PlainKey", "ToolCallKey", "canonical_json",
-    "context_key", "effective_template_kwargs", "message_key", "reasoning_variant", "same_message",
+    "CCH_PATTERN", "REASONING_ALIASES", "ContextKey", "MessageKey", "MessageKeyError", "PlainKey", "ToolCallKey", "canonical_json",
+    "context_key", "effective_template_kwargs", "message_key", "reasoning_variant", "same_message", "same_variant",
 ]

@@ -48,8 +48,10 @@ from typing import Any
 import attrs
 import orjson
 
-from proxy.trajectory.message_keys import ContextKey, MessageKey, PlainKey, reasoning_variant, same_message
-from proxy.trajectory.packed_text import PackedText, plain_text, same_text
+from proxy.trajectory.message_keys import (
+    REASONING_ALIASES, ContextKey, MessageKey, PlainKey, reasoning_variant, same_message, same_variant,
+)
+from proxy.trajectory.packed_text import PACK_AT, PackedText, plain_text, same_text
 from proxy.trajectory.shared_values import shared
 from proxy.trajectory.tokens import Step
 
@@ -135,6 +137,9 @@ def _stored_form(key: Any, message: Any) -> tuple[Any, Any]:
     - a message with more fields whose key holds its long content packed (a tool result, an answer with reasoning):
       the key, and a copy of its dict with that content replaced by the key's PackedText, which ``message`` unpacks
       (the text is held once, packed);
+    - an answer's reasoning of at least ``PACK_AT`` characters is packed in that copy too (with thinking models the
+      reasoning is often most of an answer's text); :attr:`TrieNode.variant` reads it packed, and variants are
+      compared with ``same_variant``;
     - anything else: the key and the message as they are."""
     if type(message) is not dict:
         return key, message
@@ -143,9 +148,20 @@ def _stored_form(key: Any, message: Any) -> tuple[Any, Any]:
         role = message.get("role")
         if type(role) is str and role == key.role and same_text(key.content, content) and next(iter(message)) == "role":
             return key.content, key.role
+    stored = message
     if type(key) in (PlainKey, MessageKey) and type(key.content) is PackedText and key.content.matches(content):
-        return key, {**message, "content": key.content}
-    return key, message
+        stored = {**message, "content": key.content}
+    if message.get("role") == "assistant":
+        for alias in REASONING_ALIASES:
+            value = message.get(alias)
+            if type(value) is str and len(value) >= PACK_AT:
+                stored = {**stored, alias: PackedText.of(value)}
+    return key, stored
+
+
+def _unpacked(stored: dict[str, Any]) -> dict[str, Any]:
+    """A stored message with its packed texts (content, reasoning) unpacked: a new dict equal to the one stored."""
+    return {name: value.text if type(value) is PackedText else value for name, value in stored.items()}
 
 
 class NodeKind(enum.Enum):
@@ -243,9 +259,10 @@ class TrieNode:
         return self._key
 
     @property
-    def variant(self) -> str | None:
-        """An assistant node's reasoning (the variant among siblings with the same key), read from its message: a slot
-        of its own was 8 bytes of every node for the few that have one (issue 21 item 5); None otherwise."""
+    def variant(self) -> str | PackedText | None:
+        """An assistant node's reasoning (the variant among siblings with the same key), read from its message, packed
+        when long (compare it with ``same_variant``): a slot of its own was 8 bytes of every node for the few that
+        have one (issue 21 item 5); None otherwise."""
         stored = self._message
         return None if type(stored) is str else reasoning_variant(stored)  # a plain node has no reasoning
 
@@ -261,8 +278,8 @@ class TrieNode:
         stored = self._message
         if type(stored) is str:
             return {"role": stored, "content": plain_text(self._key)}
-        if type(stored) is dict and type(stored.get("content")) is PackedText:
-            return {**stored, "content": stored["content"].text}
+        if type(stored) is dict and any(type(value) is PackedText for value in stored.values()):
+            return _unpacked(stored)
         return stored
 
     def holds(self, message: Any) -> bool:
@@ -369,14 +386,14 @@ class TrieStatistics:
 def _exact(variants: tuple[TrieNode, ...], variant: str | None) -> TrieNode | None:
     """The child with exactly this reasoning, if any."""
     for node in variants:
-        if node.variant == variant:
+        if same_variant(node.variant, variant):
             return node
     return None
 
 
 def _pick(variants: tuple[TrieNode, ...], variant: str | None) -> TrieNode:
     """The child an incoming message with this reasoning follows (the rule in the module docstring)."""
-    if len(variants) == 1 and (variants[0].variant == variant or variants[0].checkpoint is not None):
+    if len(variants) == 1 and (variants[0].checkpoint is not None or same_variant(variants[0].variant, variant)):
         return variants[0]
     exact = _exact(variants, variant)
     if exact is not None and exact.checkpoint is not None:

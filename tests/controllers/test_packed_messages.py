@@ -84,6 +84,12 @@ async def test_long_messages_are_held_packed_and_everything_seen_is_unchanged(re
     for node in long_nodes:
         assert type(node.key.content) is PackedText
         assert node.plain or node._message["content"] is node._key.content
+    # A long reasoning is held packed in the answer's node too, and reads back as sent.
+    thought = [node for node in long_nodes if node.message.get("reasoning_content")]
+    assert len(thought) == (3 if reasoning else 0)
+    for node in thought:
+        assert type(node._message["reasoning_content"]) is PackedText and type(node.variant) is PackedText
+        assert node.message["reasoning_content"] == "Checking each line. " * 60
     segments = await finalize_and_read(reg)
     assert segments[-1]["messages"] == [*turns[-1][0], turns[-1][1]]
 
@@ -97,16 +103,19 @@ async def test_long_messages_are_held_packed_and_everything_seen_is_unchanged(re
     assert await finalize_and_read(whole) == segments
 
 
-@pytest.mark.parametrize("where", ["user", "tool", "answer", "system"])
+@pytest.mark.parametrize("where", ["user", "tool", "answer", "system", "reasoning"])
 async def test_one_character_changed_in_an_earlier_long_message_is_seen_as_without_packing(real_tokenizer, where,
                                                                                           monkeypatch):
-    turns = conversation(reasoning=False)
+    turns = conversation(reasoning=where == "reasoning")
     history, answer = turns[-1]
-    index = {"system": 0, "user": 1, "tool": 3, "answer": 5}[where]
-    content = history[index]["content"]
+    index = {"system": 0, "user": 1, "tool": 3, "answer": 4, "reasoning": 4}[where]  # 2: the call, 5: user(2)
+    field = "reasoning_content" if where == "reasoning" else "content"
+    content = history[index][field]
     assert len(content) >= PACK_AT
+    assert history[index]["role"] == ("tool" if where == "tool" else "assistant" if index == 4 else
+                                      "system" if where == "system" else "user")
     at = len(content) // 2
-    edited = [*history[:index], {**history[index], "content": content[:at] + "#" + content[at + 1:]},
+    edited = [*history[:index], {**history[index], field: content[:at] + "#" + content[at + 1:]},
               *history[index + 1:]]
 
     async def boundary() -> tuple:
@@ -117,7 +126,10 @@ async def test_one_character_changed_in_an_earlier_long_message_is_seen_as_witho
     packed = await boundary()
     monkeypatch.setattr(packed_text, "PACK_AT", 10**9)
     assert packed == await boundary()
-    assert packed[0].value == "full" or packed[2]  # not taken for the stored message: a new segment or a fork
+    if where == "reasoning":  # no key holds reasoning: the echo follows the committed answer (prefix_trie.py's rule)
+        assert packed[0].value == "incremental" and not packed[2]
+    else:  # not taken for the stored message: a new segment or a fork
+        assert packed[0].value == "full" or packed[2]
 
 
 async def test_a_restart_replays_packed_messages_to_the_same_export(real_tokenizer):
@@ -129,3 +141,27 @@ async def test_a_restart_replays_packed_messages_to_the_same_export(real_tokeniz
     (await restarted._use("s"))  # rebuilt from the journal
     assert any(type(node.key.content) is PackedText for node in trie_nodes(restarted) if node.depth)
     assert await finalize_and_read(restarted) == await finalize_and_read(live)
+
+
+async def test_answers_told_apart_only_by_a_long_reasoning_stay_variants_as_without_packing(real_tokenizer,
+                                                                                           monkeypatch):
+    # Two samples of one prompt with the same answer text and different long reasoning are two variants; a later
+    # turn that echoes the second follows it (its own segment), whichever way the reasoning is held.
+    prompt = [SYS, user(1)]
+    first, second = say(1, reasoning=True), {**say(1, reasoning=True), "reasoning_content": "Reading again. " * 80}
+
+    async def samples() -> tuple:
+        reg = SessionRegistry(real_tokenizer, store=InMemoryTrajectoryStore(),
+                              config=SessionConfig(max_steps_per_session=None))
+        one = await turn(reg, "s", prompt, first, tools=TOOLS)
+        two = await turn(reg, "s", prompt, second, tools=TOOLS)
+        later = await turn(reg, "s", [*prompt, second, user(2)], say(2, reasoning=False), tools=TOOLS)
+        prompt_node = [node for node in trie_nodes(reg) if node.depth == 2][0]
+        variants = list(prompt_node.child_variants())
+        return (len(variants), two.result.forked, later.prepared.encode, later.context,
+                [t.result.step_id for t in (one, two, later)], await finalize_and_read(reg))
+
+    packed = await samples()
+    assert packed[0] == 2
+    monkeypatch.setattr(packed_text, "PACK_AT", 10**9)
+    assert packed == await samples()

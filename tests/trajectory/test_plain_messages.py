@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import copy
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from proxy.trajectory.message_keys import PlainKey, context_key, message_key, reasoning_variant, same_message
+from proxy.trajectory.message_keys import (
+    PlainKey, context_key, message_key, reasoning_variant, same_message, same_variant,
+)
 from proxy.trajectory.packed_text import PackedText
 from proxy.trajectory.prefix_trie import PrefixTrie
 
@@ -49,12 +51,16 @@ def stored(message, ignore_cch):
 
 @settings(max_examples=300, deadline=None)
 @given(message=messages(), other=messages(), ignore_cch=st.booleans())
+@example(message={"role": "assistant", "content": "ok", "reasoning_content": "long ü " * 200},
+         other={"role": "assistant", "content": "ok", "reasoning_content": "long ü " * 199 + "long u "},
+         ignore_cch=False)
 def test_a_node_gives_back_the_message_it_was_given_and_holds_what_same_message_holds(message, other, ignore_cch):
     trie, node, sent = stored(message, ignore_cch)
     assert node.message == message and same_message(node.message, message)
     assert list(node.message) == list(message)  # the same keys in the same order
     assert trie.messages(node) == [message]
-    assert node.variant == reasoning_variant(message)  # read from the stored message (no slot of its own)
+    # read from the stored message (no slot of its own), packed when long
+    assert same_variant(node.variant, reasoning_variant(message))
     for incoming in (copy.deepcopy(message), other, copy.deepcopy(other)):
         assert node.holds(incoming) == same_message(message, incoming)
     assert trie.echoed_prefix([copy.deepcopy(message)]) == [node]
