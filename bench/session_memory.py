@@ -21,7 +21,8 @@ Phases:
     .venv/bin/python bench/session_memory.py [--sessions 2000] [--token-sessions 20] [--tokens 20000] [--rss]
         [--tools N]
 
-``--tools N``: every request of every session sends the same N tool schemas, each request its own parsed copy, as
+``--reasoning``: every answer carries a reasoning as long as its content, as a thinking model's do (the trie holds
+a long one packed). ``--tools N``: every request of every session sends the same N tool schemas, each request its own parsed copy, as
 an agent rollout does (the sessions share them: ``prefix_trie.py:_context_values``).
 
 ``--rss`` reads the process's RSS growth over the same sessions instead (no tracemalloc, which costs memory of its
@@ -84,6 +85,8 @@ def tool_schemas(count: int) -> list[dict[str, Any]]:
 
 #: the tools every request of every session sends (``--tools``): none by default
 TOOLS: list[dict[str, Any]] = []
+#: answers carry a reasoning as long as their content, as a thinking model's do (``--reasoning``)
+REASONING = False
 
 
 async def grow(registry: SessionRegistry, session_id: str, turns: int, user_words: int, answer_words: int,
@@ -99,6 +102,8 @@ async def grow(registry: SessionRegistry, session_id: str, turns: int, user_word
         messages.append({"role": "user", "content": text(user_words, turn)})
         prepared = await registry.prepare(session_id, list(messages), tools=json.loads(sent_tools) or None)
         answer = {"role": "assistant", "content": text(answer_words, turn + 1000)}
+        if REASONING:
+            answer = {"role": "assistant", "reasoning_content": text(answer_words, turn + 2000), **answer}
         ids = tokenizer.encode_text(tokenizer.render_assistant(answer, None))
         finish = "stop"
         if cut:
@@ -173,14 +178,17 @@ def main() -> None:
                              "compresses ~30x (bench/real_text.py)")
     parser.add_argument("--tools", type=int, default=0,
                         help="every request of every session sends these many tool schemas (an agent rollout)")
+    parser.add_argument("--reasoning", action="store_true",
+                        help="answers carry a reasoning (reasoning_content) as long as their content")
     parser.add_argument("--rss", action="store_true", help="RSS growth instead of traced bytes (module docstring)")
     parser.add_argument("--top", type=int, default=0,
                         help="print the N allocation sites that grew most (with TRACE_FRAMES=N in the environment, "
                              "their tracebacks N frames deep first)")
     args = parser.parse_args()
-    global text
+    global text, REASONING
     text = TEXTS[args.text]
     TOOLS[:] = tool_schemas(args.tools)
+    REASONING = args.reasoning
     tokenizer = load_tito_tokenizer("qwen3", model_tokenizer_path("qwen3"))
     results: dict[str, dict[str, float]] = {}
     for phase in args.phases.split(","):
