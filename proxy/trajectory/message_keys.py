@@ -43,7 +43,7 @@ from typing import Any
 import attrs
 
 from proxy.canonical_json import canonical_json
-from proxy.trajectory.packed_text import PackedText, packed
+from proxy.trajectory.packed_text import PACK_AT, PackedText, packed
 from proxy.tokenization.tito import RESERVED_TEMPLATE_KWARGS
 
 # The billing-hash pattern one coding CLI rewrites inside old tool results (spec 5.1).
@@ -65,8 +65,9 @@ class ToolCallKey:
 
     call_id: str | None
     name: str
-    # Canonical JSON of the parsed arguments, or ``"raw:" + the string`` when it is not valid JSON.
-    arguments: str
+    # Canonical JSON of the parsed arguments, or ``"raw:" + the string`` when it is not valid JSON; packed from
+    # PACK_AT characters (equal by digest).
+    arguments: str | PackedText
 
 
 @attrs.frozen(weakref_slot=False)
@@ -145,10 +146,8 @@ def _content(content: Any, ignore_cch: bool) -> str | PackedText | tuple[str, st
     return ("json", _text(canonical_json(content), ignore_cch))
 
 
-@functools.lru_cache(maxsize=16_384)
-def _arguments_text(arguments: str, ignore_cch: bool) -> str:
-    """Canonical form of a JSON arguments string. Cached by value: every request echoes every earlier tool call, so
-    the same strings come back turn after turn (a dict lookup instead of a JSON round trip)."""
+def _canonical_arguments(arguments: str, ignore_cch: bool) -> str:
+    """Canonical form of a JSON arguments string."""
     if not arguments.strip():
         return "{}"
     try:
@@ -158,13 +157,27 @@ def _arguments_text(arguments: str, ignore_cch: bool) -> str:
     return _text(canonical_json(parsed), ignore_cch)
 
 
-def _arguments(arguments: Any, ignore_cch: bool) -> str:
-    """Tool-call arguments parsed from JSON and re-serialized canonically; blank means ``{}``."""
+#: Short arguments' canonical forms, cached by value: the same strings come back turn after turn (a dict lookup
+#: instead of a JSON round trip). Long ones are not kept: 16,384 entries of file contents an agent wrote would hold
+#: hundreds of megabytes after their sessions ended (issue 21 item 5), and keys are computed once per new message.
+_cached_arguments = functools.lru_cache(maxsize=16_384)(_canonical_arguments)
+
+
+def _arguments_text(arguments: str, ignore_cch: bool) -> str | PackedText:
+    """Canonical form of a JSON arguments string, packed from ``PACK_AT`` characters (decided on the canonical text
+    alone, so two spellings of the same arguments key alike)."""
+    if len(arguments) >= PACK_AT:
+        return packed(_canonical_arguments(arguments, ignore_cch))
+    return packed(_cached_arguments(arguments, ignore_cch))
+
+
+def _arguments(arguments: Any, ignore_cch: bool) -> str | PackedText:
+    """Tool-call arguments parsed from JSON and re-serialized canonically (blank means ``{}``), packed when long."""
     if arguments is None:
         return "{}"
     if isinstance(arguments, str):
         return _arguments_text(arguments, ignore_cch)
-    return _text(canonical_json(arguments), ignore_cch)
+    return packed(_text(canonical_json(arguments), ignore_cch))
 
 
 def _is_mapping(value: Any) -> bool:

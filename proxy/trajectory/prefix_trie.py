@@ -51,7 +51,7 @@ import orjson
 from proxy.trajectory.message_keys import (
     REASONING_ALIASES, ContextKey, MessageKey, PlainKey, reasoning_variant, same_message, same_variant,
 )
-from proxy.trajectory.packed_text import PACK_AT, PackedText, plain_text, same_text
+from proxy.trajectory.packed_text import PackedText, packed, plain_text, same_text
 from proxy.trajectory.shared_values import shared
 from proxy.trajectory.tokens import Step
 
@@ -137,9 +137,9 @@ def _stored_form(key: Any, message: Any) -> tuple[Any, Any]:
     - a message with more fields whose key holds its long content packed (a tool result, an answer with reasoning):
       the key, and a copy of its dict with that content replaced by the key's PackedText, which ``message`` unpacks
       (the text is held once, packed);
-    - an answer's reasoning of at least ``PACK_AT`` characters is packed in that copy too (with thinking models the
-      reasoning is often most of an answer's text); :attr:`TrieNode.variant` reads it packed, and variants are
-      compared with ``same_variant``;
+    - an answer's reasoning and its tool calls' arguments of at least ``PACK_AT`` characters are packed in that copy
+      too (with thinking models the reasoning is often most of an answer's text; an agent's calls carry the files it
+      writes): :attr:`TrieNode.variant` reads the reasoning packed, and variants are compared with ``same_variant``;
     - anything else: the key and the message as they are."""
     if type(message) is not dict:
         return key, message
@@ -154,14 +154,50 @@ def _stored_form(key: Any, message: Any) -> tuple[Any, Any]:
     if message.get("role") == "assistant":
         for alias in REASONING_ALIASES:
             value = message.get(alias)
-            if type(value) is str and len(value) >= PACK_AT:
-                stored = {**stored, alias: PackedText.of(value)}
+            if type(value) is str and type(held := packed(value)) is PackedText:
+                stored = {**stored, alias: held}
+        calls = message.get("tool_calls")
+        if type(calls) is list and type(key) is MessageKey and len(key.tool_calls) == len(calls):
+            held_calls = [_packed_call(call, call_key) for call, call_key in zip(calls, key.tool_calls)]
+            if any(held is not call for held, call in zip(held_calls, calls)):
+                stored = {**stored, "tool_calls": held_calls}
     return key, stored
 
 
-def _unpacked(stored: dict[str, Any]) -> dict[str, Any]:
-    """A stored message with its packed texts (content, reasoning) unpacked: a new dict equal to the one stored."""
-    return {name: value.text if type(value) is PackedText else value for name, value in stored.items()}
+def _packed_call(call: Any, call_key: Any) -> Any:
+    """A tool call as a node holds it: its arguments packed when long (an agent's file contents), as the key's own
+    packed text when the arguments were sent in canonical form (held once); else the call as it is."""
+    function = call.get("function") if type(call) is dict else None
+    arguments = function.get("arguments") if type(function) is dict else None
+    if type(arguments) is not str or type(held := packed(arguments)) is not PackedText:
+        return call
+    keyed = call_key.arguments
+    if type(keyed) is PackedText and keyed == held:
+        held = keyed
+    return {**call, "function": {**function, "arguments": held}}
+
+
+def _unpacked(value: Any) -> Any:
+    """``value`` with every packed text in it (content, reasoning, tool-call arguments) unpacked: a new container
+    equal to the one stored wherever one was packed, the same object where none was."""
+    kind = type(value)
+    if kind is PackedText:
+        return value.text
+    if kind is dict:
+        out = None
+        for name, item in value.items():
+            if type(item) in _CONTAINERS and (new := _unpacked(item)) is not item:
+                if out is None:
+                    out = dict(value)
+                out[name] = new
+        return value if out is None else out
+    if kind is list:
+        items = [_unpacked(item) for item in value]
+        return items if any(new is not item for new, item in zip(items, value)) else value
+    return value
+
+
+_CONTAINERS = (PackedText, dict, list)
 
 
 class NodeKind(enum.Enum):
@@ -278,9 +314,7 @@ class TrieNode:
         stored = self._message
         if type(stored) is str:
             return {"role": stored, "content": plain_text(self._key)}
-        if type(stored) is dict and any(type(value) is PackedText for value in stored.values()):
-            return _unpacked(stored)
-        return stored
+        return _unpacked(stored) if type(stored) is dict else stored
 
     def holds(self, message: Any) -> bool:
         """Whether the stored message is :func:`same_message` as ``message`` (identity first)."""

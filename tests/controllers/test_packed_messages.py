@@ -8,8 +8,9 @@ import json
 
 import pytest
 
+from proxy.canonical_json import canonical_json
 from proxy.controllers.session_registry import SessionRegistry
-from proxy.trajectory import packed_text
+from proxy.trajectory import message_keys, packed_text
 from proxy.trajectory.memory_store import InMemoryTrajectoryStore
 from proxy.trajectory.packed_text import PACK_AT, PackedText
 from proxy.trajectory.session_config import SessionConfig
@@ -165,3 +166,71 @@ async def test_answers_told_apart_only_by_a_long_reasoning_stay_variants_as_with
     assert packed[0] == 2
     monkeypatch.setattr(packed_text, "PACK_AT", 10**9)
     assert packed == await samples()
+
+
+def write(call_id: str, salt: int, canonical: bool) -> dict:
+    """A call whose arguments carry a file's contents: as a model spells them, or already in canonical form."""
+    arguments = {"path": f"part_{salt}.py", "content": body(salt + 200, 50)}
+    spelled = canonical_json(arguments) if canonical else json.dumps(arguments, indent=1)
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": call_id, "type": "function", "function": {"name": "write", "arguments": spelled}}]}
+
+
+def writing(canonical: bool) -> list[tuple[list[dict], dict]]:
+    """Two turns of an agent that writes long files through tool calls."""
+    turns, messages = [], [SYS, user(1)]
+    for salt in (1, 2):
+        call = write(f"call_{salt}", salt, canonical)
+        turns.append((list(messages), call))
+        messages += [call, {"role": "tool", "tool_call_id": f"call_{salt}", "content": "written"}]
+        answer = {"role": "assistant", "content": f"Wrote part {salt}."}
+        turns.append((list(messages), answer))
+        messages += [answer, user(salt + 1)]
+    return turns
+
+
+@pytest.mark.parametrize("canonical", [False, True], ids=["as-spelled", "canonical"])
+async def test_long_tool_call_arguments_are_held_packed_once_and_everything_seen_is_unchanged(real_tokenizer,
+                                                                                            canonical, monkeypatch):
+    turns = writing(canonical)
+    cached = message_keys._cached_arguments.cache_info().currsize
+    reg, done = await run(real_tokenizer, InMemoryTrajectoryStore(), turns)
+    assert message_keys._cached_arguments.cache_info().currsize == cached  # long arguments are not kept there
+    calls = [node for node in trie_nodes(reg) if node.depth and type(node._message) is dict
+             and node._message.get("tool_calls")]
+    assert len(calls) == 2
+    for node, (_, sent) in zip(sorted(calls, key=lambda n: n.depth), turns[0::2]):
+        held = node._message["tool_calls"][0]["function"]["arguments"]
+        assert type(held) is PackedText and type(node.key.tool_calls[0].arguments) is PackedText
+        assert (held is node.key.tool_calls[0].arguments) == canonical  # one packed text when the spelling is canonical
+        assert node.message == sent
+    segments = await finalize_and_read(reg)
+
+    monkeypatch.setattr(packed_text, "PACK_AT", 10**9)
+    whole, whole_done = await run(real_tokenizer, InMemoryTrajectoryStore(), turns)
+    assert [t.context for t in whole_done] == [t.context for t in done]
+    assert [t.prepared.encode for t in whole_done] == [t.prepared.encode for t in done]
+    assert all(t.prepared.encode.value == "incremental" for t in done[1:])
+    assert await finalize_and_read(whole) == segments
+
+
+async def test_one_character_changed_in_earlier_long_arguments_is_seen_as_without_packing(real_tokenizer,
+                                                                                         monkeypatch):
+    turns = writing(canonical=False)
+    history, answer = turns[-1]
+    call = history[2]
+    spelled = call["tool_calls"][0]["function"]["arguments"]
+    at = spelled.index("return x * 7")  # inside the written file's text
+    changed = {**call, "tool_calls": [{**call["tool_calls"][0], "function": {
+        "name": "write", "arguments": spelled[:at] + "return x * 8" + spelled[at + 12:]}}]}
+    edited = [*history[:2], changed, *history[3:]]
+
+    async def boundary() -> tuple:
+        reg, _ = await run(real_tokenizer, InMemoryTrajectoryStore(), turns)
+        again = await turn(reg, "s", edited, answer, tools=TOOLS)
+        return again.prepared.encode, again.prepared.boundary_reason, again.result.forked, again.context
+
+    packed = await boundary()
+    assert packed[0].value == "full" or packed[2]  # not taken for the stored call: a new segment or a fork
+    monkeypatch.setattr(packed_text, "PACK_AT", 10**9)
+    assert packed == await boundary()
