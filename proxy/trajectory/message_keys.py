@@ -308,6 +308,7 @@ def context_key(
 
 
 __all__ = [
-    "CCH_PATTERN", "REASONING_ALIASES", "ContextKey", "MessageKey", "MessageKeyError", "PlainKey", "ToolCallKey", "canonical_json",
-    "context_key", "effective_template_kwargs", "message_key", "reasoning_variant", "same_message", "same_variant",
+    "CCH_PATTERN", "REASONING_ALIASES", "ContextKey", "MessageKey", "MessageKeyError", "PlainKey", "ToolCallKey",
+    "canonical_json", "context_key", "effective_template_kwargs", "message_key", "reasoning_variant", "same_message",
+    "same_variant",
 ]

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import enum
 import types
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -52,7 +53,6 @@ from proxy.trajectory.message_keys import (
     REASONING_ALIASES, ContextKey, MessageKey, PlainKey, reasoning_variant, same_message, same_variant,
 )
 from proxy.trajectory.packed_text import PackedText, packed, plain_text, same_text
-from proxy.trajectory.shared_values import shared
 from proxy.trajectory.tokens import Step
 
 #: The signature of a shared context encoding on its attach node: the id of the step it extends, or FULL_ENCODE
@@ -216,27 +216,33 @@ class ContextInfo:
     template_kwargs: Mapping[str, Any]
 
 
-#: Context keys and infos many sessions hold alike (every session of a rollout sends the same tools), shared.
-_CONTEXTS: dict[tuple[ContextKey, bytes | None], tuple[ContextKey, ContextInfo]] = {}
-_CONTEXTS_MAX = 1024
+#: Context keys and infos many sessions hold alike (every session of a rollout sends the same tools), shared while
+#: any session holds them: weak tables, since a tool set can be large and a workload may send ever-new ones.
+#: (Keyed by the key's strings, not the key: a weak table's entry holds its dict key strongly.)
+_CONTEXT_KEYS: weakref.WeakValueDictionary[tuple[str | None, str], ContextKey] = weakref.WeakValueDictionary()
+_CONTEXT_INFOS: weakref.WeakValueDictionary[tuple[ContextKey, bytes | None], ContextInfo] = (
+    weakref.WeakValueDictionary())
 
 
 def _context_values(key: ContextKey, tools: Sequence[Any] | None,
                     template_kwargs: Mapping[str, Any]) -> tuple[ContextKey, ContextInfo]:
-    """The key and info a new context node keeps, shared with other sessions' contexts made of the same request
-    fields (issue 21 item 5: each session held its own copy of the tool schemas, often kilobytes). The context key is
-    canonical, but the tools are shared only between requests that spelled them alike, key order included: a
-    template renders them in the order sent (``tojson`` keeps it), so a re-encode renders what this session sent."""
-    def build() -> tuple[ContextKey, ContextInfo]:
-        return key, ContextInfo(tuple(tools) if tools else None, types.MappingProxyType(dict(template_kwargs)))
-
-    if not tools:
-        return shared(_CONTEXTS, (key, None), build, _CONTEXTS_MAX)
-    try:  # the key tells values apart (NaN from null, 1 from 1.0); the spelling adds the order of each object's keys
-        spelled = orjson.dumps(list(tools))
-    except TypeError:  # not JSON as it stands (a non-string key, an odd value): kept, not shared
-        return build()
-    return shared(_CONTEXTS, (key, spelled), build, _CONTEXTS_MAX)
+    """The key and info a new context node keeps, shared with other live sessions' contexts made of the same request
+    fields (issue 21 item 5: each session held its own copy of the tool schemas, often kilobytes, twice: parsed in
+    the info, canonical in the key). The context key is canonical, but the tools are shared only between requests
+    that spelled them alike, key order included: a template renders them in the order sent (``tojson`` keeps it), so a
+    re-encode renders what this session sent."""
+    key = _CONTEXT_KEYS.setdefault((key.tools, key.template_kwargs), key)
+    spelled = None
+    if tools:
+        try:  # the key tells values apart (NaN from null, 1 from 1.0); the spelling adds each object's key order
+            spelled = orjson.dumps(list(tools))
+        except TypeError:  # not JSON as it stands (a non-string key, an odd value): kept, not shared
+            return key, ContextInfo(tuple(tools), types.MappingProxyType(dict(template_kwargs)))
+    info = _CONTEXT_INFOS.get((key, spelled))
+    if info is None:
+        info = ContextInfo(tuple(tools) if tools else None, types.MappingProxyType(dict(template_kwargs)))
+        _CONTEXT_INFOS[key, spelled] = info
+    return key, info
 
 
 @attrs.define(eq=False, weakref_slot=False)  # no weakrefs: 16 bytes less a node (issue 21 item 5)
@@ -417,7 +423,7 @@ class TrieStatistics:
     checkpoints: int
 
 
-def _exact(variants: tuple[TrieNode, ...], variant: str | None) -> TrieNode | None:
+def _exact(variants: tuple[TrieNode, ...], variant: str | PackedText | None) -> TrieNode | None:
     """The child with exactly this reasoning, if any."""
     for node in variants:
         if same_variant(node.variant, variant):
@@ -425,7 +431,7 @@ def _exact(variants: tuple[TrieNode, ...], variant: str | None) -> TrieNode | No
     return None
 
 
-def _pick(variants: tuple[TrieNode, ...], variant: str | None) -> TrieNode:
+def _pick(variants: tuple[TrieNode, ...], variant: str | PackedText | None) -> TrieNode:
     """The child an incoming message with this reasoning follows (the rule in the module docstring)."""
     if len(variants) == 1 and (variants[0].checkpoint is not None or same_variant(variants[0].variant, variant)):
         return variants[0]

@@ -251,3 +251,22 @@ def test_sessions_sending_the_same_tools_share_one_context_info_and_each_keeps_i
     odd = [{"type": "function", 1: "not a JSON key"}]  # kept for its session, not shared
     assert context(odd, {}).message is not context(odd, {}).message
     assert context(odd, {}).message.tools == tuple(odd)
+
+
+def test_a_shared_context_lives_only_as_long_as_a_session_holds_it():
+    import gc
+
+    import orjson
+
+    from proxy.trajectory import prefix_trie
+
+    tools = [{"type": "function", "function": {"name": "only_here", "description": "x" * 4000}}]
+    tries = [PrefixTrie() for _ in range(2)]
+    nodes = [trie.context(context_key(tools), tools, {}) for trie in tries]
+    assert nodes[0].message is nodes[1].message and nodes[1].key is nodes[0].key
+    probe = context_key(tools)  # an equal key of its own: the test holds none of the shared objects
+    shared = ((probe.tools, probe.template_kwargs), (probe, orjson.dumps(tools)))
+    assert shared[0] in prefix_trie._CONTEXT_KEYS and shared[1] in prefix_trie._CONTEXT_INFOS
+    del tries, nodes
+    gc.collect()
+    assert shared[0] not in prefix_trie._CONTEXT_KEYS and shared[1] not in prefix_trie._CONTEXT_INFOS
