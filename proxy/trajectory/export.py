@@ -329,7 +329,8 @@ def _last_step_body(
     assistant_nodes = []
     node = end.node
     while node.depth > 0:
-        if isinstance(node.message, Mapping) and node.message.get("role") == "assistant":
+        message = node.message  # read once: a packed text is unpacked on each read
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
             assistant_nodes.append(node)
         node = node.parent
     assistant_nodes.reverse()

@@ -6,6 +6,7 @@ Anything else (other keys, other order, other types, content a key rewrites) is 
 from __future__ import annotations
 
 import copy
+import json
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -28,8 +29,15 @@ _VALUE = st.one_of(_TEXT, st.none(), st.integers(-2, 2), st.floats(allow_nan=Fal
 def messages(draw):
     """Mostly plain messages, and the near misses around them."""
     message = {"role": draw(_ROLE), "content": draw(_TEXT)}
-    shape = draw(st.sampled_from(["plain", "plain", "reordered", "extra", "value", "no-content"]))
-    if shape == "reordered":
+    shape = draw(st.sampled_from(["plain", "plain", "reordered", "extra", "value", "no-content", "calls"]))
+    if shape == "calls":  # an answer's tool calls, their arguments long or short, JSON or not (packed when long)
+        message["role"] = draw(st.sampled_from(["assistant", "assistant", "user"]))
+        message["tool_calls"] = draw(st.lists(st.fixed_dictionaries({
+            "id": st.sampled_from(["c1", "c2"]), "type": st.just("function"),
+            "function": st.fixed_dictionaries({"name": st.sampled_from(["f", "g"]), "arguments": st.one_of(
+                _TEXT, _TEXT.map(lambda text: json.dumps({"text": text})),
+                _TEXT.map(lambda text: json.dumps({"text": text}, indent=1)), st.none())})}), max_size=2))
+    elif shape == "reordered":
         message = {"content": message["content"], "role": message["role"]}
     elif shape == "extra":
         message[draw(st.sampled_from(["name", "tool_call_id", "reasoning_content", "x"]))] = draw(_VALUE)
