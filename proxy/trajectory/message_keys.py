@@ -263,8 +263,9 @@ def same_message(stored: Any, incoming: Any) -> bool:
 
 def reasoning_variant(message: Any) -> str | PackedText | None:
     """An assistant message's reasoning, which tells sibling answers with the same key apart: the first of
-    ``reasoning_content``, ``reasoning``, ``thinking`` that is a non-empty string (or, in a message a trie node
-    stores, its :class:`PackedText`: compare variants with :func:`same_variant`); None when there is none.
+    ``reasoning_content``, ``reasoning``, ``thinking`` that is a non-empty string, as a key holds text (packed from
+    ``PACK_AT`` characters, so variants compare with ``==`` whichever side was packed first); None when there is none.
+    A trie node's stored answer holds a long reasoning already packed (``prefix_trie.py:_stored_form``).
 
     It is never part of the key: see :mod:`proxy.trajectory.prefix_trie` for how an echo picks its variant.
     """
@@ -273,19 +274,10 @@ def reasoning_variant(message: Any) -> str | PackedText | None:
     for alias in REASONING_ALIASES:
         value = message.get(alias)
         if isinstance(value, str):
-            return value or None
-        if type(value) is PackedText:  # a trie node's stored answer holds a long reasoning packed (_stored_form)
+            return packed(value) if value else None
+        if type(value) is PackedText:
             return value
     return None
-
-
-def same_variant(one: str | PackedText | None, other: str | PackedText | None) -> bool:
-    """Whether two reasoning variants are the same text, either of them packed or not."""
-    if type(one) is PackedText:
-        return one == other if type(other) is PackedText else one.matches(other)
-    if type(other) is PackedText:
-        return other.matches(one)
-    return one == other
 
 
 def effective_template_kwargs(
@@ -310,5 +302,4 @@ def context_key(
 __all__ = [
     "CCH_PATTERN", "REASONING_ALIASES", "ContextKey", "MessageKey", "MessageKeyError", "PlainKey", "ToolCallKey",
     "canonical_json", "context_key", "effective_template_kwargs", "message_key", "reasoning_variant", "same_message",
-    "same_variant",
 ]

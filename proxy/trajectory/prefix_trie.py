@@ -50,7 +50,7 @@ import attrs
 import orjson
 
 from proxy.trajectory.message_keys import (
-    REASONING_ALIASES, ContextKey, MessageKey, PlainKey, reasoning_variant, same_message, same_variant,
+    REASONING_ALIASES, ContextKey, MessageKey, PlainKey, reasoning_variant, same_message,
 )
 from proxy.trajectory.packed_text import PackedText, packed, plain_text, same_text
 from proxy.trajectory.tokens import Step
@@ -139,7 +139,7 @@ def _stored_form(key: Any, message: Any) -> tuple[Any, Any]:
       (the text is held once, packed);
     - an answer's reasoning and its tool calls' arguments of at least ``PACK_AT`` characters are packed in that copy
       too (with thinking models the reasoning is often most of an answer's text; an agent's calls carry the files it
-      writes): :attr:`TrieNode.variant` reads the reasoning packed, and variants are compared with ``same_variant``;
+      writes): :attr:`TrieNode.variant` reads the reasoning packed, as ``reasoning_variant`` gives it for a message;
     - anything else: the key and the message as they are."""
     if type(message) is not dict:
         return key, message
@@ -303,8 +303,8 @@ class TrieNode:
     @property
     def variant(self) -> str | PackedText | None:
         """An assistant node's reasoning (the variant among siblings with the same key), read from its message, packed
-        when long (compare it with ``same_variant``): a slot of its own was 8 bytes of every node for the few that
-        have one (issue 21 item 5); None otherwise."""
+        when long as ``reasoning_variant`` gives it: a slot of its own was 8 bytes of every node for the few that have
+        one (issue 21 item 5); None otherwise."""
         stored = self._message
         return None if type(stored) is str else reasoning_variant(stored)  # a plain node has no reasoning
 
@@ -426,14 +426,14 @@ class TrieStatistics:
 def _exact(variants: tuple[TrieNode, ...], variant: str | PackedText | None) -> TrieNode | None:
     """The child with exactly this reasoning, if any."""
     for node in variants:
-        if same_variant(node.variant, variant):
+        if node.variant == variant:
             return node
     return None
 
 
 def _pick(variants: tuple[TrieNode, ...], variant: str | PackedText | None) -> TrieNode:
     """The child an incoming message with this reasoning follows (the rule in the module docstring)."""
-    if len(variants) == 1 and (variants[0].checkpoint is not None or same_variant(variants[0].variant, variant)):
+    if len(variants) == 1 and (variants[0].variant == variant or variants[0].checkpoint is not None):
         return variants[0]
     exact = _exact(variants, variant)
     if exact is not None and exact.checkpoint is not None:

@@ -52,9 +52,11 @@ def history(turns):
 def answer(turn, cch=True):
     """An answer; with ``cch``, one holding billing hashes (blanked in its key under ignore_cch)."""
     mark = " cch=zz9" if cch else ""
-    if turn % 2:
-        return {"role": "assistant", "content": "", "reasoning_content": f"think {turn}",
-                "tool_calls": [tool_call(f"c{turn}", {"n": turn, "x": 1.5, "ok": True, "cch": mark})]}
+    if turn % 2:  # every other one's reasoning, or its call's arguments, long enough to be held packed
+        reasoning = f"think {turn} " * (150 if turn % 4 == 1 else 1)
+        arguments = {"n": turn, "x": 1.5, "ok": True, "cch": mark, "doc": "lorem ipsum " * (100 if turn % 4 == 3 else 0)}
+        return {"role": "assistant", "content": "", "reasoning_content": reasoning,
+                "tool_calls": [tool_call(f"c{turn}", arguments)]}
     return {"role": "assistant", "content": f"answer {turn}{mark}"}
 
 

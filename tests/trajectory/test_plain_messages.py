@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from proxy.trajectory.message_keys import (
-    PlainKey, context_key, message_key, reasoning_variant, same_message, same_variant,
+    PlainKey, context_key, message_key, reasoning_variant, same_message,
 )
 from proxy.trajectory.packed_text import PackedText
 from proxy.trajectory.prefix_trie import PrefixTrie
@@ -68,7 +68,7 @@ def test_a_node_gives_back_the_message_it_was_given_and_holds_what_same_message_
     assert list(node.message) == list(message)  # the same keys in the same order
     assert trie.messages(node) == [message]
     # read from the stored message (no slot of its own), packed when long
-    assert same_variant(node.variant, reasoning_variant(message))
+    assert node.variant == reasoning_variant(message)
     for incoming in (copy.deepcopy(message), other, copy.deepcopy(other)):
         assert node.holds(incoming) == same_message(message, incoming)
     assert trie.echoed_prefix([copy.deepcopy(message)]) == [node]
