@@ -19,11 +19,11 @@ Phases:
   (spec 5.4; ``proxy/trajectory/prefix_share.py`` keeps such an encode from storing the path again).
 
     .venv/bin/python bench/session_memory.py [--sessions 2000] [--token-sessions 20] [--tokens 20000] [--rss]
-        [--tools N]
+        [--tools N] [--reasoning]
 
 ``--reasoning``: every answer carries a reasoning as long as its content, as a thinking model's do (the trie holds
-a long one packed). ``--tools N``: every request of every session sends the same N tool schemas, each request its own parsed copy, as
-an agent rollout does (the sessions share them: ``prefix_trie.py:_context_values``).
+a long one packed). ``--tools N``: every request of every session sends the same N tool schemas, each request its
+own parsed copy, as an agent rollout does (the sessions share them: ``prefix_trie.py:_context_values``).
 
 ``--rss`` reads the process's RSS growth over the same sessions instead (no tracemalloc, which costs memory of its
 own; a collection and glibc's ``malloc_trim`` before each reading): what the allocator adds to what the sessions

@@ -113,8 +113,7 @@ async def test_one_character_changed_in_an_earlier_long_message_is_seen_as_witho
     field = "reasoning_content" if where == "reasoning" else "content"
     content = history[index][field]
     assert len(content) >= PACK_AT
-    assert history[index]["role"] == ("tool" if where == "tool" else "assistant" if index == 4 else
-                                      "system" if where == "system" else "user")
+    assert history[index]["role"] == {"answer": "assistant", "reasoning": "assistant"}.get(where, where)
     at = len(content) // 2
     edited = [*history[:index], {**history[index], field: content[:at] + "#" + content[at + 1:]},
               *history[index + 1:]]

@@ -54,7 +54,8 @@ def answer(turn, cch=True):
     mark = " cch=zz9" if cch else ""
     if turn % 2:  # every other one's reasoning, or its call's arguments, long enough to be held packed
         reasoning = f"think {turn} " * (150 if turn % 4 == 1 else 1)
-        arguments = {"n": turn, "x": 1.5, "ok": True, "cch": mark, "doc": "lorem ipsum " * (100 if turn % 4 == 3 else 0)}
+        arguments = {"n": turn, "x": 1.5, "ok": True, "cch": mark,
+                     "doc": "lorem ipsum " * (100 if turn % 4 == 3 else 0)}
         return {"role": "assistant", "content": "", "reasoning_content": reasoning,
                 "tool_calls": [tool_call(f"c{turn}", arguments)]}
     return {"role": "assistant", "content": f"answer {turn}{mark}"}
