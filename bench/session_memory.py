@@ -23,7 +23,7 @@ Phases:
 
 ``--reasoning``: every answer carries a reasoning as long as its content, as a thinking model's do (the trie holds
 a long one packed). ``--tools N``: every request of every session sends the same N tool schemas, each request its
-own parsed copy, as an agent rollout does (the sessions share them: ``prefix_trie.py:_context_values``).
+own parsed copy, as an agent rollout does (the sessions share them: ``node_contents.py:context_contents``).
 
 ``--rss`` reads the process's RSS growth over the same sessions instead (no tracemalloc, which costs memory of its
 own; a collection and glibc's ``malloc_trim`` before each reading): what the allocator adds to what the sessions

@@ -50,7 +50,7 @@ from proxy.tokenization.tito import RESERVED_TEMPLATE_KWARGS
 CCH_PATTERN = re.compile(r"cch=[A-Za-z0-9_-]+")
 _CCH_PLACEHOLDER = "cch=*"
 # The same aliases the tokenization package accepts for an assistant's reasoning, in the same order.
-REASONING_ALIASES = ("reasoning_content", "reasoning", "thinking")
+_REASONING_ALIASES = ("reasoning_content", "reasoning", "thinking")
 
 
 class MessageKeyError(ValueError):
@@ -237,7 +237,7 @@ def same_message(stored: Any, incoming: Any) -> bool:
     ``0.0 == -0.0`` have different canonical JSON, so a key can tell them apart. Anything else (a tuple, a custom
     mapping) is never the same: its key is computed. O(size of the message), C-level for strings."""
     kind = type(stored)
-    if kind is PackedText:  # a long content a node holds packed (prefix_trie.py:_stored_form): by its digest
+    if kind is PackedText:  # a long content a node holds packed (node_contents.py): by its digest
         return stored.matches(incoming)
     if kind is not type(incoming):
         return False
@@ -265,13 +265,13 @@ def reasoning_variant(message: Any) -> str | PackedText | None:
     """An assistant message's reasoning, which tells sibling answers with the same key apart: the first of
     ``reasoning_content``, ``reasoning``, ``thinking`` that is a non-empty string, as a key holds text (packed from
     ``PACK_AT`` characters, so variants compare with ``==`` whichever side was packed first); None when there is none.
-    A trie node's stored answer holds a long reasoning already packed (``prefix_trie.py:_stored_form``).
+    A trie node's stored answer holds a long reasoning already packed (``node_contents.py``).
 
     It is never part of the key: see :mod:`proxy.trajectory.prefix_trie` for how an echo picks its variant.
     """
     if not _is_mapping(message) or message.get("role") != "assistant":
         return None
-    for alias in REASONING_ALIASES:
+    for alias in _REASONING_ALIASES:
         value = message.get(alias)
         if isinstance(value, str):
             return packed(value) if value else None
@@ -300,6 +300,6 @@ def context_key(
 
 
 __all__ = [
-    "CCH_PATTERN", "REASONING_ALIASES", "ContextKey", "MessageKey", "MessageKeyError", "PlainKey", "ToolCallKey",
+    "CCH_PATTERN", "ContextKey", "MessageKey", "MessageKeyError", "PlainKey", "ToolCallKey",
     "canonical_json", "context_key", "effective_template_kwargs", "message_key", "reasoning_variant", "same_message",
 ]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+from collections.abc import Iterable
 
 import xxhash
 import zstandard
@@ -72,8 +73,12 @@ class PackedText:
     @classmethod
     def of(cls, text: str) -> PackedText:
         data = _utf8(text)
+        return cls._compressed(_digest(data), data)
+
+    @classmethod
+    def _compressed(cls, digest: int, data: bytes) -> PackedText:
         # A copy: the library's result keeps the allocation of its worst case, about the input's size (measured).
-        return cls(_digest(data), bytes(memoryview(_compressor().compress(data))))
+        return cls(digest, bytes(memoryview(_compressor().compress(data))))
 
     @property
     def text(self) -> str:
@@ -108,9 +113,18 @@ class PackedText:
         return PackedText.of, (self.text,)
 
 
-def packed(text: str) -> str | PackedText:
-    """``text`` as a key holds it: packed from :data:`PACK_AT` characters, else the string itself."""
-    return PackedText.of(text) if len(text) >= PACK_AT else text
+def packed(text: str, like: Iterable[PackedText] = ()) -> str | PackedText:
+    """``text`` as a key holds it: packed from :data:`PACK_AT` characters, else the string itself. ``like``: packed
+    texts already held; the one that is this text is returned instead of a new one (a digest, no compression: the
+    text is held once)."""
+    if len(text) < PACK_AT:
+        return text
+    data = _utf8(text)
+    digest = _digest(data)
+    for known in like:
+        if known.digest == digest:
+            return known
+    return PackedText._compressed(digest, data)
 
 
 def same_text(held: object, text: object) -> bool:

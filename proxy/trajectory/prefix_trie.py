@@ -42,17 +42,14 @@ from __future__ import annotations
 
 import enum
 import types
-import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
-import orjson
 
-from proxy.trajectory.message_keys import (
-    REASONING_ALIASES, ContextKey, MessageKey, PlainKey, reasoning_variant, same_message,
-)
-from proxy.trajectory.packed_text import PackedText, packed, plain_text, same_text
+from proxy.trajectory.message_keys import ContextKey, MessageKey, PlainKey, reasoning_variant, same_message
+from proxy.trajectory.packed_text import PackedText, plain_text, same_text
+from proxy.trajectory.node_contents import ContextInfo, context_contents, stored_form, unpacked
 from proxy.trajectory.tokens import Step
 
 #: The signature of a shared context encoding on its attach node: the id of the step it extends, or FULL_ENCODE
@@ -126,80 +123,6 @@ class _OneEncoding(Mapping[Any, tuple[Any, int]]):
         return 1
 
 
-def _stored_form(key: Any, message: Any) -> tuple[Any, Any]:
-    """What a node keeps of ``key`` and ``message`` (its ``_key`` and ``_message``):
-
-    - a plain message, ``{"role": <str>, "content": <str>}`` in that order whose key holds the same two strings (no
-      name, tool calls or call id; content the key did not rewrite): its content (the key's: a string, or the
-      :class:`PackedText` of a long one) and its role, a string, which says the node is plain. No key and no dict:
-      :attr:`TrieNode.key` and :attr:`TrieNode.message` rebuild them equal. Most of a conversation's messages are
-      plain: a dict and its table were ~184 bytes of each, the key 48 (issue 21 item 5);
-    - a message with more fields whose key holds its long content packed (a tool result, an answer with reasoning):
-      the key, and a copy of its dict with that content replaced by the key's PackedText, which ``message`` unpacks
-      (the text is held once, packed);
-    - an answer's reasoning and its tool calls' arguments of at least ``PACK_AT`` characters are packed in that copy
-      too (with thinking models the reasoning is often most of an answer's text; an agent's calls carry the files it
-      writes): :attr:`TrieNode.variant` reads the reasoning packed, as ``reasoning_variant`` gives it for a message;
-    - anything else: the key and the message as they are."""
-    if type(message) is not dict:
-        return key, message
-    content = message.get("content")
-    if type(key) is PlainKey and len(message) == 2:
-        role = message.get("role")
-        if type(role) is str and role == key.role and same_text(key.content, content) and next(iter(message)) == "role":
-            return key.content, key.role
-    stored = message
-    if type(key) in (PlainKey, MessageKey) and type(key.content) is PackedText and key.content.matches(content):
-        stored = {**message, "content": key.content}
-    if message.get("role") == "assistant":
-        for alias in REASONING_ALIASES:
-            value = message.get(alias)
-            if type(value) is str and type(held := packed(value)) is PackedText:
-                stored = {**stored, alias: held}
-        calls = message.get("tool_calls")
-        if type(calls) is list and type(key) is MessageKey and len(key.tool_calls) == len(calls):
-            held_calls = [_packed_call(call, call_key) for call, call_key in zip(calls, key.tool_calls)]
-            if any(held is not call for held, call in zip(held_calls, calls)):
-                stored = {**stored, "tool_calls": held_calls}
-    return key, stored
-
-
-def _packed_call(call: Any, call_key: Any) -> Any:
-    """A tool call as a node holds it: its arguments packed when long (an agent's file contents), as the key's own
-    packed text when the arguments were sent in canonical form (held once); else the call as it is."""
-    function = call.get("function") if type(call) is dict else None
-    arguments = function.get("arguments") if type(function) is dict else None
-    if type(arguments) is not str or type(held := packed(arguments)) is not PackedText:
-        return call
-    keyed = call_key.arguments
-    if type(keyed) is PackedText and keyed == held:
-        held = keyed
-    return {**call, "function": {**function, "arguments": held}}
-
-
-def _unpacked(value: Any) -> Any:
-    """``value`` with every packed text in it (content, reasoning, tool-call arguments) unpacked: a new container
-    equal to the one stored wherever one was packed, the same object where none was."""
-    kind = type(value)
-    if kind is PackedText:
-        return value.text
-    if kind is dict:
-        out = None
-        for name, item in value.items():
-            if type(item) in _CONTAINERS and (new := _unpacked(item)) is not item:
-                if out is None:
-                    out = dict(value)
-                out[name] = new
-        return value if out is None else out
-    if kind is list:
-        items = [_unpacked(item) for item in value]
-        return items if any(new is not item for new, item in zip(items, value)) else value
-    return value
-
-
-_CONTAINERS = (PackedText, dict, list)
-
-
 class NodeKind(enum.Enum):
     """What a trie node stands for."""
 
@@ -208,51 +131,14 @@ class NodeKind(enum.Enum):
     MESSAGE = "one message of a request's history, or a generated assistant answer"
 
 
-@attrs.frozen
-class ContextInfo:
-    """What a context node stores: the request's tools and effective template kwargs (for re-encodes, exports)."""
-
-    tools: tuple[Any, ...] | None
-    template_kwargs: Mapping[str, Any]
-
-
-#: Context keys and infos many sessions hold alike (every session of a rollout sends the same tools), shared while
-#: any session holds them: weak tables, since a tool set can be large and a workload may send ever-new ones.
-#: (Keyed by the key's strings, not the key: a weak table's entry holds its dict key strongly.)
-_CONTEXT_KEYS: weakref.WeakValueDictionary[tuple[str | None, str], ContextKey] = weakref.WeakValueDictionary()
-_CONTEXT_INFOS: weakref.WeakValueDictionary[tuple[ContextKey, bytes | None], ContextInfo] = (
-    weakref.WeakValueDictionary())
-
-
-def _context_values(key: ContextKey, tools: Sequence[Any] | None,
-                    template_kwargs: Mapping[str, Any]) -> tuple[ContextKey, ContextInfo]:
-    """The key and info a new context node keeps, shared with other live sessions' contexts made of the same request
-    fields (issue 21 item 5: each session held its own copy of the tool schemas, often kilobytes, twice: parsed in
-    the info, canonical in the key). The context key is canonical, but the tools are shared only between requests
-    that spelled them alike, key order included: a template renders them in the order sent (``tojson`` keeps it), so a
-    re-encode renders what this session sent."""
-    key = _CONTEXT_KEYS.setdefault((key.tools, key.template_kwargs), key)
-    spelled = None
-    if tools:
-        try:  # the key tells values apart (NaN from null, 1 from 1.0); the spelling adds each object's key order
-            spelled = orjson.dumps(list(tools))
-        except TypeError:  # not JSON as it stands (a non-string key, an odd value): kept, not shared
-            return key, ContextInfo(tuple(tools), types.MappingProxyType(dict(template_kwargs)))
-    info = _CONTEXT_INFOS.get((key, spelled))
-    if info is None:
-        info = ContextInfo(tuple(tools) if tools else None, types.MappingProxyType(dict(template_kwargs)))
-        _CONTEXT_INFOS[key, spelled] = info
-    return key, info
-
-
 @attrs.define(eq=False, weakref_slot=False)  # no weakrefs: 16 bytes less a node (issue 21 item 5)
 class TrieNode:
     """One node: a context, or one message. Holds its own message only; the path is rebuilt via ``parent``."""
 
-    # The key (read it as ``key``); a plain message's content (see _stored_form).
+    # The key (read it as ``key``); a plain message's content (see node_contents.py).
     _key: MessageKey | ContextKey | str | PackedText | None
     # The message as first seen (prompt nodes) or as generated (committed answers), read as ``message``; ContextInfo
-    # for contexts. A plain message's role, a string: the node is plain (see _stored_form).
+    # for contexts. A plain message's role, a string: the node is plain (see node_contents.py).
     _message: Any
     parent: TrieNode | None
     # Messages from the context node down to this node (the context node is 0).
@@ -310,7 +196,7 @@ class TrieNode:
 
     @property
     def plain(self) -> bool:
-        """The node holds a plain message as its role and content, with no key and no dict (see _stored_form)."""
+        """The node holds a plain message as its role and content, with no key and no dict (see node_contents.py)."""
         return type(self._message) is str
 
     @property
@@ -320,7 +206,7 @@ class TrieNode:
         stored = self._message
         if type(stored) is str:
             return {"role": stored, "content": plain_text(self._key)}
-        return _unpacked(stored) if type(stored) is dict else stored
+        return unpacked(stored) if type(stored) is dict else stored
 
     def holds(self, message: Any) -> bool:
         """Whether the stored message is :func:`same_message` as ``message`` (identity first)."""
@@ -476,12 +362,12 @@ class PrefixTrie:
     # emptied after use keeps its table, 160 more (issue 21 item 5).
     _holds: Mapping[TrieNode, int] = attrs.field(default=_NO_HOLDS, repr=False)
 
-    def _new(self, kind: NodeKind, key: Any, message: Any, parent: TrieNode) -> TrieNode:
-        """Create a child of ``parent`` (the caller has checked it does not exist). Its variant is its message's
-        reasoning (``TrieNode.variant``), as the caller's lookups computed it. Children with one key are kept in the
-        order they were created."""
+    def _new(self, kind: NodeKind, key: Any, message: Any, parent: TrieNode, variant: Any = None) -> TrieNode:
+        """Create a child of ``parent`` (the caller has checked it does not exist). ``variant`` is its message's
+        reasoning (``TrieNode.variant``), as the caller's lookups computed it (a long one is then held as that packed
+        text). Children with one key are kept in the order they were created."""
         depth = parent.depth + 1 if kind is NodeKind.MESSAGE else 0
-        stored_key, stored_message = _stored_form(key, message)
+        stored_key, stored_message = stored_form(key, message, variant)
         node = TrieNode(stored_key, stored_message, parent, depth)
         children = parent.children
         if children is _NO_CHILDREN:
@@ -504,7 +390,7 @@ class PrefixTrie:
         found = _with_key(self.root.children, key)
         if found:
             return found[0]
-        key, info = _context_values(key, tools, template_kwargs)
+        key, info = context_contents(key, tools, template_kwargs)
         return self._new(NodeKind.CONTEXT, key, info, self.root)
 
     def contexts(self) -> list[TrieNode]:
@@ -549,11 +435,13 @@ class PrefixTrie:
                     break
         return best
 
-    def attach(self, node: TrieNode, messages: Sequence[Any], keys: Sequence[MessageKey]) -> TrieNode:
+    def attach(self, node: TrieNode, messages: Sequence[Any], keys: Sequence[MessageKey],
+               variants: Sequence[Any] | None = None) -> TrieNode:
         """Add ``messages`` below ``node`` as pending nodes (the caller matched everything above); the last one is
-        returned: it is where the generation's answer will attach, held by the caller until :meth:`release`."""
-        for message, key in zip(messages, keys, strict=True):
-            node = self._new(NodeKind.MESSAGE, key, message, node)
+        returned: it is where the generation's answer will attach, held by the caller until :meth:`release`.
+        ``variants``: the messages' reasoning variants as the caller computed them (then not packed again)."""
+        for index, (message, key) in enumerate(zip(messages, keys, strict=True)):
+            node = self._new(NodeKind.MESSAGE, key, message, node, variants[index] if variants else None)
             self.pending += 1
         holds = self._holds
         if holds is _NO_HOLDS:
@@ -648,7 +536,7 @@ class PrefixTrie:
         return _exact(_with_key(parent.children, key), variant)
 
     def upsert_assistant(
-        self, parent: TrieNode, message: Any, key: MessageKey, variant: str | None
+        self, parent: TrieNode, message: Any, key: MessageKey, variant: str | PackedText | None
     ) -> tuple[TrieNode, bool]:
         """The child of ``parent`` for a generated answer: the existing one with the same key and reasoning
         (returned with True if it already held a checkpoint: a refresh), or a new sibling."""
@@ -657,7 +545,7 @@ class PrefixTrie:
             return existing, existing.checkpoint is not None
         # Counted pending until set_checkpoint marks it, like every other message node.
         self.pending += 1
-        return self._new(NodeKind.MESSAGE, key, message, parent), False
+        return self._new(NodeKind.MESSAGE, key, message, parent, variant), False
 
     def set_checkpoint(self, node: TrieNode, step: Step) -> None:
         """Record ``step`` as the newest checkpoint of ``node``; the path above stops being pending."""

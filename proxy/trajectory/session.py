@@ -153,7 +153,7 @@ class Session:
         trie = self.trie
         context = trie.context(ckey, tools, kwargs)
         node, matched = trie.match(context, keys, variants)
-        attach = trie.attach(node, messages[matched:], keys[matched:])
+        attach = trie.attach(node, messages[matched:], keys[matched:], variants[matched:])
         base = trie.nearest_checkpoint(attach)
         if base is None:
             claim = branching.attach(self._chains, None)

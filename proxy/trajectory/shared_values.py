@@ -1,6 +1,6 @@
 """Small immutable values that many sessions hold alike, kept once per process (issue 21 item 5), as Python shares
 small ints and interned strings: one weight version's runs, a step's common extras. (Large ones, a context's tools,
-are shared through weak tables instead: ``prefix_trie.py:_context_values``.)
+are shared through weak tables instead: ``node_contents.py:context_contents``.)
 
 Each kind has its own table, bounded: once a table holds its limit, a new value is built per use and not kept, so a
 workload of ever-new values costs what it did without the table, never more.

@@ -107,3 +107,12 @@ def test_a_fresh_seed_each_process_keeps_digests_apart_between_seeds(monkeypatch
     first = PackedText.of(text)
     monkeypatch.setattr(packed_text, "_SEED", packed_text._SEED ^ 1)
     assert PackedText.of(text) != first and PackedText.of(text).text == text
+
+
+def test_packed_like_returns_the_packed_text_already_held_for_the_same_text_and_packs_anything_else():
+    text = "ü long text " * 100
+    held = PackedText.of(text)
+    assert packed(text, like=(PackedText.of("other " * 300), held)) is held
+    fresh = packed(text + "!", like=(held,))
+    assert type(fresh) is PackedText and fresh is not held and fresh.text == text + "!"
+    assert packed("short", like=(held,)) == "short"

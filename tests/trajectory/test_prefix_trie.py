@@ -258,7 +258,7 @@ def test_a_shared_context_lives_only_as_long_as_a_session_holds_it():
 
     import orjson
 
-    from proxy.trajectory import prefix_trie
+    from proxy.trajectory import node_contents
 
     tools = [{"type": "function", "function": {"name": "only_here", "description": "x" * 4000}}]
     tries = [PrefixTrie() for _ in range(2)]
@@ -266,7 +266,7 @@ def test_a_shared_context_lives_only_as_long_as_a_session_holds_it():
     assert nodes[0].message is nodes[1].message and nodes[1].key is nodes[0].key
     probe = context_key(tools)  # an equal key of its own: the test holds none of the shared objects
     shared = ((probe.tools, probe.template_kwargs), (probe, orjson.dumps(tools)))
-    assert shared[0] in prefix_trie._CONTEXT_KEYS and shared[1] in prefix_trie._CONTEXT_INFOS
+    assert shared[0] in node_contents._CONTEXT_KEYS and shared[1] in node_contents._CONTEXT_INFOS
     del tries, nodes
     gc.collect()
-    assert shared[0] not in prefix_trie._CONTEXT_KEYS and shared[1] not in prefix_trie._CONTEXT_INFOS
+    assert shared[0] not in node_contents._CONTEXT_KEYS and shared[1] not in node_contents._CONTEXT_INFOS
