@@ -33,14 +33,12 @@ Nothing here is mutated after construction: a step is shared by every branch bui
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
 from struct import unpack_from
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
-
-from proxy.trajectory.shared_values import shared
 
 
 @attrs.frozen
@@ -84,6 +82,21 @@ def exact_logprobs(values: Sequence[float]) -> array:
     return single if single.tolist() == list(values) else array("d", values)
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _shared(table: dict[K, V], key: K, build: Callable[[], V], limit: int) -> V:
+    """The one immutable value ``table`` holds for ``key`` (built on first use), as ints and strings are shared;
+    bounded: once ``table`` holds ``limit`` values, a new one is built per use (issue 21 item 5)."""
+    value = table.get(key)
+    if value is None:
+        value = build()
+        if len(table) < limit:
+            table[key] = value
+    return value
+
+
 #: Runs of one version (nearly every step: a version changes only at a weight update) are shared between steps: a
 #: step's runs were two tuples of 112 bytes, and steps of the same length under the same version are common.
 _ONE_RUNS: dict[tuple[str | None, int], tuple[tuple[str | None, int]]] = {}
@@ -97,7 +110,7 @@ def run_length(versions: Sequence[str | None]) -> tuple[tuple[str | None, int], 
     first = versions[0]
     if versions.count(first) == len(versions):  # one version throughout, checked in C
         key = (first, len(versions))
-        return shared(_ONE_RUNS, key, lambda: (key,), _ONE_RUNS_MAX)
+        return _shared(_ONE_RUNS, key, lambda: (key,), _ONE_RUNS_MAX)
     return tuple((version, len(list(group))) for version, group in groupby(versions))
 
 
@@ -304,7 +317,7 @@ def _step_extras(span: TokenSpan, turn_id: str | None, boundary_reason: str | No
         return attrs.evolve(span.extras or _NO_EXTRAS, turn_id=turn_id, boundary_reason=boundary_reason,
                             boundary_detail=boundary_detail, tito_failed=tito_failed,
                             logprobs_invalid=logprobs_invalid)
-    return shared(_SHARED_EXTRAS, (boundary_reason, tito_failed, logprobs_invalid),
+    return _shared(_SHARED_EXTRAS, (boundary_reason, tito_failed, logprobs_invalid),
                    lambda: SpanExtras(boundary_reason=boundary_reason, tito_failed=tito_failed,
                                       logprobs_invalid=logprobs_invalid), _SHARED_EXTRAS_MAX)
 
