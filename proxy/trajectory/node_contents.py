@@ -9,7 +9,7 @@ memory. :func:`stored_form` decides it once, when a message node is made:
   (``TrieNode.key`` and ``TrieNode.message`` rebuild them equal). Most of a conversation's messages are plain; a
   dict and its table were ~184 bytes of each, the key 48;
 - any other message is kept as its key and a copy of the message with **every string of** ``PACK_AT`` **characters
-  or more packed**, wherever it is (content, text parts, reasoning, tool-call arguments, any other field): the
+  or more packed**, but its role (read as it is: ``reasoning_variant``), wherever it is (content, text parts, reasoning, tool-call arguments, any other field): the
   text an agent's session holds is mostly its long texts (files read and written, thinking). A long text the key or
   the reasoning variant already holds packed is that same object (``packed(..., like=...)``: one digest, no second
   compression), so it is held once.
@@ -83,7 +83,10 @@ def stored_form(key: Any, message: Any, variant: Any = None) -> tuple[Any, Any]:
         if (type(role) is str and role == key.role and same_text(key.content, message.get("content"))
                 and next(iter(message)) == "role"):
             return key.content, key.role
-    return key, _packed(message, _held_packed(key, variant))
+    stored = _packed(message, _held_packed(key, variant))
+    if stored is not message and type(stored.get("role")) is PackedText:  # read as it is (reasoning_variant)
+        stored["role"] = message["role"]
+    return key, stored
 
 
 def _held_packed(key: Any, variant: Any) -> tuple[PackedText, ...]:

@@ -7,6 +7,7 @@ import json
 
 from proxy.canonical_json import canonical_json
 from proxy.trajectory.message_keys import message_key, reasoning_variant
+from proxy.trajectory import packed_text
 from proxy.trajectory.node_contents import stored_form, unpacked
 from proxy.trajectory.packed_text import PACK_AT, PackedText
 
@@ -35,3 +36,13 @@ def test_a_message_with_nothing_long_is_kept_as_it_is():
     message = {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "ok"}]}
     assert stored_form(message_key(message), message)[1] is message
     assert unpacked(message) is message
+
+
+def test_the_role_stays_a_string_whatever_the_threshold_so_the_variant_is_read(monkeypatch):
+    # reasoning_variant reads a stored answer's role as it is: packing it (here every string is long) lost variants.
+    monkeypatch.setattr(packed_text, "PACK_AT", 1)
+    message = {"role": "assistant", "content": "ok", "reasoning_content": "because"}
+    variant = reasoning_variant(message)
+    stored = stored_form(message_key(message), message, variant)[1]
+    assert stored["role"] == "assistant" and type(stored["content"]) is PackedText
+    assert reasoning_variant(stored) is variant and unpacked(stored) == message
