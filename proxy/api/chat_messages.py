@@ -25,11 +25,8 @@ from typing import Any
 from proxy.api.chat_tools import function_of
 from proxy.api.errors import ApiError
 from proxy.api.fields import check_json, json_type, optional_str, require_valid_unicode, shown
+from proxy.tokenization.messages import REASONING_ALIASES, ROLES
 
-#: the roles a message may have after ``developer`` became ``system``
-ROLES = frozenset({"system", "user", "assistant", "tool"})
-#: assistant reasoning field names, in the order they are read
-REASONING_ALIASES = ("reasoning_content", "reasoning", "thinking")
 #: content-part types that are valid OpenAI input but not text
 NON_TEXT_PARTS = frozenset({"image_url", "input_image", "image", "input_audio", "audio", "file", "input_file"})
 
@@ -181,4 +178,4 @@ def _require_unicode_arguments(parsed: dict[str, Any], where: str) -> None:
         ) from None
 
 
-__all__ = ["NON_TEXT_PARTS", "REASONING_ALIASES", "ROLES", "messages_from_json"]
+__all__ = ["NON_TEXT_PARTS", "messages_from_json"]

@@ -24,8 +24,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+#: the roles a message may have (``developer`` is read as ``system`` before this)
 ROLES = frozenset({"system", "user", "assistant", "tool"})
-_REASONING_ALIASES = ("reasoning_content", "reasoning", "thinking")
+#: the field names an assistant's reasoning may come under, in the order they are read (every layer reads them so)
+REASONING_ALIASES = ("reasoning_content", "reasoning", "thinking")
 
 
 class MessageError(ValueError):
@@ -96,7 +98,7 @@ def normalize_message(message: Any) -> dict[str, Any]:
         if isinstance(message.get(key), str):
             out[key] = message[key]
     if role == "assistant":
-        reasoning = next((message[k] for k in _REASONING_ALIASES if isinstance(message.get(k), str)), None)
+        reasoning = next((message[k] for k in REASONING_ALIASES if isinstance(message.get(k), str)), None)
         if reasoning is not None:
             out["reasoning_content"] = reasoning
         calls = message.get("tool_calls")

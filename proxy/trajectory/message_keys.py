@@ -44,13 +44,12 @@ import attrs
 
 from proxy.canonical_json import canonical_json
 from proxy.trajectory.packed_text import PACK_AT, PackedText, packed
+from proxy.tokenization.messages import REASONING_ALIASES
 from proxy.tokenization.tito import RESERVED_TEMPLATE_KWARGS
 
 # The billing-hash pattern one coding CLI rewrites inside old tool results (spec 5.1).
 CCH_PATTERN = re.compile(r"cch=[A-Za-z0-9_-]+")
 _CCH_PLACEHOLDER = "cch=*"
-# The same aliases the tokenization package accepts for an assistant's reasoning, in the same order.
-_REASONING_ALIASES = ("reasoning_content", "reasoning", "thinking")
 
 
 class MessageKeyError(ValueError):
@@ -271,7 +270,7 @@ def reasoning_variant(message: Any) -> str | PackedText | None:
     """
     if not _is_mapping(message) or message.get("role") != "assistant":
         return None
-    for alias in _REASONING_ALIASES:
+    for alias in REASONING_ALIASES:
         value = message.get(alias)
         if isinstance(value, str):
             return packed(value) if value else None
