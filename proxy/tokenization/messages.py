@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: the roles a message may have (``developer`` is read as ``system`` before this)
+#: the roles a message may have (the API edge has renamed ``developer`` to ``system`` before a message gets here)
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 #: the field names an assistant's reasoning may come under, in the order they are read (every layer reads them so)
 REASONING_ALIASES = ("reasoning_content", "reasoning", "thinking")
