@@ -122,8 +122,8 @@ def report(args: argparse.Namespace, phases: list[Any], sessions: dict[str, Any]
 
     if sessions["memory"]:
         print("\n## Memory: RSS growth of the server process\n")
-        print("| target | live 10-turn sessions | KiB per session, first batch | KiB per further session | sessions of ~20k "
-              "tokens | tokens held | bytes per token | failed |")
+        print("| target | live 10-turn sessions | KiB per session, first batch | KiB per further session "
+              "| sessions of ~20k tokens | tokens held | bytes per token | failed |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for target, m in sessions["memory"].items():
         per_session = m["session_rss_growth"] / m["sessions"] / 1024
