@@ -9,8 +9,9 @@ memory. :func:`stored_form` decides it once, when a message node is made:
   (``TrieNode.key`` and ``TrieNode.message`` rebuild them equal). Most of a conversation's messages are plain; a
   dict and its table were ~184 bytes of each, the key 48;
 - any other message is kept as its key and a copy of the message with **every string of** ``PACK_AT`` **characters
-  or more packed**, but its role (read as it is: ``reasoning_variant``), wherever it is (content, text parts, reasoning, tool-call arguments, any other field): the
-  text an agent's session holds is mostly its long texts (files read and written, thinking). A long text the key or
+  or more packed** wherever it is (content, text parts, reasoning, tool-call arguments, any other field) but the
+  role, which is read as it is (``reasoning_variant``): the text an agent's session holds is mostly its long texts
+  (files read and written, thinking). A long text the key or
   the reasoning variant already holds packed is that same object (``packed(..., like=...)``: one digest, no second
   compression), so it is held once.
 
@@ -54,11 +55,10 @@ _CONTEXT_INFOS: weakref.WeakValueDictionary[tuple[ContextKey, bytes | None], Con
 def context_contents(key: ContextKey, tools: Sequence[Any] | None,
                     template_kwargs: Mapping[str, Any]) -> tuple[ContextKey, ContextInfo]:
     """The key and info a new context node keeps (its ``_key`` and ``_message``), shared with other live sessions'
-    contexts made of the same request
-    fields (issue 21 item 5: each session held its own copy of the tool schemas, often kilobytes, twice: parsed in
-    the info, canonical in the key). The context key is canonical, but the tools are shared only between requests
-    that spelled them alike, key order included: a template renders them in the order sent (``tojson`` keeps it), so a
-    re-encode renders what this session sent."""
+    contexts made of the same request fields (issue 21 item 5: each session held its own copy of the tool schemas,
+    often kilobytes, twice: parsed in the info, canonical in the key). The context key is canonical, but the tools
+    are shared only between requests that spelled them alike, key order included: a template renders them in the
+    order sent (``tojson`` keeps it), so a re-encode renders what this session sent."""
     key = _CONTEXT_KEYS.setdefault((key.tools, key.template_kwargs), key)
     spelled = None
     if tools:
@@ -83,10 +83,7 @@ def stored_form(key: Any, message: Any, variant: Any = None) -> tuple[Any, Any]:
         if (type(role) is str and role == key.role and same_text(key.content, message.get("content"))
                 and next(iter(message)) == "role"):
             return key.content, key.role
-    stored = _packed(message, _held_packed(key, variant))
-    if stored is not message and type(stored.get("role")) is PackedText:  # read as it is (reasoning_variant)
-        stored["role"] = message["role"]
-    return key, stored
+    return key, _packed(message, _held_packed(key, variant), keep=_KEPT_AS_IS)
 
 
 def _held_packed(key: Any, variant: Any) -> tuple[PackedText, ...]:
@@ -100,16 +97,16 @@ def _held_packed(key: Any, variant: Any) -> tuple[PackedText, ...]:
     return tuple(held)
 
 
-def _packed(value: Any, like: tuple[PackedText, ...]) -> Any:
-    """``value`` with every long string in it packed (one of ``like`` when the same text): a new container wherever
-    one was packed, the same object where none was."""
+def _packed(value: Any, like: tuple[PackedText, ...], keep: frozenset[str] = frozenset()) -> Any:
+    """``value`` with every long string in it packed (one of ``like`` when the same text), but ``keep``'s fields of
+    ``value`` itself: a new container wherever one was packed, the same object where none was."""
     kind = type(value)
     if kind is str:
         return packed(value, like)
     if kind is dict:
         out = None
         for name, item in value.items():
-            if type(item) in _PACKABLE and (new := _packed(item, like)) is not item:
+            if type(item) in _PACKABLE and name not in keep and (new := _packed(item, like)) is not item:
                 if out is None:
                     out = dict(value)
                 out[name] = new
@@ -141,6 +138,8 @@ def unpacked(value: Any) -> Any:
 
 
 _PACKABLE = (str, dict, list)
+#: a message's fields held as they are whatever their length: the role is read as it is (``reasoning_variant``)
+_KEPT_AS_IS = frozenset({"role"})
 _UNPACKABLE = (PackedText, dict, list)
 
 __all__ = ["ContextInfo", "context_contents", "stored_form", "unpacked"]
