@@ -15,6 +15,7 @@ from proxy.tokenization.results import TitoFailure
 from proxy.tokenization.tito import TitoTokenizer
 from proxy.trajectory.boundaries import BoundaryReason
 from proxy.trajectory.message_keys import MessageKey, MessageKeyError, message_key, reasoning_variant
+from proxy.trajectory.packed_text import PackedText
 from proxy.trajectory.session_errors import InvalidMessagesError
 from proxy.trajectory.tokens import Step
 
@@ -49,7 +50,7 @@ class EncodePlan:
 
 def request_keys(
     messages: Sequence[Any], *, ignore_cch: bool = False, known: Sequence[Any] = ()
-) -> tuple[list[MessageKey], list[str | None]]:
+) -> tuple[list[MessageKey], list[str | PackedText | None]]:
     """The trie keys and reasoning variants of a request's messages: pure and O(request text), so the registry
     computes them before taking the session's lock. Raises InvalidMessagesError.
 
@@ -61,7 +62,7 @@ def request_keys(
     held = len(known)
     if held and None not in known:  # the echoed history in two comprehensions: no Python loop step per message
         keys: list[MessageKey] = [node.key for node in known]
-        variants: list[str | None] = [node.variant for node in known]
+        variants: list[str | PackedText | None] = [node.variant for node in known]
         start = held
     else:
         keys, variants, start = [], [], 0

@@ -362,7 +362,8 @@ class PrefixTrie:
     # emptied after use keeps its table, 160 more (issue 21 item 5).
     _holds: Mapping[TrieNode, int] = attrs.field(default=_NO_HOLDS, repr=False)
 
-    def _new(self, kind: NodeKind, key: Any, message: Any, parent: TrieNode, variant: Any = None) -> TrieNode:
+    def _new(self, kind: NodeKind, key: Any, message: Any, parent: TrieNode,
+             variant: str | PackedText | None = None) -> TrieNode:
         """Create a child of ``parent`` (the caller has checked it does not exist). ``variant`` is its message's
         reasoning (``TrieNode.variant``), as the caller's lookups computed it (a long one is then held as that packed
         text). Children with one key are kept in the order they were created."""
@@ -400,7 +401,7 @@ class PrefixTrie:
     # -- walking ----------------------------------------------------------------------------------------------------
 
     def match(
-        self, start: TrieNode, keys: Sequence[MessageKey], variants: Sequence[str | None]
+        self, start: TrieNode, keys: Sequence[MessageKey], variants: Sequence[str | PackedText | None]
     ) -> tuple[TrieNode, int]:
         """The deepest node matching a prefix of the messages below ``start``, and how many messages matched."""
         node = start
@@ -436,7 +437,7 @@ class PrefixTrie:
         return best
 
     def attach(self, node: TrieNode, messages: Sequence[Any], keys: Sequence[MessageKey],
-               variants: Sequence[Any] | None = None) -> TrieNode:
+               variants: Sequence[str | PackedText | None] | None = None) -> TrieNode:
         """Add ``messages`` below ``node`` as pending nodes (the caller matched everything above); the last one is
         returned: it is where the generation's answer will attach, held by the caller until :meth:`release`.
         ``variants``: the messages' reasoning variants as the caller computed them (then not packed again)."""

@@ -48,6 +48,7 @@ from proxy.trajectory.boundaries import BoundaryReason
 from proxy.trajectory.encode_plan import EncodeKind, EncodePlan, request_keys
 from proxy.trajectory.export import FinalizeReason, SessionExport
 from proxy.trajectory.message_keys import MessageKey, context_key, effective_template_kwargs
+from proxy.trajectory.packed_text import PackedText
 from proxy.trajectory.prefix_share import stored_context
 from proxy.trajectory.prefix_trie import PrefixTrie, TrieNode, encoding_signature
 from proxy.trajectory.session_chains import SessionChains
@@ -134,7 +135,7 @@ class Session:
         chat_template_kwargs: Mapping[str, Any] | None = None,
         instance_id: str | None = None,
         turn_id: str | None = None,
-        request_keys: tuple[list[MessageKey], list[str | None]] | None = None,
+        request_keys: tuple[list[MessageKey], list[str | PackedText | None]] | None = None,
     ) -> tuple[BranchHandle, EncodePlan]:
         """Admit a generation and pick its branch; raises MaxStepsExceededError, SessionFinalizedError,
         InvalidMessagesError (nothing changes then). ``request_keys`` (from :meth:`request_keys`, computed outside
@@ -174,7 +175,7 @@ class Session:
         handle = BranchHandle(self.session_id, pending.generation_id, pending)
         return handle, self._plan(pending, messages, context)
 
-    def request_keys(self, messages: Sequence[Any]) -> tuple[list[MessageKey], list[str | None]]:
+    def request_keys(self, messages: Sequence[Any]) -> tuple[list[MessageKey], list[str | PackedText | None]]:
         """The trie keys and reasoning variants of a request's messages (pure; raises InvalidMessagesError)."""
         return request_keys(messages, ignore_cch=self.config.ignore_cch_for_prefix_hash,
                             known=self.echoed_prefix(messages))
@@ -188,7 +189,7 @@ class Session:
         return self.trie.echoed_prefix(messages)
 
     def _no_checkpoint_reason(
-        self, context: TrieNode, keys: Sequence[MessageKey], variants: Sequence[str | None], matched: int
+        self, context: TrieNode, keys: Sequence[MessageKey], variants: Sequence[str | PackedText | None], matched: int
     ) -> BoundaryReason:
         """Why a request whose path holds no checkpoint starts a segment (boundaries.py has the table)."""
         if not self._committed:
